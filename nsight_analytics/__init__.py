@@ -1,0 +1,28 @@
+"""nsight-analytics: answers from Nsight Systems and Nsight Compute exports.
+
+The library is the product; the `nsa` CLI is a thin layer over these functions.
+
+    import nsight_analytics as nsa
+    con = nsa.connect()                       # DuckDB connection on ./nsa.duckdb (or $NSA_DB)
+    nsa.ingest(con, "trace.sqlite")
+    nsa.query(con, "gaps", min_gap_ns=100_000).df()
+    con.sql("SELECT * FROM gaps(min_gap_ns := 100000)").df()   # the same, as a table macro
+"""
+
+from __future__ import annotations
+
+from .api import connect, engine, ingest, query
+from .errors import InputError, NsaError, QueryError, WorkspaceError
+
+__version__ = "0.1.0"
+__all__ = [
+    "connect",
+    "engine",
+    "ingest",
+    "query",
+    "NsaError",
+    "InputError",
+    "QueryError",
+    "WorkspaceError",
+    "__version__",
+]

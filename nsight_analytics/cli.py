@@ -1,0 +1,234 @@
+"""`nsa`: a thin click layer over the library. Nothing below this module imports click."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+import duckdb
+import pandas as pd
+
+from . import api, queries, schema
+from . import output as out
+from .errors import NsaError
+from .ingest import IngestResult, ingest_file
+from .workspace import ENV_DB, open_workspace
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2
+
+
+class NsaClickError(click.ClickException):
+    exit_code = EXIT_ERROR
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--db",
+        envvar=ENV_DB,
+        type=click.Path(dir_okay=False),
+        default=None,
+        help=f"Workspace file (default ./nsa.duckdb, or ${ENV_DB}).",
+    )(f)
+
+
+def format_option(choices: tuple[str, ...] = out.FORMATS) -> Callable[..., Any]:
+    return click.option(
+        "--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True,
+        help="Output format; machine formats print only data.",
+    )  # fmt: skip
+
+
+def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--output", "-o", "output_path", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
+    )(f)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Every error a user can act on becomes one sentence on stderr and exit code 2."""
+    try:
+        yield
+    except NsaError as exc:
+        raise NsaClickError(str(exc)) from exc
+    except duckdb.Error as exc:
+        raise NsaClickError(str(exc).strip().splitlines()[0]) from exc
+
+
+def emit(text: str, path: str | None) -> None:
+    if path:
+        Path(path).write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nsight-analytics")
+def main() -> None:
+    """Answers from Nsight Systems and Nsight Compute exports.
+
+    Ingest nsys SQLite exports and ncu CSVs into one DuckDB workspace, then ask questions:
+    `nsa query gaps`, `nsa findings`, or your own SQL with `nsa sql`.
+    """
+
+
+def _progress(quiet: bool) -> tuple[Any, Callable[[str, int, int], None] | None]:
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
+    task = bar.add_task("ingest", total=1)
+
+    def update(step: str, done: int, total: int) -> None:
+        bar.update(task, description=f"ingest: {step}", completed=done, total=total)
+
+    return bar, update
+
+
+def _describe(r: IngestResult) -> str:
+    if r.status == "unchanged":
+        return f"{r.path.name}: already in the workspace as report {r.report_id} (same content); use --replace to re-ingest."
+    counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
+    verb = "replaced" if r.status == "replaced" else "ingested"
+    text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
+    if r.deferred:
+        text += f"; {', '.join(r.deferred)} load on first use"
+    return text + "."
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--replace", is_flag=True, help="Re-ingest files already in the workspace.")
+@click.option("--full", is_flag=True, help="Copy every table now instead of deferring NVTX/OS runtime to first use.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@db_option
+def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: str | None) -> None:
+    """Ingest nsys SQLite exports and ncu CSV files (detected from content)."""
+    with errors():
+        con = open_workspace(db)
+        try:
+            for f in files:
+                bar, update = _progress(quiet)
+                if bar:
+                    bar.start()
+                try:
+                    defer = () if full else api.ingest_deferrable()
+                    result = ingest_file(con, f, replace=replace, defer=defer, progress=update)
+                finally:
+                    if bar:
+                        bar.stop()
+                click.echo(_describe(result))
+                for warning in result.warnings:
+                    click.echo(f"warning: {warning}", err=True)
+        finally:
+            con.close()
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> pd.DataFrame:
+    return con.execute(sql, params).df() if params else con.sql(sql).df()
+
+
+@main.command()
+@db_option
+@format_option()
+@output_option
+def reports(db: str | None, fmt: str, output_path: str | None) -> None:
+    """List the reports in the workspace."""
+    with errors():
+        con = open_workspace(db, read_only=True)
+        df = con.sql(
+            "SELECT report_id, kind, tool_version, schema_version, activity_kinds, "
+            "regexp_extract(source_path, '[^/]+$') AS file, ingested_at FROM reports ORDER BY report_id"
+        ).df()
+        emit(out.render(df, fmt, "reports"), output_path)
+
+
+@main.command()
+@click.argument("statement")
+@click.option("--read-only", is_flag=True, help="Open the workspace read-only (other readers may run).")
+@db_option
+@format_option()
+@output_option
+def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: str | None) -> None:
+    """Run one SQL statement on the workspace (canonical tables and query macros)."""
+    with errors():
+        con = api.connect(db, read_only=read_only)
+        rel = con.sql(statement)
+        df = rel.df() if rel is not None else pd.DataFrame()
+        emit(out.render(df, fmt), output_path)
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise NsaClickError(f"parameter {pair!r} should look like name=value.")
+        k, v = pair.split("=", 1)
+        params[k.strip()] = v.strip()
+    return params
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
+@click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable).")
+@db_option
+@format_option()
+@output_option
+def query(
+    name: str | None,
+    list_: bool,
+    report_id: int | None,
+    params: tuple[str, ...],
+    db: str | None,
+    fmt: str,
+    output_path: str | None,
+) -> None:
+    """Run a library query by NAME, e.g. `nsa query gaps -p min_gap_ns=100000`."""
+    with errors():
+        if list_ or not name:
+            emit(out.render(_query_list(), fmt, "queries"), output_path)
+            return
+        values: dict[str, Any] = dict(_parse_params(params))
+        if report_id is not None:
+            values["report_id"] = report_id
+        con = api.connect(db, load_deferred=False)
+        df = api.query(con, name, **values).df()
+        emit(out.render(df, fmt, name), output_path)
+
+
+def _query_list() -> pd.DataFrame:
+    rows = []
+    for q in queries.library().values():
+        params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
+        rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": q.doc})
+    return pd.DataFrame(rows)
+
+
+@main.command("schema")
+@click.option("--format", "fmt", type=click.Choice(["markdown", *out.FORMATS]), default="markdown", show_default=True)
+@output_option
+def schema_cmd(fmt: str, output_path: str | None) -> None:
+    """Print the canonical tables: columns, types, units, meaning."""
+    if fmt == "markdown":
+        emit(schema.render_markdown() + "\n", output_path)
+        return
+    rows = [
+        {"table": t.name, "column": c.name, "type": c.type, "unit": c.unit, "meaning": c.doc}
+        for t in schema.TABLES
+        for c in t.cols
+    ]
+    emit(out.render(pd.DataFrame(rows), fmt), output_path)
+
+
+def demo_input() -> Path:
+    return Path(str(resources.files("nsight_analytics") / "data" / "demo_pageable_h2d.sqlite"))

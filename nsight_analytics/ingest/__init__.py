@@ -1,0 +1,321 @@
+"""Ingest: files in, one committed report (or nothing) out.
+
+An ingest is one DuckDB transaction: the report row and all its canonical rows commit together,
+so a killed ingest leaves no trace. Large, rarely needed tables (NVTX, OS runtime) can be
+deferred: the report records them in `deferred_tables` and `ensure_loaded` copies them from the
+source file, in its own transaction, the first time a query or a user needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+
+from .. import schema
+from ..errors import InputError, NsaError
+from . import nsys, sqlite_source
+
+Progress = Callable[[str, int, int], None]
+
+REPORT_TABLES = [t.name for t in schema.TABLES if t.name != "reports"]
+
+
+@dataclass
+class IngestResult:
+    report_id: int
+    path: Path
+    kind: str
+    status: str  # 'ingested', 'replaced' or 'unchanged'
+    rows: dict[str, int] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+class _Hasher(threading.Thread):
+    """Hash the file while DuckDB copies it: hashlib releases the GIL, so this is nearly free."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path, self.digest, self.error = path, "", None
+
+    def run(self) -> None:
+        try:
+            self.digest = sha256_file(self.path)
+        except OSError as exc:  # pragma: no cover - the file vanished mid-ingest
+            self.error = exc
+
+    def result(self) -> str:
+        if self.ident is not None:  # started as a thread (else run() was called inline)
+            self.join()
+        if self.error is not None:
+            raise InputError(f"{self.path}: cannot read the file ({self.error}).")
+        return self.digest
+
+
+def detect_kind(path: Path) -> str:
+    """'nsys' or 'ncu', from the content: users rename files, and ncu writes .txt or .csv."""
+    if not path.is_file():
+        sqlite_source.check_sqlite_file(path)  # raises: missing file or a folder
+    with path.open("rb") as fh:
+        head = fh.read(65536)
+    if head.startswith(sqlite_source.SQLITE_MAGIC):
+        sqlite_source.check_sqlite_file(path)
+        return "nsys"
+    from . import ncu
+
+    # ncu's own failure logs go to the ncu reader too, which explains what went wrong.
+    if b"==PROF==" in head or b"==ERROR==" in head or ncu.sniff_ncu(path):
+        return "ncu"
+    sqlite_source.check_sqlite_file(path)  # raises "not an SQLite file nor an ncu CSV"
+    raise AssertionError("unreachable: check_sqlite_file accepted a non-SQLite file")
+
+
+def _existing(con: duckdb.DuckDBPyConnection, sha: str, source: str, replace: bool) -> list[int]:
+    where = "sha256 = ? OR source_path = ?" if replace else "sha256 = ?"
+    params = [sha, source] if replace else [sha]
+    return [r[0] for r in con.execute(f"SELECT report_id FROM reports WHERE {where}", params).fetchall()]
+
+
+def delete_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> None:
+    for rid in report_ids:
+        for table in [*REPORT_TABLES, "reports"]:
+            con.execute(f'DELETE FROM "{table}" WHERE report_id = ?', [rid])
+
+
+def ingest_file(
+    con: duckdb.DuckDBPyConnection,
+    path: str | Path,
+    *,
+    replace: bool = False,
+    defer: Iterable[str] = nsys.DEFERRABLE,
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Ingest one nsys SQLite export or ncu CSV into the workspace, all or nothing."""
+    path = Path(path).expanduser().resolve()
+    kind = detect_kind(path)
+    size = path.stat().st_size
+    source = str(path)
+    same_size = con.execute("SELECT count(*) FROM reports WHERE size_bytes = ?", [size]).fetchone()[0]
+    hasher = _Hasher(path)
+    if same_size or replace:
+        # A possible duplicate or a replacement: know the hash before copying anything.
+        hasher.run()
+        old = _existing(con, hasher.result(), source, replace)
+        if old and not replace:
+            return IngestResult(old[0], path, kind, "unchanged")
+    else:
+        # No report has this size, so none has this content: hash while copying.
+        hasher.start()
+    if kind == "nsys":
+        return _ingest_nsys(con, path, size, hasher, replace, set(defer), progress)
+    return _ingest_ncu(con, path, size, hasher, replace, progress)
+
+
+def _begin(con: duckdb.DuckDBPyConnection, hasher: _Hasher, source: str, replace: bool) -> tuple[int, str]:
+    """Inside the transaction: drop what --replace replaces, pick the report id.
+
+    Without --replace, ingest_file has already returned for a duplicate.
+    """
+    old = _existing(con, hasher.result(), source, replace) if replace else []
+    delete_reports(con, old)
+    if len(old) == 1:
+        return old[0], "replaced"
+    rid = int(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports").fetchone()[0])
+    return rid, "replaced" if old else "ingested"
+
+
+def _insert_report(con: duckdb.DuckDBPyConnection, row: dict[str, object]) -> None:
+    cols = schema.BY_NAME["reports"].col_names
+    con.execute(
+        f"INSERT INTO reports ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+        [row.get(c) for c in cols],
+    )
+
+
+def _ingest_nsys(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    size: int,
+    hasher: _Hasher,
+    replace: bool,
+    defer: set[str],
+    progress: Progress | None,
+) -> IngestResult:
+    tables = sqlite_source.attach(con, path)
+    src = nsys.Source(tables)
+    try:
+        nsys.validate(src, path)
+        meta = nsys.metadata(con, src)
+        steps = list(nsys.LOADERS)
+        deferred = [t for t in steps if t in defer and nsys.LOADERS[t][0](src) is not None]
+        con.execute("BEGIN TRANSACTION")
+        try:
+            rid, status = _begin(con, hasher, str(path), replace)
+            nsys.prepare_strings(con, src)
+            rows: dict[str, int] = {}
+            for i, table in enumerate(steps):
+                if progress:
+                    progress(table, i, len(steps))
+                if table not in deferred:
+                    rows[table] = nsys.load_table(con, src, table, rid)
+            sha = hasher.result()
+            kinds = _activity_kinds(src, rows)
+            _insert_report(
+                con,
+                {
+                    "report_id": rid,
+                    "kind": "nsys",
+                    "source_path": str(path),
+                    "sha256": sha,
+                    "size_bytes": size,
+                    "ingested_at": datetime.now(timezone.utc).replace(tzinfo=None),
+                    "activity_kinds": kinds,
+                    "has_kernels": "kernel" in kinds,
+                    "has_memcpy": "memcpy" in kinds,
+                    "has_cuda_api": "cuda_api" in kinds,
+                    "has_nvtx": "nvtx" in kinds,
+                    "deferred_tables": deferred,
+                    **meta,
+                },
+            )
+            con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
+            con.execute("COMMIT")
+        except BaseException as exc:
+            con.execute("ROLLBACK")
+            if isinstance(exc, duckdb.Error):
+                raise _read_error(path, exc) from exc
+            raise
+    finally:
+        sqlite_source.detach(con)
+    if progress:
+        progress("done", len(steps), len(steps))
+    result = IngestResult(rid, path, "nsys", status, rows, deferred)
+    if not {"kernel", "memcpy", "memset"} & set(kinds):
+        result.warnings.append(
+            f"report {rid} ({path.name}) has no kernel, memcpy or memset records: CUDA "
+            "tracing was off or failed (for example an nsys too old for the driver), so nothing "
+            "can be said about GPU use. Profile again with `nsys profile -t cuda` using a current nsys."
+        )
+    return result
+
+
+def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
+    kinds = []
+    for table, (builder, kind) in nsys.LOADERS.items():
+        present = rows.get(table, 0) > 0 if table in rows else builder(src) is not None
+        if present:
+            kinds.append(kind)
+    return kinds
+
+
+def _read_error(path: Path, exc: duckdb.Error) -> InputError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "malformed" in text or "corrupt" in text or "not a database" in text:
+        return InputError(f"{path} is damaged or truncated ({text}); copy or export it again.")
+    return InputError(f"{path} could not be ingested: {text}")
+
+
+def _ingest_ncu(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    size: int,
+    hasher: _Hasher,
+    replace: bool,
+    progress: Progress | None,
+) -> IngestResult:
+    from . import ncu
+
+    con.execute("BEGIN TRANSACTION")
+    try:
+        rid, status = _begin(con, hasher, str(path), replace)
+        sha = hasher.result()
+        if progress:
+            progress("ncu", 0, 1)
+        info = ncu.load_ncu(con, path, rid)
+        kinds = list(info.get("activity_kinds", ["ncu_metrics"]))
+        _insert_report(
+            con,
+            {
+                "report_id": rid,
+                "kind": "ncu",
+                "source_path": str(path),
+                "sha256": sha,
+                "size_bytes": size,
+                "tool_version": info.get("tool_version"),
+                "ingested_at": datetime.now(timezone.utc).replace(tzinfo=None),
+                "activity_kinds": kinds,
+                "has_kernels": bool(info.get("kernels")),
+                "has_memcpy": False,
+                "has_cuda_api": False,
+                "has_nvtx": False,
+                "deferred_tables": [],
+            },
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    rows = {k: int(v) for k, v in info.items() if k in ("kernels", "metrics", "rules")}
+    return IngestResult(rid, path, "ncu", status, rows)
+
+
+def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[tuple[int, str, str]]:
+    """(report_id, source_path, table) still waiting to be copied, for the given tables."""
+    wanted = [t for t in tables if t in nsys.DEFERRABLE]
+    if not wanted:
+        return []
+    rows = con.execute(
+        "SELECT report_id, source_path, unnest(deferred_tables) AS t FROM reports "
+        "WHERE len(deferred_tables) > 0"
+    ).fetchall()
+    return [(rid, src, t) for rid, src, t in rows if t in wanted]
+
+
+def ensure_loaded(
+    con: duckdb.DuckDBPyConnection, tables: Iterable[str], progress: Progress | None = None
+) -> int:
+    """Copy deferred tables from their source files; returns how many report tables were loaded."""
+    todo = deferred_for(con, tables)
+    for i, (rid, source, table) in enumerate(todo):
+        path = Path(source)
+        sha = con.execute("SELECT sha256 FROM reports WHERE report_id = ?", [rid]).fetchone()[0]
+        if not path.exists() or sha256_file(path) != sha:
+            state = "is gone" if not path.exists() else "has changed since"
+            raise NsaError(
+                f"report {rid}'s {table} were left in {path} at ingest, and that file {state}; "
+                f"re-ingest it with `nsa ingest --replace --full FILE`."
+            )
+        if progress:
+            progress(f"{table} (report {rid})", i, len(todo))
+        src = nsys.Source(sqlite_source.attach(con, path))
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                nsys.prepare_strings(con, src)
+                nsys.load_table(con, src, table, rid)
+                con.execute(
+                    "UPDATE reports SET deferred_tables = list_filter(deferred_tables, x -> x != ?) "
+                    "WHERE report_id = ?",
+                    [table, rid],
+                )
+                con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
+                con.execute("COMMIT")
+            except BaseException as exc:
+                con.execute("ROLLBACK")
+                if isinstance(exc, duckdb.Error):
+                    raise _read_error(path, exc) from exc
+                raise
+        finally:
+            sqlite_source.detach(con)
+    return len(todo)

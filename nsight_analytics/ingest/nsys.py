@@ -1,0 +1,355 @@
+"""nsys SQLite export -> canonical tables.
+
+Every nsys schema from 2.x (2021, `EXPORT_META_DATA`) to 3.25 (2026, `META_DATA_EXPORT`) is read
+by asking which tables and columns the file has and writing NULL for what it lacks: exports are
+lazy (a table exists only when it has rows) and columns come and go between versions. Each
+canonical table has one SELECT builder here; nothing else in nsa knows nsys table names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from .. import schema
+from ..errors import InputError
+from .sqlite_source import EXPORT_HINT
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX = "NVTX_EVENTS"
+OSRT = "OSRT_API"
+GPU = "TARGET_INFO_GPU"
+PROCESSES = "PROCESSES"
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+# CUPTI enum codes are stable across versions; exports carry ENUM_* tables with the same values,
+# but lazy and trimmed exports may not, so the mapping lives here. Unknown codes stay visible.
+COPY_KINDS = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM_HtoD", 12: "UVM_DtoH", 13: "UVM_DtoD",
+}  # fmt: skip
+MEM_KINDS = {
+    0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device_static",
+    6: "managed_static", 7: "unknown",
+}  # fmt: skip
+SYNC_TYPES = {
+    0: "unknown", 1: "event_synchronize", 2: "stream_wait_event", 3: "stream_synchronize",
+    4: "context_synchronize",
+}  # fmt: skip
+NVTX_RANGE_TYPES = {59: "push_pop", 60: "start_end"}
+NVTX_DOMAIN_CREATE = 75
+
+# pid and tid are packed in nsys' global ids; decimal literals because DuckDB reads 0xFFFFFF
+# as `0 AS xFFFFFF`.
+PID_OF = "(({0} >> 24) & 16777215)"
+TID_OF = "({0} & 16777215)"
+
+# Strings interned once per ingest: every name column joins this temp table.
+STRINGS = "_nsa_strings"
+
+
+def _case(expr: str, mapping: dict[int, str]) -> str:
+    whens = " ".join(f"WHEN {code} THEN '{label}'" for code, label in mapping.items())
+    return f"CASE {expr} {whens} ELSE 'code:' || CAST({expr} AS VARCHAR) END"
+
+
+@dataclass
+class Source:
+    """What one export contains: {table: {columns}} of the attached SQLite file."""
+
+    tables: dict[str, set[str]]
+    alias: str = "src"
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def col(self, table: str, name: str, alias: str) -> str:
+        return f'{alias}."{name}"' if name in self.tables.get(table, ()) else "NULL"
+
+    def ref(self, table: str) -> str:
+        return f'{self.alias}."{table}"'
+
+
+def _name(src: Source, table: str, id_col: str, alias: str, join_alias: str) -> tuple[str, str]:
+    """(expression, join clause) resolving a StringIds reference, or NULL when absent."""
+    if id_col not in src.tables.get(table, ()):
+        return "NULL", ""
+    return f"{join_alias}.value", f' LEFT JOIN {STRINGS} {join_alias} ON {join_alias}.id = {alias}."{id_col}"'
+
+
+def _select(columns: dict[str, str], table: str, frm: str) -> str:
+    expected = schema.BY_NAME[table].col_names
+    assert list(columns) == expected, (table, list(columns))
+    body = ",\n  ".join(f'{expr} AS "{name}"' for name, expr in columns.items())
+    return f"SELECT\n  {body}\n{frm}"
+
+
+def _timing(src: Source, table: str, a: str) -> dict[str, str]:
+    return {
+        "start_ns": f"{a}.start",
+        "end_ns": f'{a}."end"',
+        "duration_ns": f'{a}."end" - {a}.start',
+    }
+
+
+def _device_side(src: Source, table: str, a: str) -> dict[str, str]:
+    gpid = src.col(table, "globalPid", a)
+    return {
+        "report_id": "$rid",
+        "device_id": src.col(table, "deviceId", a),
+        "context_id": src.col(table, "contextId", a),
+        "stream_id": src.col(table, "streamId", a),
+        "pid": PID_OF.format(gpid) if gpid != "NULL" else "NULL",
+        "global_pid": gpid,
+        **_timing(src, table, a),
+    }
+
+
+def _host_side(src: Source, table: str, a: str) -> dict[str, str]:
+    gtid = src.col(table, "globalTid", a)
+    return {
+        "report_id": "$rid",
+        "pid": PID_OF.format(gtid) if gtid != "NULL" else "NULL",
+        "tid": TID_OF.format(gtid) if gtid != "NULL" else "NULL",
+        "global_tid": gtid,
+        **_timing(src, table, a),
+    }
+
+
+def kernels_sql(src: Source) -> str | None:
+    if not src.has(KERNEL):
+        return None
+    t, a = KERNEL, "k"
+    demangled, j1 = _name(src, t, "demangledName", a, "dn")
+    short, j2 = _name(src, t, "shortName", a, "sn")
+    mangled, j3 = _name(src, t, "mangledName", a, "mn")
+    cols = {
+        **_device_side(src, t, a),
+        "name": f"coalesce({demangled}, {short})",
+        "short_name": short,
+        "mangled_name": mangled,
+        **{f"grid_{d}": src.col(t, f"grid{d.upper()}", a) for d in "xyz"},
+        **{f"block_{d}": src.col(t, f"block{d.upper()}", a) for d in "xyz"},
+        "registers_per_thread": src.col(t, "registersPerThread", a),
+        "static_smem_bytes": src.col(t, "staticSharedMemory", a),
+        "dynamic_smem_bytes": src.col(t, "dynamicSharedMemory", a),
+        "correlation_id": src.col(t, "correlationId", a),
+        "launch_type": src.col(t, "launchType", a),
+        "graph_node_id": src.col(t, "graphNodeId", a),
+    }
+    return _select(cols, "kernels", f"FROM {src.ref(t)} {a}{j1}{j2}{j3}")
+
+
+def _kind(src: Source, table: str, col: str, a: str, mapping: dict[int, str]) -> str:
+    expr = src.col(table, col, a)
+    return "NULL" if expr == "NULL" else _case(expr, mapping)
+
+
+def memcpy_sql(src: Source) -> str | None:
+    if not src.has(MEMCPY):
+        return None
+    t, a = MEMCPY, "m"
+    cols = {
+        **_device_side(src, t, a),
+        "bytes": src.col(t, "bytes", a),
+        "copy_kind": _kind(src, t, "copyKind", a, COPY_KINDS),
+        "src_kind": _kind(src, t, "srcKind", a, MEM_KINDS),
+        "dst_kind": _kind(src, t, "dstKind", a, MEM_KINDS),
+        "src_device_id": src.col(t, "srcDeviceId", a),
+        "dst_device_id": src.col(t, "dstDeviceId", a),
+        "correlation_id": src.col(t, "correlationId", a),
+        "graph_node_id": src.col(t, "graphNodeId", a),
+    }
+    return _select(cols, "memcpy", f"FROM {src.ref(t)} {a}")
+
+
+def memset_sql(src: Source) -> str | None:
+    if not src.has(MEMSET):
+        return None
+    t, a = MEMSET, "m"
+    cols = {
+        **_device_side(src, t, a),
+        "bytes": src.col(t, "bytes", a),
+        "value": src.col(t, "value", a),
+        "mem_kind": _kind(src, t, "memKind", a, MEM_KINDS),
+        "correlation_id": src.col(t, "correlationId", a),
+        "graph_node_id": src.col(t, "graphNodeId", a),
+    }
+    return _select(cols, "memset", f"FROM {src.ref(t)} {a}")
+
+
+def cuda_api_sql(src: Source) -> str | None:
+    if not src.has(RUNTIME):
+        return None
+    t, a = RUNTIME, "r"
+    name, join = _name(src, t, "nameId", a, "s")
+    cols = {
+        **_host_side(src, t, a),
+        "name": f"regexp_replace({name}, '_v[0-9]+$', '')",
+        "correlation_id": src.col(t, "correlationId", a),
+        "return_value": src.col(t, "returnValue", a),
+    }
+    return _select(cols, "cuda_api", f"FROM {src.ref(t)} {a}{join}")
+
+
+def sync_events_sql(src: Source) -> str | None:
+    if not src.has(SYNC):
+        return None
+    t, a = SYNC, "y"
+    cols = {
+        **_device_side(src, t, a),
+        "sync_type": _kind(src, t, "syncType", a, SYNC_TYPES),
+        "correlation_id": src.col(t, "correlationId", a),
+        "event_id": src.col(t, "eventId", a),
+    }
+    return _select(cols, "sync_events", f"FROM {src.ref(t)} {a}")
+
+
+def nvtx_ranges_sql(src: Source) -> str | None:
+    if not src.has(NVTX):
+        return None
+    t, a = NVTX, "n"
+    text_id, join = _name(src, t, "textId", a, "s")
+    text = src.col(t, "text", a)
+    name = f"coalesce({text}, {text_id})"
+    domain, djoin = "NULL", ""
+    gtid = src.col(t, "globalTid", a)
+    if "domainId" in src.tables[t]:
+        # A domain's name is the text of its create event (type 75) in the same process.
+        d_text_id, d_join = _name(src, t, "textId", "d0", "ds")
+        d_text = src.col(t, "text", "d0")
+        d_pid = PID_OF.format('d0."globalTid"') if gtid != "NULL" else "NULL"
+        domains = (
+            f"(SELECT d0.domainId AS domain_id, {d_pid} AS pid, "
+            f"any_value(coalesce({d_text}, {d_text_id})) AS name "
+            f"FROM {src.ref(t)} d0{d_join} WHERE d0.eventType = {NVTX_DOMAIN_CREATE} GROUP BY ALL)"
+        )
+        pid_match = f" AND d.pid IS NOT DISTINCT FROM {PID_OF.format(gtid)}" if gtid != "NULL" else ""
+        djoin = f" LEFT JOIN {domains} d ON d.domain_id = {a}.domainId{pid_match}"
+        domain = "d.name"
+    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
+    cols = {
+        **_host_side(src, t, a),
+        "name": name,
+        "domain": domain,
+        "range_kind": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
+        "category": src.col(t, "category", a),
+    }
+    frm = f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
+    return _select(cols, "nvtx_ranges", frm)
+
+
+def osrt_api_sql(src: Source) -> str | None:
+    if not src.has(OSRT):
+        return None
+    t, a = OSRT, "o"
+    name, join = _name(src, t, "nameId", a, "s")
+    cols = {**_host_side(src, t, a), "name": name}
+    return _select(cols, "osrt_api", f"FROM {src.ref(t)} {a}{join}")
+
+
+def gpus_sql(src: Source) -> str | None:
+    if not src.has(GPU):
+        return None
+    t, a = GPU, "g"
+    major, minor = src.col(t, "computeMajor", a), src.col(t, "computeMinor", a)
+    cc = "NULL" if "NULL" in (major, minor) else f"CAST({major} AS VARCHAR) || '.' || CAST({minor} AS VARCHAR)"
+    cols = {
+        "report_id": "$rid",
+        "device_id": f"coalesce({src.col(t, 'cuDevice', a)}, {src.col(t, 'id', a)})",
+        "name": src.col(t, "name", a),
+        "bus_location": src.col(t, "busLocation", a),
+        "sm_count": src.col(t, "smCount", a),
+        "total_memory_bytes": src.col(t, "totalMemory", a),
+        "memory_bandwidth_bps": src.col(t, "memoryBandwidth", a),
+        "clock_rate_hz": src.col(t, "clockRate", a),
+        "compute_capability": cc,
+    }
+    return _select(cols, "gpus", f"FROM {src.ref(t)} {a}")
+
+
+def processes_sql(src: Source) -> str | None:
+    if not src.has(PROCESSES):
+        return None
+    t, a = PROCESSES, "p"
+    cols = {
+        "report_id": "$rid",
+        "pid": src.col(t, "pid", a),
+        "global_pid": src.col(t, "globalPid", a),
+        "name": src.col(t, "name", a),
+    }
+    return _select(cols, "processes", f"FROM {src.ref(t)} {a}")
+
+
+# Canonical table -> (SELECT builder, activity kind it evidences).
+LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
+    "kernels": (kernels_sql, "kernel"),
+    "memcpy": (memcpy_sql, "memcpy"),
+    "memset": (memset_sql, "memset"),
+    "cuda_api": (cuda_api_sql, "cuda_api"),
+    "sync_events": (sync_events_sql, "sync"),
+    "nvtx_ranges": (nvtx_ranges_sql, "nvtx"),
+    "osrt_api": (osrt_api_sql, "osrt"),
+    "gpus": (gpus_sql, "gpu_info"),
+    "processes": (processes_sql, "processes"),
+}
+
+# Tables no timeline answer needs until asked: copied on first use (see ingest.ensure_loaded).
+DEFERRABLE = ("nvtx_ranges", "osrt_api")
+
+
+def validate(src: Source, path: object) -> None:
+    """Refuse SQLite files that are not nsys exports, with the command that makes one."""
+    if not any(src.has(m) for m in META_TABLES) and not src.has("StringIds"):
+        raise InputError(
+            f"{path} is an SQLite database but not an nsys export (no META_DATA_EXPORT or "
+            f"StringIds table); {EXPORT_HINT}."
+        )
+    activity = [t for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, NVTX, OSRT) if src.has(t)]
+    if not activity:
+        raise InputError(
+            f"{path} is an nsys export with no activity records at all (no CUDA, NVTX or OS "
+            "runtime tables): the capture recorded nothing. Profile again with "
+            "`nsys profile -t cuda,nvtx,osrt` and export with `nsys export --type sqlite`."
+        )
+
+
+def metadata(con: duckdb.DuckDBPyConnection, src: Source) -> dict[str, object]:
+    meta: dict[str, str] = {}
+    for table in META_TABLES:
+        if src.has(table):
+            rows = con.execute(f"SELECT name, value FROM {src.ref(table)}").fetchall()
+            meta.update({str(k): str(v) for k, v in rows})
+    start = None
+    if "utcEpochNs" in src.tables.get("TARGET_INFO_SESSION_START_TIME", ()):
+        row = con.execute(f'SELECT min(utcEpochNs) FROM {src.ref("TARGET_INFO_SESSION_START_TIME")}').fetchone()
+        start = row[0] if row else None
+    return {
+        "tool_version": meta.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+        "session_start_utc_ns": start,
+    }
+
+
+def prepare_strings(con: duckdb.DuckDBPyConnection, src: Source) -> None:
+    con.execute(f"DROP TABLE IF EXISTS {STRINGS}")
+    if src.has("StringIds"):
+        con.execute(f'CREATE TEMP TABLE {STRINGS} AS SELECT id, value FROM {src.ref("StringIds")}')
+    else:
+        con.execute(f"CREATE TEMP TABLE {STRINGS} (id BIGINT, value VARCHAR)")
+
+
+def load_table(con: duckdb.DuckDBPyConnection, src: Source, table: str, report_id: int) -> int:
+    """Copy one canonical table for one report; returns rows written (0 when the export lacks it)."""
+    sql = LOADERS[table][0](src)
+    if sql is None:
+        return 0
+    cols = ", ".join(f'"{c}"' for c in schema.BY_NAME[table].col_names)
+    row = con.execute(f'INSERT INTO "{table}" ({cols}) {sql}', {"rid": report_id}).fetchone()
+    return int(row[0]) if row else 0

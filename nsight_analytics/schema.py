@@ -1,0 +1,347 @@
+"""The canonical tables: the stable API that queries, rules and notebook users build on.
+
+Every table and column is declared here once, with its type, unit and meaning. The DDL, the
+schema reference page (docs/schema.md) and the test that keeps that page true all come from
+these declarations. nsys / ncu schema drift is absorbed by the ingesters; nothing above them
+ever sees a raw export table name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    type: str
+    unit: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    cols: tuple[Col, ...]
+    source: str  # 'nsys', 'ncu' or 'workspace'
+
+    @property
+    def col_names(self) -> list[str]:
+        return [c.name for c in self.cols]
+
+    def ddl(self) -> str:
+        body = ",\n  ".join(f'"{c.name}" {c.type}' for c in self.cols)
+        return f'CREATE TABLE IF NOT EXISTS "{self.name}" (\n  {body}\n)'
+
+
+def _c(name: str, type_: str, unit: str, doc: str) -> Col:
+    return Col(name, type_, unit, doc)
+
+
+RID = _c("report_id", "INTEGER", "", "Workspace report id (`reports.report_id`).")
+DEV = _c("device_id", "INTEGER", "", "CUDA device id the activity ran on.")
+CTX = _c("context_id", "BIGINT", "", "CUDA context id (NULL when the export lacks it).")
+STREAM = _c("stream_id", "BIGINT", "", "CUDA stream id.")
+PID = _c("pid", "BIGINT", "", "Process id, decoded from nsys `globalPid`/`globalTid`.")
+TID = _c("tid", "BIGINT", "", "Thread id, decoded from nsys `globalTid`.")
+GPID = _c("global_pid", "BIGINT", "", "Raw nsys process key (`globalPid`); the exact join key.")
+GTID = _c("global_tid", "BIGINT", "", "Raw nsys thread key (`globalTid`); the exact join key.")
+START = _c("start_ns", "BIGINT", "ns", "Start, nanoseconds from the start of the capture session.")
+END = _c("end_ns", "BIGINT", "ns", "End, nanoseconds from the start of the capture session.")
+DUR = _c("duration_ns", "BIGINT", "ns", "end_ns - start_ns.")
+CORR = _c(
+    "correlation_id",
+    "BIGINT",
+    "",
+    "CUPTI correlation id; joins GPU work to the API call that issued it (same pid).",
+)
+GRAPH = _c("graph_node_id", "BIGINT", "", "CUDA graph node id when launched from a graph, else NULL.")
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        "reports",
+        "One row per ingested file. Activity flags say what the export contains, so a missing "
+        "table reads as 'not captured', never as 'GPU idle'.",
+        (
+            _c("report_id", "INTEGER", "", "Workspace-unique id, assigned at ingest."),
+            _c("kind", "VARCHAR", "", "'nsys' or 'ncu'."),
+            _c("source_path", "VARCHAR", "", "Absolute path of the ingested file."),
+            _c("sha256", "VARCHAR", "", "SHA-256 of the file's bytes; the de-duplication key."),
+            _c("size_bytes", "BIGINT", "byte", "File size."),
+            _c("tool_version", "VARCHAR", "", "Version of the nsys / ncu that wrote the file."),
+            _c("schema_version", "VARCHAR", "", "nsys export schema version (NULL for ncu)."),
+            _c("ingested_at", "TIMESTAMP", "", "When the ingest committed (UTC)."),
+            _c(
+                "activity_kinds",
+                "VARCHAR[]",
+                "",
+                "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
+                "sync, nvtx, osrt, gpu_info, ncu_metrics, ncu_rules.",
+            ),
+            _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
+            _c("has_memcpy", "BOOLEAN", "", "The export holds memcpy records."),
+            _c("has_cuda_api", "BOOLEAN", "", "The export holds CUDA API records."),
+            _c("has_nvtx", "BOOLEAN", "", "The export holds NVTX ranges."),
+            _c("session_start_utc_ns", "BIGINT", "ns", "Wall clock of session time 0 (UTC epoch ns)."),
+            _c(
+                "deferred_tables",
+                "VARCHAR[]",
+                "",
+                "Canonical tables not copied yet: loaded from source_path on first use.",
+            ),
+        ),
+        "workspace",
+    ),
+    Table(
+        "kernels",
+        "GPU kernel executions (nsys CUPTI_ACTIVITY_KIND_KERNEL).",
+        (
+            RID,
+            DEV,
+            CTX,
+            STREAM,
+            PID,
+            GPID,
+            START,
+            END,
+            DUR,
+            _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
+            _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
+            _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
+            _c("grid_x", "INTEGER", "block", "Grid size, x."),
+            _c("grid_y", "INTEGER", "block", "Grid size, y."),
+            _c("grid_z", "INTEGER", "block", "Grid size, z."),
+            _c("block_x", "INTEGER", "thread", "Block size, x."),
+            _c("block_y", "INTEGER", "thread", "Block size, y."),
+            _c("block_z", "INTEGER", "thread", "Block size, z."),
+            _c("registers_per_thread", "INTEGER", "register", "Registers per thread."),
+            _c("static_smem_bytes", "BIGINT", "byte", "Static shared memory per block."),
+            _c("dynamic_smem_bytes", "BIGINT", "byte", "Dynamic shared memory per block."),
+            CORR,
+            _c("launch_type", "INTEGER", "", "CUPTI launch type (0 regular, 1 cooperative...)."),
+            GRAPH,
+        ),
+        "nsys",
+    ),
+    Table(
+        "memcpy",
+        "GPU memory copies (nsys CUPTI_ACTIVITY_KIND_MEMCPY).",
+        (
+            RID,
+            DEV,
+            CTX,
+            STREAM,
+            PID,
+            GPID,
+            START,
+            END,
+            DUR,
+            _c("bytes", "BIGINT", "byte", "Bytes copied."),
+            _c(
+                "copy_kind",
+                "VARCHAR",
+                "",
+                "HtoD, DtoH, DtoD, HtoH, PtoP, HtoA, AtoH, AtoA, AtoD, DtoA, UVM_HtoD, UVM_DtoH, "
+                "UVM_DtoD, Unknown; an unlisted code reads 'code:N'.",
+            ),
+            _c(
+                "src_kind",
+                "VARCHAR",
+                "",
+                "Source memory: pageable, pinned, device, array, managed, device_static, "
+                "managed_static, unknown, or 'code:N'.",
+            ),
+            _c("dst_kind", "VARCHAR", "", "Destination memory, same values as src_kind."),
+            _c("src_device_id", "INTEGER", "", "Source device for device/peer copies."),
+            _c("dst_device_id", "INTEGER", "", "Destination device for device/peer copies."),
+            CORR,
+            GRAPH,
+        ),
+        "nsys",
+    ),
+    Table(
+        "memset",
+        "GPU memsets (nsys CUPTI_ACTIVITY_KIND_MEMSET).",
+        (
+            RID,
+            DEV,
+            CTX,
+            STREAM,
+            PID,
+            GPID,
+            START,
+            END,
+            DUR,
+            _c("bytes", "BIGINT", "byte", "Bytes set."),
+            _c("value", "BIGINT", "", "Value written."),
+            _c("mem_kind", "VARCHAR", "", "Memory kind, same values as memcpy.src_kind."),
+            CORR,
+            GRAPH,
+        ),
+        "nsys",
+    ),
+    Table(
+        "cuda_api",
+        "CUDA runtime and driver API calls on the host (nsys CUPTI_ACTIVITY_KIND_RUNTIME).",
+        (
+            RID,
+            PID,
+            TID,
+            GTID,
+            START,
+            END,
+            DUR,
+            _c("name", "VARCHAR", "", "API name without its version suffix (cudaLaunchKernel)."),
+            CORR,
+            _c("return_value", "BIGINT", "", "CUresult / cudaError_t returned."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "sync_events",
+        "CUDA synchronisation activity seen by CUPTI (nsys CUPTI_ACTIVITY_KIND_SYNCHRONIZATION).",
+        (
+            RID,
+            DEV,
+            CTX,
+            STREAM,
+            PID,
+            GPID,
+            START,
+            END,
+            DUR,
+            _c(
+                "sync_type",
+                "VARCHAR",
+                "",
+                "event_synchronize, stream_wait_event, stream_synchronize, context_synchronize, "
+                "unknown, or 'code:N'.",
+            ),
+            CORR,
+            _c("event_id", "BIGINT", "", "CUDA event id for event syncs."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "nvtx_ranges",
+        "NVTX push/pop and start/end ranges (nsys NVTX_EVENTS types 59/60). A range never "
+        "closed has NULL end_ns and duration_ns.",
+        (
+            RID,
+            PID,
+            TID,
+            GTID,
+            START,
+            END,
+            DUR,
+            _c("name", "VARCHAR", "", "Range text: `text`, else the registered string `textId`."),
+            _c("domain", "VARCHAR", "", "NVTX domain name; NULL for the default domain."),
+            _c("range_kind", "VARCHAR", "", "'push_pop' or 'start_end'."),
+            _c("category", "BIGINT", "", "NVTX category id."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "osrt_api",
+        "OS runtime calls (nsys OSRT_API): sleeps, locks, I/O waits on the host.",
+        (RID, PID, TID, GTID, START, END, DUR, _c("name", "VARCHAR", "", "libc/pthread function.")),
+        "nsys",
+    ),
+    Table(
+        "gpus",
+        "GPUs of the capture (nsys TARGET_INFO_GPU).",
+        (
+            RID,
+            DEV,
+            _c("name", "VARCHAR", "", "Marketing name (NVIDIA H100 80GB HBM3)."),
+            _c("bus_location", "VARCHAR", "", "PCI bus location."),
+            _c("sm_count", "INTEGER", "", "Streaming multiprocessors."),
+            _c("total_memory_bytes", "BIGINT", "byte", "Device memory."),
+            _c("memory_bandwidth_bps", "BIGINT", "byte/s", "Peak DRAM bandwidth."),
+            _c("clock_rate_hz", "BIGINT", "hz", "SM clock."),
+            _c("compute_capability", "VARCHAR", "", "major.minor, e.g. 9.0."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "processes",
+        "Processes of the capture (nsys PROCESSES).",
+        (RID, PID, GPID, _c("name", "VARCHAR", "", "Process name.")),
+        "nsys",
+    ),
+    Table(
+        "ncu_kernels",
+        "One row per kernel launch profiled by Nsight Compute.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "ncu's `ID` column: launch index within the report."),
+            _c("name", "VARCHAR", "", "Kernel name as ncu wrote it (`Kernel Name`)."),
+            _c("pid", "BIGINT", "", "Process id."),
+            _c("process_name", "VARCHAR", "", "Process name."),
+            _c("host_name", "VARCHAR", "", "Host name."),
+            _c("device_id", "INTEGER", "", "CUDA device id."),
+            _c("cc", "VARCHAR", "", "Compute capability, e.g. 9.0."),
+            _c("grid", "VARCHAR", "", "Grid size as written, e.g. (128, 1, 1)."),
+            _c("block", "VARCHAR", "", "Block size as written, e.g. (256, 1, 1)."),
+            _c("context_id", "BIGINT", "", "CUDA context id."),
+            _c("stream_id", "BIGINT", "", "CUDA stream id."),
+        ),
+        "ncu",
+    ),
+    Table(
+        "ncu_metrics",
+        "One row per kernel and metric; values converted to base units.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
+            _c("section", "VARCHAR", "", "ncu section (Speed Of Light, Occupancy...)."),
+            _c("metric_name", "VARCHAR", "", "Metric name (gpu__time_duration.sum) when known."),
+            _c("metric_label", "VARCHAR", "", "Metric label (Duration) when known."),
+            _c("unit", "VARCHAR", "", "Base unit: ns, byte, hz, byte/s, %, count, or as written."),
+            _c("value", "DOUBLE", "", "Numeric value in `unit`; NULL when not a number."),
+            _c("value_text", "VARCHAR", "", "The value exactly as written in the CSV."),
+        ),
+        "ncu",
+    ),
+    Table(
+        "ncu_rules",
+        "ncu rule results (guided analysis) when the export has rule rows.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
+            _c("section", "VARCHAR", "", "Section the rule belongs to."),
+            _c("rule_name", "VARCHAR", "", "Rule name."),
+            _c("rule_type", "VARCHAR", "", "OPT, INF, WRN or ERR."),
+            _c("description", "VARCHAR", "", "Rule text."),
+            _c("est_speedup", "DOUBLE", "%", "Estimated speedup."),
+            _c("est_speedup_type", "VARCHAR", "", "local or global."),
+        ),
+        "ncu",
+    ),
+)
+
+BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
+
+
+def ddl_statements() -> list[str]:
+    return [t.ddl() for t in TABLES]
+
+
+def render_markdown() -> str:
+    """The schema reference page, docs/schema.md; a test checks the committed page equals this."""
+    out = [
+        "# Canonical tables",
+        "",
+        "Generated from `nsight_analytics/schema.py` by `nsa schema --format markdown`; "
+        "a test fails when this page and the code disagree.",
+        "",
+        "All times are nanoseconds relative to the capture session start; every table carries "
+        "`report_id`, so many reports sit side by side. Columns an export lacks are NULL.",
+        "",
+    ]
+    for t in TABLES:
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | unit | meaning |", "|---|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.cols]
+        out.append("")
+    return "\n".join(out)

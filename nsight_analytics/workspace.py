@@ -1,0 +1,101 @@
+"""The workspace: one DuckDB file holding many reports side by side.
+
+DuckDB gives us the two guarantees users need: a transaction that was not committed is
+invisible after a crash (its WAL is replayed only up to the last commit), and a second
+process cannot open the file for writing while one holds it (an OS file lock). This module
+turns DuckDB's lock and I/O errors into sentences that say what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import duckdb
+
+from . import schema
+from .errors import WorkspaceError
+
+DEFAULT_DB = "nsa.duckdb"
+ENV_DB = "NSA_DB"
+
+
+def resolve_db_path(db: str | os.PathLike[str] | None = None) -> Path:
+    """--db wins, then $NSA_DB, then ./nsa.duckdb."""
+    if db is None:
+        db = os.environ.get(ENV_DB) or DEFAULT_DB
+    return Path(db).expanduser().resolve()
+
+
+def _explain(exc: duckdb.Error, path: Path) -> WorkspaceError:
+    text = str(exc)
+    if "lock" in text.lower():
+        holder = re.search(r"PID (\d+)", text)
+        who = f" (process {holder.group(1)})" if holder else ""
+        return WorkspaceError(
+            f"workspace {path} is in use by another nsa process{who}; wait for it to finish, "
+            "or open it read-only with --read-only if you only need to query."
+        )
+    if "Permission denied" in text or "Read-only file system" in text:
+        return WorkspaceError(
+            f"cannot write the workspace {path}: permission denied; choose a writable path "
+            f"with --db or ${ENV_DB}."
+        )
+    if "not a valid DuckDB database" in text or "Invalid Input Error" in text:
+        return WorkspaceError(
+            f"{path} is not an nsa workspace (not a DuckDB database file); choose another "
+            f"path with --db or ${ENV_DB}."
+        )
+    return WorkspaceError(f"cannot open the workspace {path}: {text}")
+
+
+def open_workspace(
+    db: str | os.PathLike[str] | None = None, *, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """Open (creating when writable) the workspace and make sure the canonical tables exist."""
+    path = resolve_db_path(db)
+    if read_only and not path.exists():
+        raise WorkspaceError(
+            f"no workspace at {path}; ingest a report first (`nsa ingest FILE`) or pass --db."
+        )
+    if not read_only:
+        parent = path.parent
+        if not parent.exists():
+            raise WorkspaceError(
+                f"cannot create the workspace {path}: folder {parent} does not exist."
+            )
+        if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise WorkspaceError(
+                f"cannot write the workspace {path}: permission denied; choose a writable path "
+                f"with --db or ${ENV_DB}."
+            )
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        raise _explain(exc, path) from exc
+    # Nothing may ever be downloaded at run time (air-gapped clusters).
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    if not read_only:
+        ensure_schema(con)
+    _install_macros(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("BEGIN TRANSACTION")
+    for stmt in schema.ddl_statements():
+        con.execute(stmt)
+    con.execute("COMMIT")
+
+
+def _install_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """Temporary macros shared by queries, so read-only connections get them too."""
+    from .queries import install_macros
+
+    install_macros(con)
+
+
+def next_report_id(con: duckdb.DuckDBPyConnection) -> int:
+    return int(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports").fetchone()[0])
