@@ -166,24 +166,35 @@ def macro_files() -> list[Path]:
     return sorted(query_root().rglob("_*.sql"))
 
 
-def install_macros(con: duckdb.DuckDBPyConnection) -> None:
+def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
 
     Macros are TEMP so read-only connections get them. Inside a DuckDB macro a parameter shadows
     a column of the same name, so each query body gets prefixed parameter names and a thin
     wrapper macro exposes the contract's names.
+
+    Returns {query: error} for queries that could not become macros: one broken file must not
+    take the workspace down with it. `nsa query NAME` still reports the real error, and the
+    contract test requires this dict to be empty.
     """
     for path in macro_files():
         sql = path.read_text(encoding="utf-8")
         sql = re.sub(r"CREATE\s+(OR\s+REPLACE\s+)?MACRO", "CREATE OR REPLACE TEMP MACRO", sql, flags=re.I)
         con.execute(sql)
+    failed: dict[str, str] = {}
     for q in library().values():
         inner_args = ", ".join(f"{MACRO_PREFIX}{p.name}" for p in q.params)
         body = _USES.sub(lambda m: MACRO_PREFIX + m[1], q.sql)
-        con.execute(f"CREATE OR REPLACE TEMP MACRO _nsa_q_{q.name}({inner_args}) AS TABLE {body}")
         outer = ", ".join(f"{p.name} := {p.default or 'NULL'}" for p in q.params)
         passed = ", ".join(p.name for p in q.params)
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {q.name}({outer}) AS TABLE SELECT * FROM _nsa_q_{q.name}({passed})")
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP MACRO _nsa_q_{q.name}({inner_args}) AS TABLE {body}")
+            con.execute(
+                f"CREATE OR REPLACE TEMP MACRO {q.name}({outer}) AS TABLE SELECT * FROM _nsa_q_{q.name}({passed})"
+            )
+        except duckdb.Error as exc:
+            failed[q.name] = str(exc).splitlines()[0]
+    return failed
 
 
 def run(

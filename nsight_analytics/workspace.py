@@ -47,7 +47,10 @@ def _explain(exc: duckdb.Error, path: Path) -> WorkspaceError:
             f"{path} is not an nsa workspace (not a DuckDB database file); choose another "
             f"path with --db or ${ENV_DB}."
         )
-    return WorkspaceError(f"cannot open the workspace {path}: {text}")
+    reason = text.split(":", 1)[-1].strip() if ":" in text else text
+    return WorkspaceError(
+        f"cannot open the workspace {path} ({reason}); choose a writable path with --db or ${ENV_DB}."
+    )
 
 
 def open_workspace(

@@ -1,0 +1,169 @@
+"""Bad input gets one clear sentence, exit 2, and an unchanged workspace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, realdata
+from nsight_analytics.cli import main
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def snapshot(db: Path) -> list:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT report_id, sha256 FROM reports ORDER BY 1").fetchall() + [
+            con.execute("SELECT count(*) FROM kernels").fetchone()
+        ]
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "w.duckdb"
+    res = run("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
+    assert res.exit_code == 0, res.output
+    return path
+
+
+def make_not_nsys(tmp: Path) -> Path:
+    path = tmp / "other.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE t (a INTEGER)")
+        c.execute("INSERT INTO t VALUES (1)")
+    return path
+
+
+def make_truncated(tmp: Path) -> Path:
+    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    path = tmp / "truncated.sqlite"
+    path.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    return path
+
+
+def make_empty_capture(tmp: Path) -> Path:
+    path = tmp / "empty_capture.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
+        c.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.20.3')")
+        c.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    return path
+
+
+def make_text(tmp: Path) -> Path:
+    path = tmp / "notes.txt"
+    path.write_text("hello, this is not a profile\n")
+    return path
+
+
+CASES = {
+    "missing": (lambda tmp: tmp / "nope.sqlite", "no such file"),
+    "text file": (make_text, "not an SQLite file nor an ncu CSV"),
+    "sqlite, not nsys": (make_not_nsys, "not an nsys export"),
+    "truncated": (make_truncated, "truncated"),
+    "capture with no activity": (make_empty_capture, "no activity records"),
+    "folder": (lambda tmp: tmp, "is a folder"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_file_is_refused_cleanly(case: str, db: Path, tmp_path: Path) -> None:
+    make, words = CASES[case]
+    target = make(tmp_path / "in") if (tmp_path / "in").mkdir() is None else None
+    before = snapshot(db)
+    res = run("ingest", "--db", str(db), str(target))
+    assert res.exit_code == 2, res.output
+    assert words in res.output
+    assert "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1  # one clear sentence
+    assert snapshot(db) == before
+
+
+def test_unwritable_workspace(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        target = "/proc/nsa.duckdb"  # not even root can create files in /proc
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        target = str(ro / "w.duckdb")
+    res = run("ingest", "--db", target, str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
+    assert res.exit_code == 2
+    assert "cannot" in res.output and "--db" in res.output
+
+
+def test_workspace_path_that_is_not_duckdb(tmp_path: Path) -> None:
+    bogus = tmp_path / "w.duckdb"
+    bogus.write_text("not a database")
+    res = run("ingest", "--db", str(bogus), str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
+    assert res.exit_code == 2
+    assert "not an nsa workspace" in res.output
+    assert bogus.read_text() == "not a database"
+
+
+def test_error_midway_rolls_back(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception after some tables were copied leaves no trace of the report."""
+    from nsight_analytics.ingest import nsys
+
+    real = nsys.load_table
+    calls = []
+
+    def failing(con, src, table, rid):
+        calls.append(table)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(con, src, table, rid)
+
+    monkeypatch.setattr(nsys, "load_table", failing)
+    before = snapshot(db)
+    import nsight_analytics as nsa
+
+    con = nsa.connect(db, load_deferred=False)
+    with pytest.raises(KeyboardInterrupt):
+        nsa.ingest(con, realdata("nsys", "h100_nsys2025.3_transformer_train.sqlite"))
+    con.close()
+    assert snapshot(db) == before
+
+
+def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> None:
+    """SIGKILL half-way through an ingest (after kernels were copied): nothing of it survives."""
+    src = realdata("nsys", "h100_nsys2025.3_transformer_train.sqlite")
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        import nsight_analytics as nsa
+        from nsight_analytics.ingest import nsys
+        real = nsys.load_table
+        def load(con, src, table, rid):
+            n = real(con, src, table, rid)
+            if table == "cuda_api":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return n
+        nsys.load_table = load
+        con = nsa.connect({str(db)!r}, load_deferred=False)
+        nsa.ingest(con, {str(src)!r})
+        """
+    )
+    before = snapshot(db)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    assert snapshot(db) == before
+    # And the workspace still takes new reports.
+    res = run("ingest", "--db", str(db), str(src))
+    assert res.exit_code == 0, res.output
+    assert "ingested as report 2" in res.output

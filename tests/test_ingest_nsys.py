@@ -1,0 +1,180 @@
+"""nsys ingest on every real export, checked against plain SQL on the SQLite file itself."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from conftest import NSYS_FILES, realdata
+
+pytestmark = pytest.mark.skipif(not NSYS_FILES, reason="../shared/realdata/nsys is absent")
+
+# CUPTI codes, written out by hand from CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind.
+COPY = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+MEM = {0: "pageable", 1: "pinned", 2: "device", 4: "managed"}
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory):
+    con = nsa.connect(tmp_path_factory.mktemp("ws") / "w.duckdb")
+    ids = {}
+    for path in NSYS_FILES:
+        ids[path.name] = nsa.ingest(con, path, defer=()).report_id
+    yield con, ids
+    con.close()
+
+
+def sq(path: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def has_table(path: Path, table: str) -> bool:
+    return bool(sq(path, f"SELECT 1 FROM sqlite_master WHERE type='table' AND name='{table}'"))
+
+
+def columns(path: Path, table: str) -> set[str]:
+    return {r[1] for r in sq(path, f"PRAGMA table_info({table})")}
+
+
+TABLES = {
+    "kernels": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+    "cuda_api": "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "sync_events": "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "osrt_api": "OSRT_API",
+}
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_row_counts_and_times(ws, path: Path) -> None:
+    con, ids = ws
+    rid = ids[path.name]
+    for canonical, raw in TABLES.items():
+        expected = sq(path, f'SELECT count(*), coalesce(sum("end" - start), 0) FROM {raw}')[0] if has_table(path, raw) else (0, 0)
+        got = con.execute(
+            f"SELECT count(*), coalesce(sum(duration_ns), 0) FROM {canonical} WHERE report_id = ?", [rid]
+        ).fetchone()
+        assert (got[0], int(got[1])) == expected, canonical
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_kernel_names_and_pids(ws, path: Path) -> None:
+    con, ids = ws
+    rid = ids[path.name]
+    if not has_table(path, TABLES["kernels"]):
+        assert con.execute("SELECT count(*) FROM kernels WHERE report_id = ?", [rid]).fetchone()[0] == 0
+        return
+    expected = Counter(
+        name
+        for (name,) in sq(
+            path,
+            "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName",
+        )
+    )
+    got = Counter(n for (n,) in con.execute("SELECT name FROM kernels WHERE report_id = ?", [rid]).fetchall())
+    assert got == expected
+    if "globalPid" in columns(path, TABLES["kernels"]):
+        pids = {g >> 24 & 0xFFFFFF for (g,) in sq(path, "SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    else:
+        pids = {None}  # the trimmed export has no process column: NULL, never invented
+    got_pids = {p for (p,) in con.execute("SELECT DISTINCT pid FROM kernels WHERE report_id = ?", [rid]).fetchall()}
+    assert got_pids == pids
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
+    con, ids = ws
+    rid = ids[path.name]
+    if not has_table(path, TABLES["memcpy"]):
+        return
+    src_col = "srcKind" if "srcKind" in columns(path, TABLES["memcpy"]) else "NULL"
+    expected = {
+        (COPY[k], MEM.get(s) if s is not None else None): b
+        for k, s, b in sq(path, f"SELECT copyKind, {src_col}, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2")
+    }
+    got = {
+        (k, s): int(b)
+        for k, s, b in con.execute(
+            "SELECT copy_kind, src_kind, sum(bytes) FROM memcpy WHERE report_id = ? GROUP BY 1, 2", [rid]
+        ).fetchall()
+    }
+    assert got == expected
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_api_names_lose_version_suffix(ws, path: Path) -> None:
+    con, ids = ws
+    rid = ids[path.name]
+    expected = Counter(
+        re.sub(r"_v\d+$", "", name)
+        for (name,) in sq(path, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId")
+    )
+    got = Counter(n for (n,) in con.execute("SELECT name FROM cuda_api WHERE report_id = ?", [rid]).fetchall())
+    assert got == expected
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_nvtx_names(ws, path: Path) -> None:
+    con, ids = ws
+    rid = ids[path.name]
+    if not has_table(path, "NVTX_EVENTS"):
+        return
+    text_id = "s.value" if "textId" in columns(path, "NVTX_EVENTS") else "NULL"
+    join = "LEFT JOIN StringIds s ON s.id = n.textId" if text_id != "NULL" else ""
+    expected = Counter(
+        (name, (g >> 24) & 0xFFFFFF)
+        for name, g in sq(
+            path, f"SELECT coalesce(n.text, {text_id}), n.globalTid FROM NVTX_EVENTS n {join} WHERE n.eventType IN (59, 60)"
+        )
+    )
+    got = Counter(con.execute("SELECT name, pid FROM nvtx_ranges WHERE report_id = ?", [rid]).fetchall())
+    assert got == expected
+
+
+def test_report_rows_tell_what_was_captured(ws) -> None:
+    con, ids = ws
+    rows = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT report_id, kind, tool_version, schema_version, has_kernels, has_memcpy, has_nvtx FROM reports"
+        ).fetchall()
+    }
+    old = ids.get("h100_nsys2022.4_no_cuda_nvtx_osrt.sqlite")
+    if old:
+        assert rows[old] == ("nsys", "2022.4.2.1", "3.0.0", False, False, True)
+    heavy = ids.get("h100x2_nsys2026.2_h2d_heavy.sqlite")
+    if heavy:
+        assert rows[heavy] == ("nsys", "2026.2.1.210", "3.25.0", True, True, True)
+
+
+def test_reingest_is_a_noop_and_replace_keeps_the_id(tmp_path: Path) -> None:
+    path = realdata("nsys", "tiny_nsys2026.1.sqlite")
+    con = nsa.connect(tmp_path / "w.duckdb")
+    first = nsa.ingest(con, path)
+    again = nsa.ingest(con, path)
+    assert (again.status, again.report_id) == ("unchanged", first.report_id)
+    assert con.execute("SELECT count(*) FROM reports").fetchone()[0] == 1
+    replaced = nsa.ingest(con, path, replace=True)
+    assert (replaced.status, replaced.report_id) == ("replaced", first.report_id)
+    # Two kernels in the file (sqlite3: SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL), not four.
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 2
+
+
+def test_deferred_tables_load_on_first_query(tmp_path: Path) -> None:
+    path = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    (expected,) = sq(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)")[0]
+    con = nsa.connect(tmp_path / "w.duckdb")
+    r = nsa.ingest(con, path)
+    assert "nvtx_ranges" in r.deferred
+    assert con.execute("SELECT count(*) FROM nvtx_ranges").fetchone()[0] == 0
+    con.close()
+    con = nsa.connect(tmp_path / "w.duckdb")  # a writable connect() completes deferred tables
+    assert con.execute("SELECT count(*) FROM nvtx_ranges").fetchone()[0] == expected
+    assert con.execute("SELECT deferred_tables FROM reports").fetchone()[0] == []
