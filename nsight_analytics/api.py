@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from . import queries
-from .ingest import IngestResult, ensure_loaded, ingest_file
+from . import queries, schema
+from .ingest import IngestResult, deferred_for, ensure_loaded, ingest_file
 from .workspace import open_workspace, resolve_db_path
 
 
@@ -26,6 +27,33 @@ def connect(
     if load_deferred and not read_only:
         ensure_loaded(con, ingest_deferrable())
     return con
+
+
+def reader(db: str | os.PathLike[str] | None = None, needs: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection for answering questions, so several can run side by side.
+
+    When a needed table was deferred at ingest, a short writable session copies it first.
+    """
+    con = open_workspace(db, read_only=True)
+    if needs and deferred_for(con, needs):
+        con.close()
+        writer = open_workspace(db)
+        try:
+            ensure_loaded(writer, needs)
+        finally:
+            writer.close()
+        con = open_workspace(db, read_only=True)
+    return con
+
+
+def tables_needed(sql: str) -> set[str]:
+    """Canonical tables a statement reads, directly or through library query macros."""
+    words = set(re.findall(r"[A-Za-z_]\w*", sql))
+    needs = {t for t in schema.BY_NAME if t in words}
+    for name, q in queries.library().items():
+        if name in words:
+            needs |= q.tables()
+    return needs
 
 
 def ingest_deferrable() -> tuple[str, ...]:

@@ -153,14 +153,16 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
 
 @main.command()
 @click.argument("statement")
-@click.option("--read-only", is_flag=True, help="Open the workspace read-only (other readers may run).")
+@click.option(
+    "--read-only", is_flag=True, help="Open the workspace read-only, so other readers can run at the same time."
+)
 @db_option
 @format_option()
 @output_option
 def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: str | None) -> None:
     """Run one SQL statement on the workspace (canonical tables and query macros)."""
     with errors():
-        con = api.connect(db, read_only=read_only)
+        con = api.reader(db, needs=api.tables_needed(statement)) if read_only else api.connect(db)
         rel = con.sql(statement)
         df = rel.df() if rel is not None else pd.DataFrame()
         emit(out.render(df, fmt), output_path)
@@ -201,7 +203,7 @@ def query(
         values: dict[str, Any] = dict(_parse_params(params))
         if report_id is not None:
             values["report_id"] = report_id
-        con = api.connect(db, load_deferred=False)
+        con = api.reader(db, needs=queries.get(name).tables())
         df = api.query(con, name, **values).df()
         emit(out.render(df, fmt, name), output_path)
 
