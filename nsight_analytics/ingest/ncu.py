@@ -1,0 +1,520 @@
+"""Nsight Compute (ncu) CSV exports in, canonical ncu_kernels / ncu_metrics / ncu_rules rows out.
+
+ncu has no stable machine format short of its binary report, so users hand us whatever
+`ncu --csv` printed. What that looks like varies a lot, and each variant below was seen in a real
+export:
+
+- details page (`--page details`, the default): one row per kernel x metric. Since ncu 2023 the
+  header has 20 columns, the last five for rule results, yet metric rows stop after 16 fields
+  (ragged); `--metrics` exports have a 15-column header; the 2019-2020 layout has 12 columns with
+  `Kernel Time` and no Block/Grid/Device/CC.
+- raw page (`--page raw`): one row per kernel, one column per metric name, units on line 2.
+- `--print-units auto` scales values (`us`, `Ghz`, `Mbyte/s`); `--print-units base` does not;
+  `--print-metric-name` switches the Metric Name column between labels (`Duration`), names
+  (`gpu__time_duration.sum`) and both.
+- numbers follow the locale: `84,809` (en_US) or `84809` (C); `n/a` or empty marks a missing value.
+- live `ncu --csv app > out` mixes the app's stdout and `==PROF==` lines in before the CSV; files
+  written on Windows carry a UTF-8 BOM and CRLF line ends.
+
+All of it is normalised here (base units, metric names), so queries never see any of it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+import pandas as pd
+
+from .. import schema
+from ..errors import InputError
+from .ncu_metric_names import LABEL_TO_NAME
+
+Page = Literal["details", "raw"]
+Rows = list[tuple[int, list[str]]]  # (line number in the file, CSV fields)
+
+# The first columns of every ncu CSV layout, details and raw, 2019 to 2026.
+_HEADER_RE = re.compile(r'^"ID","Process ID","Process Name","Host Name","Kernel Name",', re.M)
+# ncu's own log lines (`==PROF==`, `==ERROR==`, `==WARNING==`), as opposed to the app's output.
+_LOG_RE = re.compile(r"^==[A-Z]+==", re.M)
+_SNIFF_BYTES = 4 << 20
+_BOM = "\ufeff"
+
+# Columns describing the launch rather than a metric, in every layout -> ncu_kernels column.
+_KERNEL_COLS: dict[str, str | None] = {
+    "ID": "launch_id",
+    "Process ID": "pid",
+    "Process Name": "process_name",
+    "Host Name": "host_name",
+    "Kernel Name": "name",
+    "Kernel Time": None,  # 2019-2020 layouts: a wall-clock string, nothing to join on
+    "Context": "context_id",
+    "Stream": "stream_id",
+    "Block Size": "block",
+    "Grid Size": "grid",
+    "Device": "device_id",
+    "CC": "cc",
+}
+_INT_KERNEL_COLS = ("pid", "device_id", "context_id", "stream_id")
+_DETAILS_COLS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_RULE_COLS = {
+    "Section Name": "section",
+    "Rule Name": "rule_name",
+    "Rule Type": "rule_type",
+    "Rule Description": "description",
+    "Estimated Speedup Type": "est_speedup_type",
+}
+
+# A metric name as ncu spells it, `unit__counter.rollup`, e.g. `gpu__time_duration.sum`.
+_METRIC_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*__[A-Za-z0-9_.]+$")
+# `--print-metric-name label-name`: `Duration (gpu__time_duration.sum)`.
+_LABEL_NAME_RE = re.compile(r"^(.*\S)\s+\(([a-z][a-z0-9_]*__[A-Za-z0-9_.]+)\)$")
+_EN_US_NUMBER_RE = r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$"
+_NUMBER_RE = r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$"
+# ncu's version, when a `==PROF==`-style line or a pasted `ncu --version` banner carries it.
+_VERSION_RES = (
+    re.compile(r"^==[A-Z]+==.*?Nsight Compute\D{0,40}?(\d{4}\.\d+(?:\.\d+)*)", re.M),
+    re.compile(r"Nsight Compute Command Line Profiler\s*\n.*\n\s*Version (\d{4}\.\d+(?:\.\d+)*)"),
+)
+
+_PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_PREFIXED_RE = re.compile(r"^([KkMGTP]?)(byte|hz)$", re.I)
+_TIME_NS = {
+    "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+    "s": 1e9, "second": 1e9,
+}  # fmt: skip
+
+# name -> label, for exports that print names: by section where the row has one (a metric can
+# carry different labels in two sections, sm__cycles_active.avg), else the first label seen.
+_NAME_TO_LABEL_IN: dict[tuple[str, str], str] = {(s, n): lb for (s, lb), n in LABEL_TO_NAME.items()}
+_NAME_TO_LABEL: dict[str, str] = {}
+for (_section, _label), _name in LABEL_TO_NAME.items():
+    _NAME_TO_LABEL.setdefault(_name, _label)
+# label -> name regardless of section, only where the label is unambiguous: section titles
+# change between ncu versions more often than labels do.
+_LABEL_ONLY: dict[str, str] = {}
+for _label in {lb for _, lb in LABEL_TO_NAME}:
+    _names = {n for (_, lb), n in LABEL_TO_NAME.items() if lb == _label}
+    if len(_names) == 1:
+        _LABEL_ONLY[_label] = _names.pop()
+
+
+@dataclass(frozen=True)
+class NcuParsed:
+    """One ncu CSV as canonical rows, without report_id (the caller assigns it)."""
+
+    kernels: pd.DataFrame
+    metrics: pd.DataFrame
+    rules: pd.DataFrame
+    tool_version: str | None
+    page: Page
+
+
+def sniff_ncu(path: Path) -> bool:
+    """True when the file is ncu's output: its CSV, or only ncu's log lines (a failed run).
+
+    A failed run counts as ncu so that parse_ncu, rather than a generic "unknown file" error,
+    tells the user what ncu complained about. Only the content is looked at: ncu output arrives
+    as .csv, .txt or whatever the shell redirect was called.
+    """
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    if b"\0" in head:
+        return False
+    text = head.decode("utf-8", errors="replace").replace(_BOM, "")
+    return bool(_HEADER_RE.search(text) or _LOG_RE.search(text))
+
+
+def parse_ncu(path: Path) -> NcuParsed:
+    """Read an ncu CSV export (details or raw page, any layout above) into canonical frames."""
+    text = _read_text(path)
+    header = _HEADER_RE.search(text)
+    if header is None:
+        raise _no_csv_error(path, text)
+    rows = _csv_rows(path, text[header.start() :], text.count("\n", 0, header.start()) + 1)
+    blocks, logs = _blocks(rows)
+    last_line = rows[-1][0]
+    raw = {"Metric Value" not in head for head, _ in blocks}
+    if len(raw) > 1:
+        raise InputError(
+            f"{path} mixes ncu's details and raw pages; export each page to its own file "
+            "(`ncu -i REPORT --csv --page details`, `--page raw`) and ingest them separately."
+        )
+    page: Page = "raw" if raw.pop() else "details"
+    parse = _parse_raw if page == "raw" else _parse_details
+    parts = [parse(path, head, body, last_line, i) for i, (head, body) in enumerate(blocks)]
+    kernels = pd.concat([p[0] for p in parts], ignore_index=True)
+    if kernels.empty:
+        raise InputError(
+            f"{path} has ncu's CSV header but no kernel rows: ncu profiled no kernel (check the "
+            "--kernel-name / --launch-skip filters) or the file was cut short; profile again."
+        )
+    metrics = pd.concat([p[1] for p in parts], ignore_index=True)
+    rules = pd.concat([p[2] for p in parts], ignore_index=True)
+    kernels, metrics, rules = _number_launches(kernels, metrics, rules)
+    return NcuParsed(
+        kernels=_canonical(kernels, "ncu_kernels"),
+        metrics=_canonical(metrics, "ncu_metrics"),
+        rules=_canonical(rules, "ncu_rules"),
+        tool_version=_tool_version(text[: header.start()] + "\n" + "\n".join(logs)),
+        page=page,
+    )
+
+
+def load_ncu(con: duckdb.DuckDBPyConnection, path: Path, report_id: int) -> dict[str, object]:
+    """Parse `path` and append its rows under `report_id`, inside the caller's transaction."""
+    parsed = parse_ncu(path)
+    counts: dict[str, int] = {}
+    for table, frame in (
+        ("ncu_kernels", parsed.kernels),
+        ("ncu_metrics", parsed.metrics),
+        ("ncu_rules", parsed.rules),
+    ):
+        cols = ", ".join(f'"{c}"' for c in frame.columns)
+        view = f"_nsa_ingest_{table}"
+        con.register(view, frame)
+        try:
+            con.execute(
+                f'INSERT INTO "{table}" ("report_id", {cols}) SELECT $rid, {cols} FROM "{view}"',
+                {"rid": report_id},
+            )
+        finally:
+            con.unregister(view)
+        counts[table] = len(frame)
+    return {
+        "tool_version": parsed.tool_version,
+        "kernels": counts["ncu_kernels"],
+        "metrics": counts["ncu_metrics"],
+        "rules": counts["ncu_rules"],
+        "activity_kinds": [t for t in ("ncu_metrics", "ncu_rules") if counts[t]],
+    }
+
+
+# --- reading the text ------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}).") from exc
+    if b"\0" in data[:_SNIFF_BYTES]:
+        raise InputError(
+            f"{path} is a binary file, not an ncu CSV; if it is an .ncu-rep report, export it "
+            "with `ncu -i REPORT --csv --page details > out.csv` and ingest that."
+        )
+    # A BOM starts the file, but Windows consoles also leave one wherever ncu's output begins.
+    text = data.decode("utf-8", errors="replace").replace(_BOM, "")
+    if not text.strip():
+        raise InputError(f"{path} is empty; export the ncu report again with `ncu -i REPORT --csv`.")
+    return text
+
+
+def _no_csv_error(path: Path, text: str) -> InputError:
+    """Why a file without ncu's CSV header cannot be ingested, in ncu's own words if it has any."""
+    errors = [ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("==ERROR==")]
+    if errors:
+        return InputError(
+            f"{path} is an ncu log without results (ncu said: {errors[0]}); fix that and "
+            "profile again with `ncu --csv`."
+        )
+    if _LOG_RE.search(text):
+        return InputError(
+            f"{path} holds ncu's log lines but no CSV: ncu profiled no kernel or ran without "
+            "--csv; profile again with `ncu --csv` (or export a report with `ncu -i REPORT --csv`)."
+        )
+    return InputError(
+        f'{path} is not an ncu CSV (no `"ID","Process ID",...` header line); export one with '
+        "`ncu -i REPORT --csv --page details` (or `--page raw`)."
+    )
+
+
+def _csv_rows(path: Path, body: str, first_line: int) -> Rows:
+    """Every non-empty CSV row with its line number; a quote left open at the end = a cut file."""
+    reader = csv.reader(io.StringIO(body, newline=""), strict=True)
+    rows: Rows = []
+    try:
+        start = 1
+        for fields in reader:
+            if fields:
+                rows.append((first_line + start - 1, fields))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        line = first_line + reader.line_num - 1
+        if "end of data" in str(exc):
+            raise _truncated(path, line) from exc
+        raise InputError(f"{path}: line {line} is not valid CSV ({exc}); export it again.") from exc
+    return rows
+
+
+def _truncated(path: Path, line: int) -> InputError:
+    return InputError(
+        f"{path} ends in the middle of a row (line {line}): the CSV is truncated, probably "
+        "copied or read while ncu was still writing it; export it again."
+    )
+
+
+def _blocks(rows: Rows) -> tuple[list[tuple[list[str], Rows]], list[str]]:
+    """Split the rows at header lines; set aside ncu log lines that follow the CSV.
+
+    Runs that profile several processes may print a header per process, each with its rows.
+    """
+    blocks: list[tuple[list[str], Rows]] = []
+    logs: list[str] = []
+    for line, fields in rows:
+        if fields[:2] == ["ID", "Process ID"]:
+            blocks.append((fields, []))
+        elif fields[0].startswith("=="):
+            logs.append(",".join(fields))
+        else:
+            blocks[-1][1].append((line, fields))
+    return blocks, logs
+
+
+def _check_width(path: Path, body: Rows, width: int, last_line: int, what: str) -> None:
+    for line, fields in body:
+        if len(fields) < width:
+            if line == last_line:
+                raise _truncated(path, line)
+            raise InputError(
+                f"{path}: line {line} has {len(fields)} fields where ncu's {what} rows have "
+                f"{width}; the file was edited or mixes other output into the CSV; export it again."
+            )
+
+
+def _check_row_kinds(path: Path, head: list[str], body: Rows, last_line: int) -> None:
+    """Each details row is a metric row or a full-width rule row; the last may not stop short.
+
+    A row cut after a complete field still parses as CSV, so a cut file is caught by comparing
+    the last row with the width its kind has everywhere else in the file.
+    """
+    name_at = head.index("Metric Name")
+    rule_at = head.index("Rule Name") if "Rule Name" in head else len(head)
+    widths: dict[str, int] = {}
+    kinds = []
+    for line, fields in body:
+        is_rule = len(fields) > rule_at and fields[rule_at] != ""
+        if not is_rule and fields[name_at] == "":
+            if line == last_line:
+                raise _truncated(path, line)
+            raise InputError(f"{path}: line {line} has neither a metric nor a rule; export it again.")
+        kind = "rule" if is_rule else "metric"
+        kinds.append(kind)
+        if line != last_line:
+            widths[kind] = max(widths.get(kind, 0), len(fields))
+    line, fields = body[-1] if body else (0, [])
+    if body and line == last_line:
+        usual = len(head) if kinds[-1] == "rule" else widths.get("metric", 0)
+        if len(fields) < usual:
+            raise _truncated(path, line)
+
+
+def _tool_version(text: str) -> str | None:
+    for rx in _VERSION_RES:
+        found = rx.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+# --- the two pages -----------------------------------------------------------------------------
+
+Parts = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def _parse_details(path: Path, head: list[str], body: Rows, last_line: int, block: int) -> Parts:
+    """Details page: one row per kernel x metric, plus rule rows when the header has rule columns."""
+    missing = [c for c in ("ID", "Kernel Name", *_DETAILS_COLS) if c not in head]
+    if missing:
+        raise InputError(
+            f"{path}: ncu details header lacks {', '.join(missing)}; export it again with "
+            "`ncu -i REPORT --csv --page details`."
+        )
+    _check_width(path, body, head.index("Metric Value") + 1, last_line, "details")
+    _check_row_kinds(path, head, body, last_line)
+    df = _frame(head, body)
+    kernels = _kernels(path, df, body, block)
+    is_metric = df["Metric Name"] != ""
+    m = df[is_metric]
+    names, labels = _names_and_labels(m["Section Name"], m["Metric Name"])
+    metrics = _metric_rows(m["ID"], m["Section Name"], names, labels, m["Metric Unit"], m["Metric Value"])
+    metrics["_block"] = block
+    if "Rule Name" in head:
+        r = df[df["Rule Name"] != ""]
+        rules = r[list(_RULE_COLS)].rename(columns=_RULE_COLS).replace({"": None})
+        rules["launch_id"] = _ints(r["ID"])
+        rules["est_speedup"] = _numbers(r.get("Estimated Speedup", pd.Series("", index=r.index)))
+    else:
+        rules = pd.DataFrame(columns=["launch_id", *_RULE_COLS.values(), "est_speedup"])
+    rules["_block"] = block
+    return kernels, metrics, rules
+
+
+def _parse_raw(path: Path, head: list[str], body: Rows, last_line: int, block: int) -> Parts:
+    """Raw page: one row per kernel, a column per metric name, a units row right after the header.
+
+    Empty cells are metrics ncu did not collect for that kernel and produce no row.
+    """
+    has_units = bool(body) and body[0][1][0] == ""
+    units = body[0][1] if has_units else [""] * len(head)
+    data = body[1:] if has_units else body
+    _check_width(path, data, len(head), last_line, "raw-page")
+    df = _frame(head, data)
+    kernels = _kernels(path, df, data, block)
+    metric_cols = [c for c in head if c not in _KERNEL_COLS]
+    long = df.melt(id_vars=["ID"], value_vars=metric_cols, var_name="metric", value_name="text")
+    long = long[long["text"] != ""]
+    unit_of = dict(zip(head, units, strict=False))
+    metric = long["metric"]
+    metrics = _metric_rows(
+        long["ID"],
+        pd.Series(None, index=long.index, dtype=object),
+        metric,
+        metric.map(_NAME_TO_LABEL),
+        metric.map(unit_of),
+        long["text"],
+    )
+    metrics["_block"] = block
+    rules = pd.DataFrame(columns=["launch_id", *_RULE_COLS.values(), "est_speedup", "_block"])
+    return kernels, metrics, rules
+
+
+def _frame(head: list[str], body: Rows) -> pd.DataFrame:
+    width = len(head)
+    cells = [(f + [""] * (width - len(f)))[:width] for _, f in body]
+    return pd.DataFrame(cells, columns=head, dtype=object)
+
+
+def _kernels(path: Path, df: pd.DataFrame, body: Rows, block: int) -> pd.DataFrame:
+    ids = _ints(df["ID"])
+    if ids.isna().any():
+        line = body[int(ids.isna().to_numpy().argmax())][0]
+        raise InputError(f"{path}: line {line} has no numeric launch ID; export the report again.")
+    first = df.loc[~ids.duplicated()]
+    out = pd.DataFrame({"launch_id": ids[first.index]})
+    for col, target in _KERNEL_COLS.items():
+        if target and target != "launch_id":
+            values = first[col] if col in first else pd.Series(None, index=first.index, dtype=object)
+            out[target] = _ints(values) if target in _INT_KERNEL_COLS else values.replace({"": None})
+    out["_block"] = block
+    return out
+
+
+def _number_launches(kernels: pd.DataFrame, metrics: pd.DataFrame, rules: pd.DataFrame) -> Parts:
+    """Keep ncu's launch ID unless several headers restart it; then number launches in file order."""
+    if not kernels["launch_id"].duplicated().any():
+        return kernels, metrics, rules
+    key = pd.MultiIndex.from_frame(kernels[["_block", "launch_id"]])
+    new_id = pd.Series(range(len(kernels)), index=key)
+    for frame in (kernels, metrics, rules):
+        idx = pd.MultiIndex.from_frame(frame[["_block", "launch_id"]].astype("int64"))
+        frame["launch_id"] = new_id.reindex(idx).to_numpy()
+    return kernels, metrics, rules
+
+
+# --- values ------------------------------------------------------------------------------------
+
+
+def _names_and_labels(sections: pd.Series, cells: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The Metric Name cell holds a name, a label, or `label (name)`: return both when known."""
+    cache: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+    for key in set(zip(sections, cells, strict=True)):
+        section, cell = key
+        if _METRIC_NAME_RE.match(cell):
+            cache[key] = (cell, _NAME_TO_LABEL_IN.get(key) or _NAME_TO_LABEL.get(cell))
+        elif both := _LABEL_NAME_RE.match(cell):
+            cache[key] = (both.group(2), both.group(1))
+        else:
+            cache[key] = (LABEL_TO_NAME.get(key) or _LABEL_ONLY.get(cell), cell)
+    pairs = [cache[k] for k in zip(sections, cells, strict=True)]
+    names = pd.Series([p[0] for p in pairs], index=cells.index, dtype=object)
+    labels = pd.Series([p[1] for p in pairs], index=cells.index, dtype=object)
+    return names, labels
+
+
+def _metric_rows(
+    ids: pd.Series,
+    sections: pd.Series,
+    names: pd.Series,
+    labels: pd.Series,
+    units: pd.Series,
+    texts: pd.Series,
+) -> pd.DataFrame:
+    conv = {u: _base_unit(u) for u in units.unique()}
+    return pd.DataFrame(
+        {
+            "launch_id": _ints(ids),
+            "section": sections.replace({"": None}),
+            "metric_name": names,
+            "metric_label": labels,
+            "unit": units.map(lambda u: conv[u][0]),
+            "value": _numbers(texts) * units.map(lambda u: conv[u][1]).astype(float),
+            "value_text": texts,
+        }
+    )
+
+
+def _numbers(texts: pd.Series) -> pd.Series:
+    """Numbers in either locale (`2,608,823,529.41` or `2608823529.41`); anything else -> NaN."""
+    s = texts.astype(str).str.strip()
+    s = s.where(~s.str.match(_EN_US_NUMBER_RE), s.str.replace(",", "", regex=False))
+    return pd.to_numeric(s.where(s.str.match(_NUMBER_RE)), errors="coerce").astype(float)
+
+
+def _ints(texts: pd.Series) -> pd.Series:
+    values = _numbers(texts)
+    whole = values.where(values == values.round())
+    return whole.astype("Int64")
+
+
+def _base_unit(unit: str) -> tuple[str | None, float]:
+    """(base unit, factor to multiply values by): ns, byte, hz, byte/s, x/s; others unchanged.
+
+    ncu's byte prefixes are decimal (32,768 byte prints as 32.77 Kbyte), and `cycle/nsecond`
+    is a clock rate, so it becomes hz.
+    """
+    unit = unit.strip()
+    if not unit:
+        return None, 1.0
+    if "/" not in unit:
+        return _base_simple(unit)
+    num, den = unit.split("/", 1)
+    num_unit, num_factor = _base_simple(num)
+    if den in _TIME_NS:
+        per_second = num_factor * 1e9 / _TIME_NS[den]
+        return ("hz" if num_unit == "cycle" else f"{num_unit}/s"), per_second
+    den_unit, den_factor = _base_simple(den)
+    return f"{num_unit}/{den_unit}", num_factor / den_factor
+
+
+def _base_simple(unit: str) -> tuple[str, float]:
+    if unit in _TIME_NS:
+        return "ns", _TIME_NS[unit]
+    prefixed = _PREFIXED_RE.match(unit)
+    if prefixed:
+        return prefixed.group(2).lower(), _PREFIX[prefixed.group(1)]
+    return unit, 1.0
+
+
+def _canonical(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """Columns of `table` (less report_id) in schema order, with pandas types DuckDB maps back."""
+    out = pd.DataFrame(index=frame.index)
+    for col in schema.BY_NAME[table].cols:
+        if col.name == "report_id":
+            continue
+        values = frame[col.name] if col.name in frame else pd.Series(None, index=frame.index)
+        if col.type in ("INTEGER", "BIGINT"):
+            out[col.name] = pd.array(values, dtype="Int32" if col.type == "INTEGER" else "Int64")
+        elif col.type == "DOUBLE":
+            out[col.name] = values.astype(float)
+        else:
+            out[col.name] = values.astype(object).where(values.notna(), None)
+    return out.reset_index(drop=True)

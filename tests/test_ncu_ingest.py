@@ -1,0 +1,442 @@
+"""ncu CSV ingest: every real export parses to the numbers its file shows, bad files fail clearly.
+
+Expected values are read by hand from the files (the grep in each comment shows where), never
+copied from the parser's output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from nsight_analytics import schema
+from nsight_analytics.errors import InputError
+from nsight_analytics.ingest.ncu import load_ncu, parse_ncu, sniff_ncu
+
+REAL = Path(__file__).parents[1] / ".." / "shared" / "realdata"
+NCU = REAL / "ncu"
+needs_real = pytest.mark.skipif(
+    not NCU.is_dir(), reason="real exports not present: ../shared/realdata/ncu (see its README)"
+)
+
+# (file, page, kernels, rule rows, [(launch_id, metric_name, value in base unit, base unit)])
+# kernels: distinct IDs, `grep -ao '^"[0-9]*","[0-9]*"' FILE | sort -u | wc -l` (raw pages: minus
+# the units row, whose ID is ""); rules: `grep -c ',"\(OPT\|INF\|WRN\|ERR\)",' FILE`.
+CASES = [
+    (
+        "b200_ncu2025_full_with_rules_ragged.csv",
+        "details",
+        1,
+        8,
+        [
+            (0, "gpu__time_duration.sum", 406240, "ns"),  # "Duration","ns","406240"
+            (0, "dram__cycles_elapsed.avg.per_second", 3995313115.40, "hz"),  # "DRAM Frequency","hz"
+            (0, "launch__registers_per_thread", 168, "register/thread"),  # "Registers Per Thread"
+            (0, "sm__warps_active.avg.pct_of_peak_sustained_active", 15.53, "%"),  # Achieved Occupancy
+        ],
+    ),
+    (
+        "h100_ncu2025.3_details_base_units.csv",
+        "details",
+        4,
+        44,
+        [
+            (0, "gpu__time_duration.sum", 13728, "ns"),  # "Duration","ns","13,728"
+            (0, "dram__cycles_elapsed.avg.per_second", 2609790209.79, "hz"),  # "2,609,790,209.79"
+            (0, "launch__persisting_l2_cache_size", 9830400, "byte"),  # "L2 Persisting Size","9,830,400"
+            (0, "dram__bytes.sum.per_second", 4326340326.34, "byte/s"),  # MWA "Memory Throughput"
+            (0, "sm__warps_active.avg.pct_of_peak_sustained_active", 50.50, "%"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_details_metric_names.csv",
+        "details",
+        4,
+        44,
+        [
+            (0, "gpu__time_duration.sum", 13730, "ns"),  # "gpu__time_duration.sum","us","13.73"
+            (0, "dram__cycles_elapsed.avg.per_second", 2.61e9, "hz"),  # "Ghz","2.61"
+            (0, "launch__persisting_l2_cache_size", 9.83e6, "byte"),  # "Mbyte","9.83"
+            (0, "dram__bytes.sum.per_second", 4.33e9, "byte/s"),  # "Gbyte/s","4.33"
+            (0, "launch__registers_per_thread", 44, "register/thread"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_full_details_import.csv",
+        "details",
+        11,
+        101,
+        [
+            (0, "gpu__time_duration.sum", 42850, "ns"),  # "Duration","us","42.85"
+            (0, "dram__cycles_elapsed.avg.per_second", 2.62e9, "hz"),  # "DRAM Frequency","Ghz","2.62"
+            (0, "gpc__cycles_elapsed.max", 84809, "cycle"),  # "Elapsed Cycles","cycle","84,809"
+            (0, "dram__bytes.sum.per_second", 287.16e9, "byte/s"),  # "Gbyte/s","287.16"
+            (0, "sm__throughput.avg.pct_of_peak_sustained_elapsed", 72.33, "%"),  # Compute (SM)
+        ],
+    ),
+    (
+        "h100_ncu2025.3_full_raw_import.csv",
+        "raw",
+        11,
+        0,
+        [
+            # raw page, kernel ID 0 (line 3), column by name, unit from line 2
+            (0, "gpu__time_duration.sum", 42848, "ns"),  # 'us' '42.848000'
+            (0, "dram__cycles_elapsed.avg.per_second", 2.617177e9, "hz"),  # 'Ghz' '2.617177'
+            (0, "launch__occupancy_limit_registers", 5, "block"),  # 'block' '5.000000'
+            (0, "launch__persisting_l2_cache_size", 9830400, "byte"),  # 'Mbyte' '9.830400'
+            (0, "dram__bytes.sum.per_second", 0.287158e12, "byte/s"),  # 'Tbyte/s' '0.287158'
+            (0, "smsp__pcsamp_warps_issue_stalled_no_instructions", 73, "inst"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_live_csv_mixed_with_app_stdout.txt",
+        "details",
+        2,
+        7,
+        [
+            (0, "gpu__time_duration.sum", 13728, "ns"),  # "Duration","ns","13,728"
+            (0, "dram__cycles_elapsed.avg.per_second", 2613053613.05, "hz"),
+            (0, "sm__warps_active.avg.pct_of_peak_sustained_active", 50.53, "%"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_metrics_only.csv",
+        "details",
+        1,
+        0,
+        [
+            (0, "dram__bytes.sum", 10240, "byte"),  # "dram__bytes.sum","byte","10,240"
+            (0, "gpu__time_duration.sum", 6560, "ns"),  # "ns","6,560"
+            (0, "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct", 0.0, "%"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_transformer_train_details.csv",
+        "details",
+        60,
+        762,
+        [
+            (0, "gpu__time_duration.sum", 3072, "ns"),  # "Duration","ns","3,072"
+            (0, "dram__cycles_elapsed.avg.per_second", 2583333333.33, "hz"),
+            (0, "dram__bytes.sum.per_second", 343e9, "byte/s"),  # "343,000,000,000"
+            (0, "launch__registers_per_thread", 32, "register/thread"),
+        ],
+    ),
+    (
+        "h100_ncu2025.3_transformer_train_raw.csv",
+        "raw",
+        60,
+        0,
+        [
+            (0, "gpu__time_duration.sum", 3072, "ns"),  # 'ns' '3,072'
+            (0, "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", 36.46, "inst"),
+            (0, "launch__occupancy_limit_registers", 16, "block"),
+            (0, "launch__thread_count", 32768, "thread"),  # 'thread' '32,768'
+        ],
+    ),
+    (
+        "sm86_ncu2023_metrics_en_us_separators.csv",
+        "details",
+        9,
+        0,
+        [
+            (0, "dram__bytes.sum", 32746880, "byte"),  # "32,746,880"
+            (0, "gpu__time_duration.sum", 10776576, "ns"),  # "nsecond","10,776,576"
+            (8, "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 1094713344, "inst"),
+            (8, "gpu__time_duration.sum", 148896, "ns"),  # "nsecond","148,896"
+        ],
+    ),
+    (
+        "rtx5070_windows_ncu2026.2/saxpy.csv",
+        "details",
+        1,
+        0,
+        [
+            (0, "dram__bytes_op_read.sum", 134221568, "byte"),  # "134,221,568"
+            (0, "gpu__time_duration.sum", 292928, "ns"),  # "292,928"
+            (0, "sm__throughput.avg.pct_of_peak_sustained_elapsed", 22.30, "%"),
+        ],
+    ),
+    (
+        "rtx5070_windows_ncu2026.2/gemm_tiled.csv",
+        "details",
+        1,
+        0,
+        [
+            (0, "gpu__time_duration.sum", 10195552, "ns"),  # "10,195,552"
+            (0, "dram__bytes_op_write.sum", 3377920, "byte"),  # "3,377,920"
+            (0, "lts__t_sector_hit_rate.pct", 87.50, "%"),
+        ],
+    ),
+    (
+        "rtx5070_windows_ncu2026.2/transpose_naive.csv",
+        "details",
+        1,
+        0,
+        [
+            (0, "gpu__time_duration.sum", 163072, "ns"),  # "163,072"
+            (0, "dram__bytes_op_read.sum", 19001600, "byte"),  # "19,001,600"
+            (0, "sm__throughput.avg.pct_of_peak_sustained_elapsed", 6.40, "%"),
+        ],
+    ),
+]
+
+
+def _value(parsed, launch_id: int, metric_name: str) -> tuple[float, str]:
+    m = parsed.metrics
+    hit = m[(m.launch_id == launch_id) & (m.metric_name == metric_name)]
+    assert len(hit) == 1, f"{metric_name}: {len(hit)} rows"
+    return float(hit.value.iloc[0]), hit.unit.iloc[0]
+
+
+@needs_real
+@pytest.mark.parametrize(("name", "page", "n_kernels", "n_rules", "values"), CASES, ids=[c[0] for c in CASES])
+def test_real_exports_parse_to_base_units(name, page, n_kernels, n_rules, values) -> None:
+    path = NCU / name
+    assert sniff_ncu(path)
+    parsed = parse_ncu(path)
+    assert parsed.page == page
+    assert len(parsed.kernels) == n_kernels
+    assert parsed.kernels.launch_id.is_unique
+    assert len(parsed.rules) == n_rules
+    for launch_id, metric, expected, unit in values:
+        value, got_unit = _value(parsed, launch_id, metric)
+        assert got_unit == unit, metric
+        assert value == pytest.approx(expected, rel=1e-9), metric
+
+
+def test_every_real_ncu_file_is_covered() -> None:
+    if not NCU.is_dir():
+        pytest.skip("real exports not present: ../shared/realdata/ncu")
+    files = {str(p.relative_to(NCU)) for p in NCU.rglob("*") if p.suffix in (".csv", ".txt")}
+    assert files - {c[0] for c in CASES} == {"rtx5070_windows_ncu2026.2/ncu_version.txt"}
+
+
+@needs_real
+def test_frames_have_canonical_columns_and_kernel_fields() -> None:
+    parsed = parse_ncu(NCU / "b200_ncu2025_full_with_rules_ragged.csv")
+    for table, frame in (("ncu_kernels", parsed.kernels), ("ncu_metrics", parsed.metrics), ("ncu_rules", parsed.rules)):
+        assert list(frame.columns) == [c for c in schema.BY_NAME[table].col_names if c != "report_id"]
+    k = parsed.kernels.iloc[0]
+    # line 4: "0","371693","cublaslt_gemm","127.0.0.1","cutlass3x_sm100_...","1","7","(384, 1, 1)","(9, 32, 1)","0","10.0"
+    assert (k.launch_id, k.pid, k.process_name, k.host_name) == (0, 371693, "cublaslt_gemm", "127.0.0.1")
+    assert (k.context_id, k.stream_id, k.block, k.grid, k.device_id, k.cc) == (1, 7, "(384, 1, 1)", "(9, 32, 1)", 0, "10.0")
+    assert k["name"].startswith("cutlass3x_sm100_tensorop_s64x256x32gemm")
+    rule = parsed.rules[parsed.rules.est_speedup_type == "local"].iloc[0]
+    # "Occupancy" rule row: ...,"OPT","The 3.00 theoretical warps per ...","local","81.25"
+    assert (rule.section, rule.rule_type, rule.est_speedup) == ("Occupancy", "OPT", 81.25)
+    assert rule.description.startswith("The 3.00 theoretical warps per")
+
+
+@needs_real
+def test_labels_get_names_and_names_get_labels() -> None:
+    labels = parse_ncu(NCU / "h100_ncu2025.3_details_base_units.csv").metrics
+    names = parse_ncu(NCU / "h100_ncu2025.3_details_metric_names.csv").metrics
+    # the same kernels printed with labels and with names: every row resolves to the same pair
+    assert labels.metric_name.notna().all()
+    assert list(labels.metric_name) == list(names.metric_name)
+    assert list(labels.metric_label) == list(names.metric_label)
+    row = labels[(labels.launch_id == 0) & (labels.metric_name == "sm__throughput.avg.pct_of_peak_sustained_elapsed")]
+    assert row.metric_label.iloc[0] == "Compute (SM) Throughput"
+    # base units and auto-scaled units agree to the auto-scaled file's rounding
+    both = labels.assign(auto=names.value.to_numpy()).dropna(subset=["value", "auto"])
+    assert ((both.value - both.auto).abs() <= both.value.abs() * 5e-3 + 0.01).all()
+
+
+@needs_real
+def test_non_numeric_values_keep_their_text() -> None:
+    m = parse_ncu(NCU / "h100_ncu2025.3_full_raw_import.csv").metrics
+    row = m[(m.launch_id == 0) & (m.metric_name == "launch__func_cache_config")]
+    assert row.value.isna().all() and list(row.value_text) == ["CachePreferNone"]
+    assert list(row.metric_label) == ["Function Cache Configuration"]
+
+
+@needs_real
+def test_load_ncu_inserts_into_the_open_transaction() -> None:
+    con = duckdb.connect()
+    for t in schema.TABLES:
+        con.execute(t.ddl())
+    con.execute("BEGIN TRANSACTION")
+    info = load_ncu(con, NCU / "h100_ncu2025.3_full_details_import.csv", 7)
+    assert info == {
+        "tool_version": None,
+        "kernels": 11,
+        "metrics": info["metrics"],
+        "rules": 101,
+        "activity_kinds": ["ncu_metrics", "ncu_rules"],
+    }
+    assert con.execute("SELECT count(*) FROM ncu_metrics WHERE report_id = 7").fetchone()[0] == info["metrics"]
+    assert con.execute("SELECT count(DISTINCT launch_id) FROM ncu_kernels WHERE report_id = 7").fetchone()[0] == 11
+    con.execute("ROLLBACK")
+    assert con.execute("SELECT count(*) FROM ncu_kernels").fetchone()[0] == 0
+
+
+@needs_real
+def test_not_ncu_files_are_not_sniffed() -> None:
+    assert not sniff_ncu(NCU / "rtx5070_windows_ncu2026.2" / "ncu_version.txt")
+    assert not sniff_ncu(REAL / "nsys" / "tiny_nsys2026.1.sqlite")
+
+
+# --- synthetic files: failure modes and layouts the real set lacks ----------------------------
+
+HEADER20 = (
+    '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+    '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value",'
+    '"Rule Name","Rule Type","Rule Description","Estimated Speedup Type","Estimated Speedup"'
+)
+
+
+def _row(launch: int, pid: int, label: str, unit: str, value: str, kernel: str = "k(int)") -> str:
+    return (
+        f'"{launch}","{pid}","app","host","{kernel}","1","7","(256, 1, 1)","(8, 1, 1)","0","9.0",'
+        f'"GPU Speed Of Light Throughput","{label}","{unit}","{value}",'
+    )
+
+
+def _write(tmp_path: Path, text: str, name: str = "x.csv", encoding: str = "utf-8") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+def test_failure_log_errors_with_ncus_message(tmp_path: Path) -> None:
+    log = (
+        "==PROF== Connected to process 4242 (/usr/bin/python3.12)\n"
+        "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+        "Performance Counters on the target device 0.\n"
+        "==PROF== Disconnected from process 4242\n"
+    )
+    path = _write(tmp_path, log, "ncu.log")
+    assert sniff_ncu(path)
+    with pytest.raises(InputError, match="ERR_NVGPUCTRPERM"):
+        parse_ncu(path)
+
+
+def test_log_without_csv_or_error_says_no_kernel(tmp_path: Path) -> None:
+    path = _write(tmp_path, "app output\n==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n")
+    with pytest.raises(InputError, match="no CSV"):
+        parse_ncu(path)
+
+
+def test_empty_file_errors(tmp_path: Path) -> None:
+    for text in ("", "\ufeff\r\n"):
+        with pytest.raises(InputError, match="empty"):
+            parse_ncu(_write(tmp_path, text))
+
+
+def test_other_csv_is_not_ncu(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name,value\nx,1\n")
+    assert not sniff_ncu(path)
+    with pytest.raises(InputError, match="not an ncu CSV"):
+        parse_ncu(path)
+
+
+@needs_real
+@pytest.mark.parametrize(
+    "name", ["h100_ncu2025.3_full_details_import.csv", "h100_ncu2025.3_transformer_train_raw.csv"]
+)
+def test_truncated_csv_errors(tmp_path: Path, name: str) -> None:
+    data = (NCU / name).read_bytes()
+    mid_quote = data[: len(data) // 2]
+    cut = mid_quote[: mid_quote.rindex(b'",') + 1]  # right after a closing quote: a short row
+    for part in (mid_quote, cut):
+        with pytest.raises(InputError, match="truncated"):
+            parse_ncu(_write(tmp_path, part.decode("utf-8", "ignore"), name))
+
+
+def test_short_row_in_the_middle_is_an_error(tmp_path: Path) -> None:
+    text = "\n".join([HEADER20, _row(0, 1, "Duration", "ns", "5"), '"0","1","app"', _row(0, 1, "SM Frequency", "hz", "1")])
+    with pytest.raises(InputError, match="line 3"):
+        parse_ncu(_write(tmp_path, text + "\n"))
+
+
+def test_bom_crlf_and_preamble_parse_like_plain(tmp_path: Path) -> None:
+    lines = [HEADER20, _row(0, 1, "Duration", "us", "1,234.5"), _row(0, 1, "DRAM Frequency", "Ghz", "2.6")]
+    plain = parse_ncu(_write(tmp_path, "\n".join(lines) + "\n", "a.csv"))
+    windows = "==PROF== Connected to process 1 (C:\\app.exe)\r\napp says hi\r\n" + "\r\n".join(lines) + "\r\n"
+    bom = parse_ncu(_write(tmp_path, "\ufeff" + windows, "b.csv"))
+    assert plain.metrics.equals(bom.metrics) and plain.kernels.equals(bom.kernels)
+    assert list(bom.metrics.value) == [1234500.0, 2.6e9]
+    assert list(bom.metrics.metric_name) == ["gpu__time_duration.sum", "dram__cycles_elapsed.avg.per_second"]
+
+
+def test_2019_layout_with_kernel_time(tmp_path: Path) -> None:
+    head = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Kernel Time","Context",'
+        '"Stream","Section Name","Metric Name","Metric Unit","Metric Value"'
+    )
+    row = '"3","99","a.out","h","vecAdd","2019-Dec-03 10:11:12","1","7","GPU Speed Of Light","Duration","usecond","5.50"'
+    parsed = parse_ncu(_write(tmp_path, f"{head}\n{row}\n"))
+    k = parsed.kernels.iloc[0]
+    assert (k.launch_id, k.pid, k["name"]) == (3, 99, "vecAdd")
+    assert k.grid is None and k.cc is None and pd.isna(k.device_id)
+    m = parsed.metrics.iloc[0]
+    assert (m.metric_name, m.unit, m.value, m.value_text) == ("gpu__time_duration.sum", "ns", 5500.0, "5.50")
+
+
+def test_label_name_and_na_cells(tmp_path: Path) -> None:
+    text = "\n".join(
+        [
+            HEADER20,
+            _row(0, 1, "Duration (gpu__time_duration.sum)", "ns", "7"),
+            _row(0, 1, "Some New Label", "", "n/a"),
+            _row(0, 1, "Memory Throughput", "Mbyte/s", "1.5"),
+        ]
+    )
+    m = parse_ncu(_write(tmp_path, text + "\n")).metrics
+    assert list(m.metric_name) == [
+        "gpu__time_duration.sum",
+        None,
+        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    ]
+    assert list(m.metric_label) == ["Duration", "Some New Label", "Memory Throughput"]
+    assert m.value.iloc[1] != m.value.iloc[1] and m.unit.iloc[1] is None and m.value_text.iloc[1] == "n/a"
+    assert (m.unit.iloc[2], m.value.iloc[2]) == ("byte/s", 1.5e6)
+
+
+def test_several_processes_with_restarting_ids_get_distinct_launches(tmp_path: Path) -> None:
+    text = "\n".join(
+        [
+            HEADER20,
+            _row(0, 10, "Duration", "ns", "1", "a()"),
+            _row(1, 10, "Duration", "ns", "2", "b()"),
+            "==PROF== Disconnected from process 10",
+            HEADER20,
+            _row(0, 11, "Duration", "ns", "3", "c()"),
+        ]
+    )
+    parsed = parse_ncu(_write(tmp_path, text + "\n"))
+    assert list(parsed.kernels.launch_id) == [0, 1, 2]
+    assert list(parsed.kernels.pid) == [10, 10, 11]
+    joined = parsed.metrics.merge(parsed.kernels, on="launch_id")
+    assert dict(zip(joined["name"], joined.value, strict=True)) == {"a()": 1.0, "b()": 2.0, "c()": 3.0}
+
+
+def test_tool_version_from_a_banner(tmp_path: Path) -> None:
+    text = (
+        "NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2026 NVIDIA Corporation\n"
+        "Version 2026.2.1.0 (build 38283040) (public-release)\n" + HEADER20 + "\n" + _row(0, 1, "Duration", "ns", "1")
+    )
+    assert parse_ncu(_write(tmp_path, text + "\n")).tool_version == "2026.2.1.0"
+    assert parse_ncu(_write(tmp_path, HEADER20 + "\n" + _row(0, 1, "Duration", "ns", "1") + "\n")).tool_version is None
+
+
+def test_unit_conversions(tmp_path: Path) -> None:
+    cases = {
+        "msecond": (2, 2e6, "ns"),
+        "Kbyte/block": (1.02, 1020, "byte/block"),
+        "cycle/nsecond": (1.5, 1.5e9, "hz"),
+        "sector/us": (3, 3e6, "sector/s"),
+        "%/Kbyte": (4, 4e-3, "%/byte"),
+        "inst/cycle": (0.5, 0.5, "inst/cycle"),
+        "Tbyte/s": (1.2, 1.2e12, "byte/s"),
+    }
+    rows = [_row(0, 1, f"m{i}", unit, str(v)) for i, (unit, (v, _, _)) in enumerate(cases.items())]
+    m = parse_ncu(_write(tmp_path, HEADER20 + "\n" + "\n".join(rows) + "\n")).metrics
+    for (unit, (_, value, base)), got_value, got_unit in zip(cases.items(), m.value, m.unit, strict=True):
+        assert got_unit == base, unit
+        assert got_value == pytest.approx(value), unit
