@@ -23,16 +23,22 @@
 -- col rank BIGINT: 1 for the reason costing the most time in this kernel.
 -- col share_pct DOUBLE: the reason's share of the kernel's stall cycles, from ncu (%).
 -- col stall_ns BIGINT: nsys_total_ns times share_pct: timeline time attributed to the reason (ns).
-WITH nsys AS (
+WITH nsys_names AS (
+    -- Aggregate by name first: the key's regexes then run once per distinct name, not per launch.
+    SELECT report_id, name, count(*) AS launches, sum(duration_ns) AS total_ns
+    FROM kernels
+    WHERE ($nsys_report_id IS NULL OR report_id = $nsys_report_id)
+      AND name IS NOT NULL
+    GROUP BY ALL
+),
+nsys AS (
     SELECT
         report_id AS nsys_report_id,
         nsa_kernel_key(name) AS kernel_key,
         min(name) AS name,
-        count(*) AS nsys_launches,
-        sum(duration_ns) AS nsys_total_ns
-    FROM kernels
-    WHERE ($nsys_report_id IS NULL OR report_id = $nsys_report_id)
-      AND name IS NOT NULL
+        CAST(sum(launches) AS BIGINT) AS nsys_launches,
+        sum(total_ns) AS nsys_total_ns
+    FROM nsys_names
     GROUP BY ALL
 ),
 ncu_launch AS (
