@@ -1,0 +1,111 @@
+"""The CLI: exact output shapes and exit codes, and README's promises."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, realdata
+from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "w.duckdb"
+    res = invoke("ingest", "--db", str(path), str(realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")))
+    assert res.exit_code == EXIT_OK, res.output
+    return path
+
+
+def test_ingest_says_what_it_did(tmp_path: Path) -> None:
+    path = realdata("nsys", "tiny_nsys2026.1.sqlite")
+    db = str(tmp_path / "w.duckdb")
+    res = invoke("ingest", "--db", db, str(path))
+    # Counts from sqlite3: 2 kernels, 1 memcpy, 9 runtime rows, 1 sync row, 1 GPU, 81 processes.
+    assert res.output == (
+        "tiny_nsys2026.1.sqlite: ingested as report 1 (nsys): 2 kernels, 1 memcpy, 9 cuda_api, "
+        "1 sync_events, 1 gpus, 81 processes.\n"
+    )
+    res = invoke("ingest", "--db", db, str(path))
+    assert res.exit_code == EXIT_OK
+    assert "already in the workspace as report 1" in res.output
+
+
+def test_env_var_picks_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NSA_DB", str(tmp_path / "env.duckdb"))
+    assert invoke("ingest", str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code == EXIT_OK
+    assert (tmp_path / "env.duckdb").exists()
+
+
+def test_sql_formats(db: Path) -> None:
+    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    with sqlite3.connect(src) as c:
+        (n, total) = c.execute('SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY').fetchone()
+    stmt = "SELECT count(*) AS n, CAST(sum(duration_ns) AS BIGINT) AS total FROM memcpy"
+    res = invoke("sql", "--db", str(db), stmt, "--format", "json")
+    assert json.loads(res.output) == [{"n": n, "total": total}]
+    res = invoke("sql", "--db", str(db), stmt, "--format", "csv")
+    assert list(csv.DictReader(io.StringIO(res.output))) == [{"n": str(n), "total": str(total)}]
+    res = invoke("sql", "--db", str(db), stmt)
+    assert f"{total:,}" in res.output
+
+
+def test_sql_error_is_one_line(db: Path) -> None:
+    res = CliRunner().invoke(main, ["sql", "--db", str(db), "SELECT * FROM no_such_table"])
+    assert res.exit_code == EXIT_ERROR
+    assert res.output.startswith("Error: ") and "Traceback" not in res.output
+
+
+def test_reports_json(db: Path) -> None:
+    rows = json.loads(invoke("reports", "--db", str(db), "--format", "json").output)
+    assert [(r["report_id"], r["kind"], r["tool_version"]) for r in rows] == [(1, "nsys", "2025.3.2.0")]
+    assert "kernel" in rows[0]["activity_kinds"]
+
+
+def test_query_unknown_name_and_param(db: Path) -> None:
+    res = CliRunner().invoke(main, ["query", "--db", str(db), "no_such_query"])
+    assert res.exit_code == EXIT_ERROR and "no query named" in res.output
+    res = CliRunner().invoke(main, ["query", "--db", str(db), "speed_of_light", "-p", "bogus=1"])
+    assert res.exit_code == EXIT_ERROR and "has no parameter bogus" in res.output
+
+
+def test_reports_without_workspace(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["reports", "--db", str(tmp_path / "none.duckdb")])
+    assert res.exit_code == EXIT_ERROR and "no workspace" in res.output
+
+
+def test_schema_markdown_lists_every_table() -> None:
+    from nsight_analytics import schema
+
+    text = invoke("schema").output
+    for t in schema.TABLES:
+        assert f"## `{t.name}`" in text
+
+
+def test_readme_commands_match_ci() -> None:
+    """README's set-up is exactly two commands; .ci/run runs the second one verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```sh\n(.+?)\n```", setup)
+    assert len(commands) == 2, commands
+    assert "nsa demo" in commands[0]
+    assert "pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert commands[1] in ci.splitlines()
+
+
+def test_every_command_is_documented_in_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in main.commands:
+        assert f"`nsa {name}" in readme, f"README does not document `nsa {name}`"
