@@ -28,7 +28,6 @@ from .errors import QueryError
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
 _USES = re.compile(r"\$(\w+)")
-MACRO_PREFIX = "nsa_p_"
 
 
 @dataclass(frozen=True)
@@ -166,16 +165,27 @@ def macro_files() -> list[Path]:
     return sorted(query_root().rglob("_*.sql"))
 
 
+def macro_param_name(param: str, q: Query) -> str:
+    """The name a parameter takes in the query's table macro.
+
+    Inside a DuckDB macro a parameter shadows every column of the same name, so a parameter
+    named like a column (`report_id`) is spelled without its `_id` in the macro:
+    `SELECT * FROM gaps(report := 3, min_gap_ns := 100000)`.
+    """
+    from .schema import TABLES
+
+    taken = {c.name for t in TABLES for c in t.cols} | {c.name for c in q.columns}
+    if param not in taken:
+        return param
+    return param.removesuffix("_id") if param.endswith("_id") else f"p_{param}"
+
+
 def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
 
-    Macros are TEMP so read-only connections get them. Inside a DuckDB macro a parameter shadows
-    a column of the same name, so each query body gets prefixed parameter names and a thin
-    wrapper macro exposes the contract's names.
-
-    Returns {query: error} for queries that could not become macros: one broken file must not
-    take the workspace down with it. `nsa query NAME` still reports the real error, and the
-    contract test requires this dict to be empty.
+    Macros are TEMP so read-only connections get them. Returns {query: error} for queries that
+    could not become macros: one broken file must not take the workspace down with it;
+    `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
     """
     for path in macro_files():
         sql = path.read_text(encoding="utf-8")
@@ -183,15 +193,11 @@ def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
         con.execute(sql)
     failed: dict[str, str] = {}
     for q in library().values():
-        inner_args = ", ".join(f"{MACRO_PREFIX}{p.name}" for p in q.params)
-        body = _USES.sub(lambda m: MACRO_PREFIX + m[1], q.sql)
-        outer = ", ".join(f"{p.name} := {p.default or 'NULL'}" for p in q.params)
-        passed = ", ".join(p.name for p in q.params)
+        names = {p.name: macro_param_name(p.name, q) for p in q.params}
+        body = _USES.sub(lambda m: names[m[1]], q.sql)
+        args = ", ".join(f"{names[p.name]} := {p.default or 'NULL'}" for p in q.params)
         try:
-            con.execute(f"CREATE OR REPLACE TEMP MACRO _nsa_q_{q.name}({inner_args}) AS TABLE {body}")
-            con.execute(
-                f"CREATE OR REPLACE TEMP MACRO {q.name}({outer}) AS TABLE SELECT * FROM _nsa_q_{q.name}({passed})"
-            )
+            con.execute(f"CREATE OR REPLACE TEMP MACRO {q.name}({args}) AS TABLE {body}")
         except duckdb.Error as exc:
             failed[q.name] = str(exc).splitlines()[0]
     return failed
