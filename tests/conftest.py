@@ -28,3 +28,23 @@ def workspace(tmp_path: Path):
     con = nsa.connect(tmp_path / "w.duckdb")
     yield con
     con.close()
+
+
+# --- nsys query library fixtures (tests/test_nsys_queries.py, tests/test_query_contracts.py) ---
+
+
+@pytest.fixture(scope="session")
+def nsys_real_workspace(tmp_path_factory):
+    """(connection, {file name: report_id}): every real nsys export, ingested once per session."""
+    import nsight_analytics as nsa
+
+    if not NSYS_FILES:
+        pytest.skip(f"real data not available: {REALDATA / 'nsys'} (tests expect ../shared/realdata beside the repo)")
+    con = nsa.connect(tmp_path_factory.mktemp("nsys_real") / "w.duckdb")
+    ids = {path.name: nsa.ingest(con, path).report_id for path in NSYS_FILES}
+    nsa.query(con, "nvtx_summary")  # copies the deferred nvtx_ranges table once
+    yield con, ids
+    con.close()
+
+
+# --- end of nsys query library fixtures ---

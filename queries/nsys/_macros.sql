@@ -1,0 +1,49 @@
+-- Macros shared by the nsys queries; the query runner executes this file before any query.
+-- Macro parameters are spelled nsa_* so they never shadow a column of the same name.
+
+-- nsa_gpu_activity(nsa_rid): every kernel, memcpy and memset of report `nsa_rid` (all reports
+-- when NULL) as one table: report_id, device_id, pid, stream_id, correlation_id, start_ns,
+-- end_ns, kind ('kernel', 'memcpy', 'memset') and label (the kernel name, 'memcpy HtoD',
+-- 'memset'). Rows without a start or with end < start are dropped: they cannot be placed on a
+-- timeline.
+CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
+    SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
+           'kernel' AS kind, coalesce(name, short_name, '(unnamed kernel)') AS label
+    FROM kernels
+    WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
+           'memcpy' AS kind, 'memcpy ' || coalesce(copy_kind, 'Unknown') AS label
+    FROM memcpy
+    WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
+           'memset' AS kind, 'memset' AS label
+    FROM memset
+    WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns;
+
+-- nsa_sync_kind(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
+-- does not:
+--   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix);
+--   'memcpy':      a synchronous copy: cudaMemcpy, cudaMemcpy2D/3D/Peer/ToSymbol..., cuMemcpy*
+--                  without `Async` in the name;
+--   'memset':      a synchronous memset: cudaMemset, cudaMemset2D/3D, cuMemsetD8/16/32... without
+--                  `Async`.
+-- cudaStreamWaitEvent (a GPU-side dependency), cudaEventQuery / cudaStreamQuery (polls) and every
+-- *Async call are not blocking. Implicit synchronisation (cudaFree, cudaMalloc on some drivers,
+-- an Async copy from pageable memory) is not counted.
+CREATE OR REPLACE MACRO nsa_sync_kind(api_name) AS
+    CASE
+        WHEN api_name IS NULL OR contains(api_name, 'Async') THEN NULL
+        WHEN regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_v[0-9]+)?$')
+            THEN 'synchronize'
+        WHEN regexp_matches(api_name, '^cu(da)?Memcpy') THEN 'memcpy'
+        WHEN regexp_matches(api_name, '^cu(da)?Memset') THEN 'memset'
+    END;
+
+-- nsa_union_ns(end, start, prev_max_end): the part of [start, end] not already covered by the
+-- intervals before it, when rows are visited in start order and prev_max_end is the running
+-- max of their ends (NULL for the first). Summed over the rows it is the length of the union:
+-- one sorted pass, overlaps counted once.
+CREATE OR REPLACE MACRO nsa_union_ns(nsa_end, nsa_start, nsa_prev_end) AS
+    greatest(0, nsa_end - greatest(nsa_start, coalesce(nsa_prev_end, nsa_start)));

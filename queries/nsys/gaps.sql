@@ -1,0 +1,125 @@
+-- GPU idle gaps per report and device: every interval at least min_gap_ns long in which no
+-- kernel, memcpy or memset ran on the device (between its first and last activity), with the
+-- activity ending before and starting after it and what the host was doing:
+--   sync         a blocking CUDA call (nsa_sync_kind: cuda*Synchronize, synchronous cudaMemcpy /
+--                cudaMemset) of the process that runs the next activity, on any of its threads,
+--                overlapped at least half the gap; cause_detail names it;
+--   late_launch  otherwise, when the API call that launched the activity after the gap started
+--                after the gap began: the host issued the work late (host busy elsewhere, or
+--                launch latency); cause_detail names the launch call;
+--   unknown      otherwise: the work was queued before the gap began but did not start (a
+--                stream/event dependency, another process, or no launch call recorded).
+-- The launch call is the cuda_api row with the same report_id, pid and correlation_id. The gap
+-- is found in one sorted pass (running max of earlier ends); the blocking call by an ASOF join
+-- per host thread at the gap's midpoint (a call covering half the gap covers the midpoint).
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param min_gap_ns BIGINT = 1000000: shortest gap reported (ns).
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id.
+-- col gap_start_ns BIGINT: the gap starts: last end of earlier activity (ns).
+-- col gap_end_ns BIGINT: the gap ends: the next activity starts (ns).
+-- col gap_ns BIGINT: idle time (ns).
+-- col before VARCHAR: activity ending at gap_start_ns (kernel name, 'memcpy HtoD', 'memset').
+-- col after VARCHAR: activity starting at gap_end_ns.
+-- col cause VARCHAR: sync, late_launch or unknown.
+-- col cause_detail VARCHAR: the blocking call (sync) or the launch call (late_launch).
+-- col pid BIGINT: process of the activity after the gap.
+-- col launch_api VARCHAR: CUDA API call that launched the activity after the gap.
+-- col launch_delay_ns BIGINT: launch call start - gap start: > 0 means issued during the gap (ns).
+-- col sync_overlap_ns BIGINT: how much of the gap the blocking call covered (ns).
+WITH w AS (
+    SELECT
+        *,
+        max(end_ns) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, kind, label
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS prev_end
+    FROM nsa_gpu_activity($report_id)
+),
+g AS (
+    SELECT
+        report_id,
+        device_id,
+        pid,
+        correlation_id,
+        prev_end AS gap_start_ns,
+        start_ns AS gap_end_ns,
+        start_ns - prev_end AS gap_ns,
+        label AS after
+    FROM w
+    WHERE start_ns - prev_end >= greatest($min_gap_ns, 1)
+),
+before AS (
+    SELECT g.report_id, g.device_id, g.gap_start_ns, min(a.label) AS before
+    FROM g
+    JOIN nsa_gpu_activity($report_id) AS a
+        ON a.report_id = g.report_id
+        AND a.device_id IS NOT DISTINCT FROM g.device_id
+        AND a.end_ns = g.gap_start_ns
+    GROUP BY ALL
+),
+launch AS (
+    SELECT g.report_id, g.device_id, g.gap_start_ns, min(c.start_ns) AS launch_start_ns, min(c.name) AS launch_api
+    FROM g
+    JOIN cuda_api AS c
+        ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id)
+    GROUP BY ALL
+),
+sync_calls AS (
+    SELECT report_id, pid, tid, start_ns, end_ns, name
+    FROM cuda_api
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_sync_kind(name) IS NOT NULL
+),
+probe AS (
+    SELECT g.report_id, g.device_id, g.pid, t.tid, g.gap_start_ns, g.gap_end_ns, g.gap_ns,
+           g.gap_start_ns + g.gap_ns // 2 AS mid_ns
+    FROM g
+    JOIN (SELECT DISTINCT report_id, pid, tid FROM sync_calls) AS t
+        ON t.report_id = g.report_id AND t.pid = g.pid
+),
+hit AS (
+    SELECT
+        p.report_id,
+        p.device_id,
+        p.gap_start_ns,
+        s.name,
+        least(s.end_ns, p.gap_end_ns) - greatest(s.start_ns, p.gap_start_ns) AS overlap_ns,
+        p.gap_ns
+    FROM probe AS p
+    ASOF JOIN sync_calls AS s
+        ON s.report_id = p.report_id AND s.pid = p.pid AND s.tid = p.tid AND p.mid_ns >= s.start_ns
+    WHERE s.end_ns >= p.mid_ns
+),
+sync AS (
+    SELECT report_id, device_id, gap_start_ns, arg_max(name, overlap_ns) AS sync_api, max(overlap_ns) AS sync_overlap_ns
+    FROM hit
+    WHERE 2 * overlap_ns >= gap_ns
+    GROUP BY ALL
+)
+SELECT
+    g.report_id,
+    g.device_id,
+    CAST(g.gap_start_ns AS BIGINT) AS gap_start_ns,
+    CAST(g.gap_end_ns AS BIGINT) AS gap_end_ns,
+    CAST(g.gap_ns AS BIGINT) AS gap_ns,
+    b.before,
+    g.after,
+    CASE
+        WHEN s.sync_api IS NOT NULL THEN 'sync'
+        WHEN l.launch_start_ns > g.gap_start_ns THEN 'late_launch'
+        ELSE 'unknown'
+    END AS cause,
+    CASE
+        WHEN s.sync_api IS NOT NULL THEN s.sync_api
+        WHEN l.launch_start_ns > g.gap_start_ns THEN l.launch_api
+    END AS cause_detail,
+    g.pid,
+    l.launch_api,
+    CAST(l.launch_start_ns - g.gap_start_ns AS BIGINT) AS launch_delay_ns,
+    CAST(s.sync_overlap_ns AS BIGINT) AS sync_overlap_ns
+FROM g
+LEFT JOIN before AS b USING (report_id, device_id, gap_start_ns)
+LEFT JOIN launch AS l USING (report_id, device_id, gap_start_ns)
+LEFT JOIN sync AS s USING (report_id, device_id, gap_start_ns)
+ORDER BY g.report_id, g.device_id, g.gap_start_ns

@@ -1,0 +1,89 @@
+-- NVTX ranges per report, domain and name: how many, how long (closed ranges only; ranges
+-- never closed are counted in open_ranges and left out of every other column), and the GPU
+-- time of the kernels launched inside them. A kernel belongs to a range when the API call that
+-- launched it (cuda_api row with the kernel's report_id, pid and correlation_id) was made on the
+-- range's thread (report_id, pid, tid) at a start time inside [range start, range end]; nested
+-- ranges each count the kernel. Computed without a range join: launches are summed per thread
+-- into a running total ordered by start time, and each range reads that total at its end and
+-- just before its start (two ASOF joins), so 5M ranges x 1.7M calls stays linear.
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col domain VARCHAR: NVTX domain (NULL for the default domain).
+-- col name VARCHAR: range name.
+-- col ranges BIGINT: closed ranges.
+-- col open_ranges BIGINT: ranges with no end (not closed before the capture ended).
+-- col total_ns BIGINT: summed range duration (ns).
+-- col avg_ns DOUBLE: mean range duration (ns).
+-- col median_ns DOUBLE: median range duration (ns).
+-- col min_ns BIGINT: shortest range (ns).
+-- col max_ns BIGINT: longest range (ns).
+-- col kernels BIGINT: kernels launched inside the ranges.
+-- col kernel_ns BIGINT: summed GPU time of those kernels (ns).
+WITH launches AS (
+    SELECT c.report_id, c.pid, c.tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
+    FROM kernels AS k
+    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
+    WHERE ($report_id IS NULL OR k.report_id = $report_id) AND ($report_id IS NULL OR c.report_id = $report_id)
+    GROUP BY ALL
+),
+running AS (
+    SELECT
+        report_id, pid, tid, start_ns,
+        sum(kernels) OVER t AS cum_kernels,
+        sum(kernel_ns) OVER t AS cum_kernel_ns
+    FROM launches
+    WINDOW t AS (PARTITION BY report_id, pid, tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+),
+r AS (
+    SELECT report_id, pid, tid, domain, name, start_ns, end_ns, duration_ns
+    FROM nvtx_ranges
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+),
+closed AS (
+    SELECT
+        r.report_id, r.domain, r.name, r.duration_ns,
+        coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) AS kernels,
+        coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) AS kernel_ns
+    FROM r
+    ASOF LEFT JOIN running AS e
+        ON e.report_id = r.report_id AND e.pid = r.pid AND e.tid = r.tid AND r.end_ns >= e.start_ns
+    ASOF LEFT JOIN running AS b
+        ON b.report_id = r.report_id AND b.pid = r.pid AND b.tid = r.tid AND r.start_ns > b.start_ns
+    WHERE r.end_ns IS NOT NULL
+),
+stats AS (
+    SELECT
+        report_id, domain, name,
+        count(*) AS ranges,
+        sum(duration_ns) AS total_ns,
+        avg(duration_ns) AS avg_ns,
+        median(duration_ns) AS median_ns,
+        min(duration_ns) AS min_ns,
+        max(duration_ns) AS max_ns,
+        sum(kernels) AS kernels,
+        sum(kernel_ns) AS kernel_ns
+    FROM closed
+    GROUP BY ALL
+),
+open AS (
+    SELECT report_id, domain, name, count(*) AS open_ranges
+    FROM r
+    WHERE end_ns IS NULL
+    GROUP BY ALL
+)
+SELECT
+    report_id,
+    domain,
+    name,
+    CAST(coalesce(s.ranges, 0) AS BIGINT) AS ranges,
+    CAST(coalesce(o.open_ranges, 0) AS BIGINT) AS open_ranges,
+    CAST(s.total_ns AS BIGINT) AS total_ns,
+    CAST(s.avg_ns AS DOUBLE) AS avg_ns,
+    CAST(s.median_ns AS DOUBLE) AS median_ns,
+    CAST(s.min_ns AS BIGINT) AS min_ns,
+    CAST(s.max_ns AS BIGINT) AS max_ns,
+    CAST(coalesce(s.kernels, 0) AS BIGINT) AS kernels,
+    CAST(coalesce(s.kernel_ns, 0) AS BIGINT) AS kernel_ns
+FROM stats AS s
+FULL JOIN open AS o USING (report_id, domain, name)
+ORDER BY report_id, total_ns DESC NULLS LAST, domain, name

@@ -1,0 +1,79 @@
+-- Tiny-kernel storms per report and device: stretches of at least min_kernels consecutive
+-- kernels (in device start order, all streams) that are each shorter than max_kernel_ns, where
+-- each starts at most max_gap_ns after the previous kernel on the device ended, and the GPU was
+-- busy at most max_busy_pct of the window: the GPU mostly waits for the host to launch the next
+-- tiny kernel. A larger kernel or a longer pause ends a storm. busy_ns is the union of the
+-- storm's kernels (overlaps once); memcpy/memset are not considered.
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param max_kernel_ns BIGINT = 10000: kernels shorter than this are tiny (ns).
+-- param max_gap_ns BIGINT = 50000: longest pause between kernels inside a storm (ns).
+-- param min_kernels BIGINT = 100: fewest kernels a storm has.
+-- param max_busy_pct DOUBLE = 50.0: storms busier than this share of their window are dropped (%).
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id.
+-- col start_ns BIGINT: first kernel of the storm starts (ns).
+-- col end_ns BIGINT: last kernel of the storm ends (ns).
+-- col window_ns BIGINT: end_ns - start_ns (ns).
+-- col kernels BIGINT: kernels in the storm.
+-- col busy_ns BIGINT: time at least one storm kernel ran (ns).
+-- col busy_pct DOUBLE: busy_ns as a share of window_ns (%).
+-- col avg_kernel_ns DOUBLE: mean kernel duration (ns).
+-- col launches_per_s DOUBLE: kernels per second of window (1/s).
+-- col top_name VARCHAR: most frequent kernel name in the storm.
+WITH k AS (
+    SELECT
+        report_id, device_id, name, start_ns, end_ns, duration_ns,
+        duration_ns < $max_kernel_ns AS tiny,
+        max(end_ns) OVER prev AS prev_end,
+        lag(duration_ns < $max_kernel_ns) OVER ord AS prev_tiny
+    FROM kernels
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    WINDOW
+        ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, name),
+        prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+flagged AS (
+    SELECT
+        *,
+        NOT coalesce(tiny AND prev_tiny AND start_ns - prev_end <= $max_gap_ns, false) AS first_of_storm
+    FROM k
+),
+numbered AS (
+    SELECT
+        *,
+        sum(CAST(first_of_storm AS INTEGER)) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, name ROWS UNBOUNDED PRECEDING
+        ) AS storm
+    FROM flagged
+),
+storms AS (
+    SELECT
+        report_id,
+        device_id,
+        storm,
+        min(start_ns) AS start_ns,
+        max(end_ns) AS end_ns,
+        count(*) AS kernels,
+        sum(CASE WHEN first_of_storm THEN duration_ns ELSE nsa_union_ns(end_ns, start_ns, prev_end) END) AS busy_ns,
+        avg(duration_ns) AS avg_kernel_ns,
+        mode(name) AS top_name
+    FROM numbered
+    WHERE tiny
+    GROUP BY ALL
+    HAVING count(*) >= $min_kernels
+)
+SELECT
+    report_id,
+    device_id,
+    CAST(start_ns AS BIGINT) AS start_ns,
+    CAST(end_ns AS BIGINT) AS end_ns,
+    CAST(end_ns - start_ns AS BIGINT) AS window_ns,
+    CAST(kernels AS BIGINT) AS kernels,
+    CAST(busy_ns AS BIGINT) AS busy_ns,
+    CAST(CASE WHEN end_ns > start_ns THEN 100.0 * busy_ns / (end_ns - start_ns) END AS DOUBLE) AS busy_pct,
+    CAST(avg_kernel_ns AS DOUBLE) AS avg_kernel_ns,
+    CAST(CASE WHEN end_ns > start_ns THEN kernels * 1e9 / (end_ns - start_ns) END AS DOUBLE) AS launches_per_s,
+    top_name
+FROM storms
+WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
+ORDER BY report_id, device_id, start_ns

@@ -1,0 +1,68 @@
+-- Tiny kernels per report: kernels shorter than max_kernel_ns, how much of the launches and of
+-- the kernel time they are, the host time spent in the API calls that launched them (the
+-- cuda_api row with the same report_id, pid and correlation_id), how often they were launched
+-- (per second of the report's kernel span: first kernel start to last kernel end) and the most
+-- frequent names. Many tiny kernels with launch time close to or above their GPU time mean a
+-- launch-bound workload: fuse them or capture them in a CUDA graph.
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param max_kernel_ns BIGINT = 10000: kernels shorter than this are small (ns).
+-- param top_n INTEGER = 5: how many names top_names lists.
+-- col report_id INTEGER: workspace report id.
+-- col kernels BIGINT: all kernels of the report.
+-- col small_kernels BIGINT: kernels shorter than max_kernel_ns.
+-- col launch_pct DOUBLE: small_kernels as a share of all kernels (%).
+-- col small_kernel_ns BIGINT: summed GPU time of the small kernels (ns).
+-- col time_pct DOUBLE: small_kernel_ns as a share of all kernel time (%).
+-- col launch_api_ns BIGINT: summed duration of the API calls that launched the small kernels (ns).
+-- col launches_per_s DOUBLE: small kernels per second of the report's kernel span (1/s).
+-- col top_names VARCHAR: the top_n most frequent small kernels, 'name (count)' joined by '; '.
+WITH k AS (
+    SELECT report_id, pid, correlation_id, name, start_ns, end_ns, duration_ns,
+           duration_ns < $max_kernel_ns AS small
+    FROM kernels
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+),
+per_report AS (
+    SELECT
+        report_id,
+        count(*) AS kernels,
+        count(*) FILTER (WHERE small) AS small_kernels,
+        sum(duration_ns) AS kernel_ns,
+        coalesce(sum(duration_ns) FILTER (WHERE small), 0) AS small_kernel_ns,
+        max(end_ns) - min(start_ns) AS span_ns
+    FROM k
+    GROUP BY ALL
+),
+launch AS (
+    SELECT k.report_id, sum(c.duration_ns) AS launch_api_ns
+    FROM k
+    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
+    WHERE k.small AND ($report_id IS NULL OR c.report_id = $report_id)
+    GROUP BY ALL
+),
+names AS (
+    SELECT report_id, name, count(*) AS n
+    FROM k
+    WHERE small
+    GROUP BY report_id, name
+    QUALIFY row_number() OVER (PARTITION BY report_id ORDER BY count(*) DESC, name) <= $top_n
+),
+top AS (
+    SELECT report_id, string_agg(name || ' (' || n || ')', '; ' ORDER BY n DESC, name) AS top_names
+    FROM names
+    GROUP BY ALL
+)
+SELECT
+    r.report_id,
+    CAST(r.kernels AS BIGINT) AS kernels,
+    CAST(r.small_kernels AS BIGINT) AS small_kernels,
+    CAST(100.0 * r.small_kernels / r.kernels AS DOUBLE) AS launch_pct,
+    CAST(r.small_kernel_ns AS BIGINT) AS small_kernel_ns,
+    CAST(CASE WHEN r.kernel_ns > 0 THEN 100.0 * r.small_kernel_ns / r.kernel_ns END AS DOUBLE) AS time_pct,
+    CAST(coalesce(l.launch_api_ns, 0) AS BIGINT) AS launch_api_ns,
+    CAST(CASE WHEN r.span_ns > 0 THEN r.small_kernels * 1e9 / r.span_ns END AS DOUBLE) AS launches_per_s,
+    t.top_names
+FROM per_report AS r
+LEFT JOIN launch AS l USING (report_id)
+LEFT JOIN top AS t USING (report_id)
+ORDER BY r.report_id

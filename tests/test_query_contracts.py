@@ -1,0 +1,69 @@
+"""Every library query's declared `-- col` lines equal its real result columns and DuckDB types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from nsight_analytics import queries
+
+QUERIES = sorted(queries.library())
+
+
+def _declared(name: str) -> list[tuple[str, str]]:
+    return [(c.name, c.type.upper()) for c in queries.get(name).columns]
+
+
+def _actual(rel) -> list[tuple[str, str]]:
+    return [(c, str(t).upper()) for c, t in zip(rel.columns, rel.types, strict=True)]
+
+
+def test_library_has_the_nsys_queries() -> None:
+    expected = {
+        "kernel_summary", "utilization", "gaps", "stream_gaps", "memcpy_summary", "small_kernels",
+        "small_kernel_storms", "nvtx_summary", "sync_calls",
+    }  # fmt: skip
+    assert expected <= set(QUERIES)
+    for name in expected:
+        assert queries.get(name).family == "nsys"
+
+
+def test_every_query_becomes_a_macro(tmp_path: Path) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    assert queries.install_macros(con) == {}
+    con.close()
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_contract_shape(name: str) -> None:
+    q = queries.get(name)
+    assert q.doc and q.columns
+    assert len({c.name for c in q.columns}) == len(q.columns), "column names are unique"
+    if q.family != "nsys":
+        return  # ncu queries may pair two reports (stall_time: nsys_report_id, ncu_report_id)
+    assert [p.name for p in q.params][:1] == ["report_id"], "report_id is the first parameter"
+    # filters with ($report_id IS NULL OR x.report_id = $report_id), directly or through a macro
+    assert "$report_id IS NULL OR" in q.sql or "($report_id)" in q.sql
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_columns_on_empty_workspace(tmp_path: Path, name: str) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rel = nsa.query(con, name)
+    assert _actual(rel) == _declared(name)
+    assert rel.fetchall() == []
+    # the same query as a table macro, as notebook users call it
+    assert con.sql(f"SELECT * FROM {name}()").columns == [c for c, _ in _declared(name)]
+    con.close()
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_columns_on_real_workspace(nsys_real_workspace, name: str) -> None:
+    con, _ = nsys_real_workspace
+    rel = nsa.query(con, name)
+    assert _actual(rel) == _declared(name)
+    rows = rel.fetchall()
+    if queries.get(name).family == "nsys" and name not in {"small_kernel_storms"}:
+        assert rows, f"{name} returns rows on the real exports"
