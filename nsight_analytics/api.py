@@ -63,14 +63,28 @@ def ingest_deferrable() -> tuple[str, ...]:
 
 
 def engine(db: str | os.PathLike[str] | None = None, read_only: bool = False) -> Any:
-    """A SQLAlchemy engine on the workspace (duckdb-engine dialect), for pandas.read_sql & co."""
+    """A SQLAlchemy engine on the workspace (duckdb-engine dialect), for pandas.read_sql & co.
+
+    Every DBAPI connection is opened by `open_workspace`, the code path `connect()` uses, so it
+    has the same DuckDB configuration (a different one, such as duckdb-engine's own user-agent
+    setting, makes DuckDB refuse a second connection in a process that already holds one) and
+    the TEMP query macros, which exist per connection. Connections are not pooled: an engine
+    kept in a notebook must not hold the workspace lock against `nsa ingest` in a terminal.
+    """
+    from duckdb_engine import ConnectionWrapper
     from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
 
     path = resolve_db_path(db)
-    if not read_only:
-        open_workspace(path).close()  # create it and its tables
-    args = {"read_only": True} if read_only else {}
-    return create_engine(f"duckdb:///{path}", connect_args=args)
+    # Create the workspace and copy deferred tables once, so plain SQL sees every row.
+    (reader(path, needs=set(ingest_deferrable())) if read_only else connect(path)).close()
+
+    def open_dbapi() -> ConnectionWrapper:
+        # duckdb-engine's DBAPI connection wraps the duckdb one; it forwards attribute access
+        # and keeps the raw connection as `_ConnectionWrapper__c`.
+        return ConnectionWrapper(open_workspace(path, read_only=read_only))
+
+    return create_engine(f"duckdb:///{path}", creator=open_dbapi, poolclass=NullPool)
 
 
 def ingest(con: duckdb.DuckDBPyConnection, path: str | Path, **options: Any) -> IngestResult:
