@@ -93,7 +93,7 @@ def ingest(con: duckdb.DuckDBPyConnection, path: str | Path, **options: Any) -> 
 
 
 def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.DuckDBPyRelation:
-    """Run a library query by name with bound parameters; `.df()`, `.arrow()`, `.fetchall()`."""
+    """Run a library query by name with bound parameters; `.df()`, `.to_arrow_table()`, `.fetchall()`."""
     q = queries.get(name)
     needs = q.tables()
     if not _is_read_only(con):
