@@ -234,3 +234,94 @@ def schema_cmd(fmt: str, output_path: str | None) -> None:
 
 def demo_input() -> Path:
     return Path(str(resources.files("nsight_analytics") / "data" / "demo_pageable_h2d.sqlite"))
+
+
+# --- findings and rules (nsight_analytics.rules) -------------------------------------------------
+
+
+def _rules_config(config_path: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+    from .rules.config import load_config, parse_overrides
+
+    return load_config(config_path, parse_overrides(sets))
+
+
+@main.command()
+@click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
+    help="text for people, markdown for tickets, json (an array of findings) for machines.",
+)  # fmt: skip
+@click.option(
+    "--fail-on", type=click.Choice(["warning", "critical"]), default=None,
+    help=f"Exit {EXIT_FINDINGS} when a finding at or above this severity exists (for CI).",
+)  # fmt: skip
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file of rule thresholds.")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override one threshold (repeatable).")
+@db_option
+@output_option
+def findings(
+    report_id: int | None,
+    fmt: str,
+    fail_on: str | None,
+    config_path: str | None,
+    sets: tuple[str, ...],
+    db: str | None,
+    output_path: str | None,
+) -> None:
+    """Run the rules and print ranked findings: evidence, fix, estimated savings."""
+    from .rules import SEVERITIES, run_rules
+    from .rules.render import render
+
+    with errors():
+        config = _rules_config(config_path, sets)
+        con = api.reader(db)
+        try:
+            if report_id is not None and not con.execute(
+                "SELECT count(*) FROM reports WHERE report_id = ?", [report_id]
+            ).fetchone()[0]:
+                raise NsaClickError(f"no report {report_id} in the workspace; `nsa reports` lists them.")
+            found = run_rules(con, report_id=report_id, config=config)
+            names = dict(con.execute("SELECT report_id, regexp_extract(source_path, '[^/]+$') FROM reports").fetchall())
+        finally:
+            con.close()
+        emit(render(found, fmt, names), output_path)
+    if fail_on is not None:
+        floor = SEVERITIES.index(fail_on)
+        if any(SEVERITIES.index(f.severity) >= floor for f in found):
+            sys.exit(EXIT_FINDINGS)
+
+
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@output_option
+def rules_cmd(fmt: str, output_path: str | None) -> None:
+    """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
+    from .rules import DEFAULTS, rules
+
+    rows = [
+        {
+            "rule": r.id,
+            "reads": r.kind,
+            "severity": " / ".join(r.severities),
+            "thresholds": ", ".join(f"{t}={DEFAULTS[t].default}" for t in r.thresholds),
+            "looks for": r.summary,
+        }
+        for r in rules()
+    ]
+    if fmt == "markdown":
+        lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
+        lines += [f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |" for x in rows]
+        lines += ["", "| threshold | default | unit | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{t.name}` | {t.default} | {t.unit} | {t.doc} |" for t in DEFAULTS.values()]
+        emit("\n".join(lines) + "\n", output_path)
+        return
+    if fmt == "json":
+        emit(out.render(pd.DataFrame(rows), "json"), output_path)
+        return
+    text = out.to_table(pd.DataFrame(rows), "rules")
+    text += out.to_table(
+        pd.DataFrame([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
+                      for t in DEFAULTS.values()]),
+        "thresholds (change with --config FILE or --set name=value)",
+    )  # fmt: skip
+    emit(text, output_path)

@@ -1,0 +1,133 @@
+"""Rule thresholds: documented defaults, changed by a TOML file and `name=value` overrides.
+
+A config file holds threshold names as top-level keys, or under a `[thresholds]` table:
+
+    # nsa-rules.toml
+    [thresholds]
+    small_kernel_ns = 5000
+    idle_share_warning = 0.10
+
+Unknown names are errors (a typo must not silently keep the default).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import NsaError
+
+
+class ConfigError(NsaError):
+    """A rules config file or a --set override is wrong."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    default: float | int
+    unit: str
+    doc: str
+
+
+def _t(name: str, default: float | int, unit: str, doc: str) -> Threshold:
+    return Threshold(name, default, unit, doc)
+
+
+DEFAULTS: dict[str, Threshold] = {
+    t.name: t
+    for t in (
+        # gpu-idle
+        _t("idle_share_warning", 0.20, "fraction", "GPU idle share of the steady-state span that is a warning."),
+        _t("idle_share_critical", 0.50, "fraction", "GPU idle share of the steady-state span that is critical."),
+        _t("min_gap_ns", 100_000, "ns", "Idle gaps shorter than this are not attributed to a cause (launch jitter)."),
+        # copy-dominated / pageable-memcpy
+        _t("copy_share_warning", 0.30, "fraction", "Host<->device copy share of the span that is a warning."),
+        _t("copy_share_critical", 0.60, "fraction", "Host<->device copy share of the span that is critical."),
+        _t("copy_kernel_share_max", 0.30, "fraction",
+           "copy-dominated fires only while kernels fill less than this share of the span."),
+        _t("pageable_min_ns", 1_000_000, "ns", "Pageable copy time below this is not reported."),
+        _t("pageable_share_warning", 0.05, "fraction", "Pageable copy share of the span that is a warning."),
+        _t("pageable_share_critical", 0.25, "fraction", "Pageable copy share of the span that is critical."),
+        # small-kernel-storm
+        _t("small_kernel_ns", 10_000, "ns", "A kernel shorter than this is small: launch overhead is comparable."),
+        _t("storm_min_kernels", 500, "count", "Fewest small kernels in a report for a storm."),
+        _t("storm_max_gap_ns", 50_000, "ns",
+           "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle)."),
+        _t("storm_gap_share_warning", 0.02, "fraction",
+           "Launch-gap idle share of the kernel span (first to last kernel) that makes a storm a warning (else info)."),
+        _t("storm_gap_share_critical", 0.20, "fraction", "Launch-gap idle share of the kernel span that is critical."),
+        _t("top_kernels", 3, "count", "How many kernels a finding names."),
+        # host-sync
+        _t("sync_share_warning", 0.20, "fraction",
+           "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
+           "that is a warning."),
+        _t("sync_share_critical", 0.50, "fraction", "The same share that is critical."),
+        _t("sync_share_info", 0.20, "fraction",
+           "Blocked share (all of it, GPU busy or not) worth an info finding even when the GPU was busy."),
+        # ncu
+        _t("heavy_kernel_share", 0.05, "fraction",
+           "A kernel is heavy when it holds at least this share of the report's kernel time."),
+        _t("max_kernel_findings", 3, "count", "At most this many kernels per ncu rule and report."),
+        _t("stall_share_min", 40.0, "%", "A stall reason dominates at this share of all stall cycles."),
+        _t("sol_busy_pct", 60.0, "%", "Throughput at or above which a unit counts as busy (speed_of_light)."),
+        _t("latency_bound_max_pct", 40.0, "%",
+           "latency-bound fires when both compute and memory throughput are below this."),
+        _t("occupancy_low_pct", 40.0, "%", "Achieved occupancy below this is low."),
+        _t("occupancy_theoretical_low_pct", 50.0, "%",
+           "low-occupancy is a warning when the theoretical occupancy is below this (a limiter bites)."),
+    )
+}
+
+
+def defaults() -> dict[str, float | int]:
+    return {name: t.default for name, t in DEFAULTS.items()}
+
+
+def _coerce(name: str, value: Any) -> float | int:
+    if name not in DEFAULTS:
+        known = ", ".join(sorted(DEFAULTS))
+        raise ConfigError(f"unknown rule threshold {name!r}; `nsa rules` lists them: {known}.")
+    want = type(DEFAULTS[name].default)
+    if isinstance(value, bool):
+        raise ConfigError(f"threshold {name} wants a number, got {value!r}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"threshold {name} wants a number, got {value!r}.") from exc
+    return int(number) if want is int else number
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> dict[str, float | int]:
+    """Defaults, then the TOML file, then `overrides` (the CLI's --set)."""
+    values = defaults()
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read rules config {p}: {exc.strerror or exc}.") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"rules config {p} is not valid TOML: {exc}.") from exc
+        table = data.get("thresholds", data)
+        if not isinstance(table, dict):
+            raise ConfigError(f"rules config {p}: [thresholds] must be a table.")
+        for k, v in table.items():
+            values[k] = _coerce(k, v)
+    for k, v in (overrides or {}).items():
+        values[k] = _coerce(k, v)
+    return values
+
+
+def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set {pair!r} should look like name=value, e.g. small_kernel_ns=5000.")
+        k, v = pair.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out

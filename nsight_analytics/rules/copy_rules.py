@@ -1,0 +1,243 @@
+"""Copy rules on nsys reports: host<->device copies that dominate, and pageable host memory."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .context import Context
+from .model import Finding, rule
+from .units import bw, count, dur, pct, size
+
+HOST_DEVICE = ("HtoD", "DtoH")
+MIN_BANDWIDTH_BYTES = 1 << 20  # average copy size below which a copy group measures no bandwidth
+
+
+def _memory(row: pd.Series) -> str:
+    """The host side of a copy: 'pageable' or 'pinned' (or whatever the export says)."""
+    host = row["src_kind"] if row["copy_kind"] == "HtoD" else row["dst_kind"]
+    return str(host) if host is not None and not pd.isna(host) else "unknown"
+
+
+def _phrase(row: pd.Series) -> str:
+    prep = "from" if row["copy_kind"] == "HtoD" else "into"
+    return f"{row['copy_kind']} copies {prep} {_memory(row)} memory"
+
+
+def _pinned_gbps(copies: pd.DataFrame, direction: str) -> tuple[float | None, str]:
+    """Measured pinned bandwidth in this report: same direction first, else the other one."""
+    if copies.empty:
+        return None, ""
+    pinned = copies[copies.apply(_memory, axis=1) == "pinned"]
+    # tiny copies measure latency, not bandwidth
+    pinned = pinned[pinned["bytes"] >= MIN_BANDWIDTH_BYTES * pinned["copies"]]
+    for scope, rows in (("same direction", pinned[pinned["copy_kind"] == direction]), ("other direction", pinned)):
+        b, ns = rows["bytes"].sum(), rows["total_ns"].sum()
+        if ns > 0 and b > 0:
+            return float(b / ns), scope
+    return None, ""
+
+
+def pinning_savings(copies: pd.DataFrame) -> tuple[dict[int, int], dict[str, float]]:
+    """Per device: time the pageable host<->device copies would save at this report's pinned rate."""
+    per_device: dict[int, int] = {}
+    rates: dict[str, float] = {}
+    for r in copies[copies["pageable"] & copies["copy_kind"].isin(HOST_DEVICE)].itertuples():
+        gbps, _ = _pinned_gbps(copies, r.copy_kind)
+        if gbps is None:
+            continue
+        rates[r.copy_kind] = gbps
+        saved = max(0.0, r.total_ns - r.bytes / gbps)
+        per_device[r.device_id] = per_device.get(r.device_id, 0) + int(saved)
+    return per_device, rates
+
+
+@rule(
+    "copy-dominated",
+    kind="nsys",
+    severities=("warning", "critical"),
+    thresholds=("copy_share_warning", "copy_share_critical", "copy_kernel_share_max"),
+)
+def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
+    """Host<->device copies fill most of the GPU timeline while kernels fill little of it.
+
+    Anti-pattern: the program moves data between host and GPU for most of its run (re-sending
+    inputs every step, copying results back eagerly, staging through pageable memory) and the
+    GPU computes only a small part of the time, so the copy engines, not the SMs, set the pace.
+
+    Fix: keep data resident on the GPU across steps; send less (lower precision, only what
+    changed); overlap copies with compute (copies on a side stream with cudaMemcpyAsync from
+    pinned memory, double buffering, DataLoader pin_memory=True + non_blocking=True); move
+    pageable buffers to pinned (cudaHostAlloc / tensor.pin_memory()).
+
+    est_savings_ns: the larger of (a) the copy time that could hide behind kernels, i.e.
+    min(copy time not overlapped by kernels, kernel time not overlapped by copies): overlapping
+    can never save more than the compute there is to overlap with; and (b) for pageable copies,
+    their time minus bytes / the pinned bandwidth measured in the same report (None for (b)
+    without a pinned measurement). The largest device's value when GPUs run side by side.
+    """
+    util = ctx.query("utilization", rid)
+    copies = ctx.query("memcpy_summary", rid)
+    hd = copies[copies["copy_kind"].isin(HOST_DEVICE)]
+    if util.empty or hd.empty:
+        return []
+    span = int(util["span_ns"].sum())
+    kernel = int(util["kernel_busy_ns"].sum())
+    hd_busy = int(hd["busy_ns"].sum())
+    share = min(1.0, hd_busy / span) if span else 0.0
+    kernel_share = kernel / span if span else 0.0
+    if share < ctx["copy_share_warning"] or kernel_share >= ctx["copy_kernel_share_max"]:
+        return []
+    severity = "critical" if share >= ctx["copy_share_critical"] else "warning"
+    groups = (
+        hd.groupby(["copy_kind", "src_kind", "dst_kind"], dropna=False)
+        .agg(copies=("copies", "sum"), bytes=("bytes", "sum"), total_ns=("total_ns", "sum"),
+             busy_ns=("busy_ns", "sum"), pageable=("pageable", "max"))
+        .reset_index()
+        .sort_values("busy_ns", ascending=False)
+    )
+    top = groups.iloc[0]
+    top_share = top["busy_ns"] / span
+    devices = len(util)
+    where = f" on {devices} GPUs" if devices > 1 else ""
+    parts = [
+        f"{_phrase(g)}: {size(g['bytes'])} in {count(g['copies'])} copies, {dur(g['total_ns'])} at "
+        f"{bw(g['bytes'], g['total_ns'])} ({pct(g['busy_ns'] / span)} of the span)"
+        for i, (_, g) in enumerate(groups.head(3).iterrows())
+        if i == 0 or g["busy_ns"] >= 0.01 * span
+    ]
+    message = (
+        f"Host<->device copies ran {pct(share)} of the {dur(span)} GPU span{where}; kernels only "
+        f"{pct(kernel_share)}. " + "; ".join(parts) + "."
+    )
+    overlap: dict[int, int] = {}
+    for r in util.itertuples():
+        hidden = r.copy_busy_ns - r.copy_only_ns
+        overlap[r.device_id] = int(max(0, min(r.copy_only_ns, r.kernel_busy_ns - hidden)))
+    pin, rates = pinning_savings(copies)
+    per_device = {d: max(overlap.get(d, 0), pin.get(d, 0)) for d in set(overlap) | set(pin)}
+    savings = max(per_device.values()) if per_device else None
+    memory = _memory(top)
+    if memory == "pageable":
+        rate = rates.get(str(top["copy_kind"]))
+        recommendation = (
+            f"Allocate the host buffers of these {top['copy_kind']} copies as pinned memory (cudaHostAlloc / "
+            f"cudaHostRegister; PyTorch: tensor.pin_memory(), DataLoader(pin_memory=True)): pageable copies "
+            f"are staged by the driver and ran at {bw(top['bytes'], top['total_ns'])}"
+            + (f" where pinned copies in this run reached {rate:.3g} GB/s" if rate else "")
+            + ". Then send less data per step and overlap the copies with compute on a second stream."
+        )
+    else:
+        recommendation = (
+            f"The {top['copy_kind']} copies already use {memory} memory at {bw(top['bytes'], top['total_ns'])}: "
+            "the win is moving fewer bytes. Keep tensors resident on the GPU across steps instead of re-sending "
+            "them, send only what changed or in lower precision (bf16/fp16/int8), and overlap what remains with "
+            "compute (cudaMemcpyAsync on a side stream, double buffering; PyTorch: non_blocking=True)."
+        )
+    title = f"{_phrase(top)} fill {pct(top_share)} of the GPU span ({bw(top['bytes'], top['total_ns'])}){where}"
+    ev = {
+        "span_ns": span,
+        "copy_busy_ns": hd_busy,
+        "copy_share": share,
+        "kernel_busy_ns": kernel,
+        "kernel_share": kernel_share,
+        "devices": devices,
+        "dominant": {
+            "copy_kind": str(top["copy_kind"]), "host_memory": memory, "copies": int(top["copies"]),
+            "bytes": int(top["bytes"]), "total_ns": int(top["total_ns"]), "busy_ns": int(top["busy_ns"]),
+            "share": float(top_share), "gb_per_s": float(top["bytes"] / top["total_ns"]) if top["total_ns"] else None,
+        },
+        "overlap_savings_ns": max(overlap.values()) if overlap else 0,
+        "pinning_savings_ns": max(pin.values()) if pin else None,
+        "pinned_gb_per_s": rates or None,
+    }
+    return [Finding("copy-dominated", severity, rid, title, message, recommendation, ev, savings)]
+
+
+@rule(
+    "pageable-memcpy",
+    kind="nsys",
+    severities=("info", "warning", "critical"),
+    thresholds=("pageable_min_ns", "pageable_share_warning", "pageable_share_critical"),
+)
+def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
+    """Copies from or to pageable host memory: cudaMemcpyAsync silently becomes synchronous.
+
+    Anti-pattern: the host buffer of a copy was allocated with malloc / new / a plain NumPy or
+    torch CPU tensor. The driver must stage it through its own pinned buffer, so the copy runs
+    at a fraction of the link's bandwidth and the calling thread blocks until it is done, even
+    for cudaMemcpyAsync, killing copy/compute overlap.
+
+    Fix: allocate those buffers pinned (cudaHostAlloc, cudaMallocHost, cudaHostRegister;
+    PyTorch tensor.pin_memory(), DataLoader(pin_memory=True)) and issue the copies async.
+
+    est_savings_ns: for each pageable copy group, its time minus bytes / the pinned bandwidth
+    measured in the same report (same direction when there is one), summed over the groups of
+    a device; the largest device. None when the report has no pinned copy to measure. Overlaps
+    with copy-dominated's estimate when that finding is about the same copies: do not add them.
+    """
+    copies = ctx.query("memcpy_summary", rid)
+    util = ctx.query("utilization", rid)
+    pg = copies[copies["pageable"]]
+    if pg.empty or util.empty:
+        return []
+    total_ns = int(pg["total_ns"].sum())
+    if total_ns < ctx["pageable_min_ns"]:
+        return []
+    span = int(util["span_ns"].sum())
+    busy = int(pg["busy_ns"].sum())
+    share = busy / span if span else 0.0
+    if share >= ctx["pageable_share_critical"]:
+        severity = "critical"
+    elif share >= ctx["pageable_share_warning"]:
+        severity = "warning"
+    else:
+        severity = "info"
+    groups = (
+        pg.groupby(["copy_kind", "src_kind", "dst_kind"], dropna=False)
+        .agg(copies=("copies", "sum"), bytes=("bytes", "sum"), total_ns=("total_ns", "sum"),
+             busy_ns=("busy_ns", "sum"), apis=("launch_apis", lambda s: ",".join(sorted({x for v in s.dropna() for x in v.split(",")}))))
+        .reset_index()
+        .sort_values("total_ns", ascending=False)
+    )
+    pin, rates = pinning_savings(copies)
+    parts = []
+    for _, g in groups.iterrows():
+        text = (f"{_phrase(g)}: {count(g['copies'])} copies, {size(g['bytes'])} in {dur(g['total_ns'])} at "
+                f"{bw(g['bytes'], g['total_ns'])}")
+        if g["copy_kind"] in rates:
+            text += f" (pinned: {rates[g['copy_kind']]:.3g} GB/s)"
+        parts.append(text)
+    apis = sorted({a for v in groups["apis"] for a in v.split(",") if a})
+    async_note = ""
+    if any("Async" in a for a in apis):
+        async_note = " They were issued with " + ", ".join(apis) + ", which blocks the host for pageable memory."
+    message = (
+        f"{count(pg['copies'].sum())} copies touched pageable host memory for {dur(total_ns)} "
+        f"({pct(share)} of the GPU span): " + "; ".join(parts) + "." + async_note
+    )
+    savings = max(pin.values()) if pin else None
+    if savings is not None:
+        message += f" At the pinned bandwidth measured in this run they would take {dur(savings)} less."
+    top = groups.iloc[0]
+    title = f"{count(pg['copies'].sum())} copies use pageable host memory ({dur(total_ns)}, {_phrase(top)} worst)"
+    recommendation = (
+        "Allocate the host side of these copies as pinned memory: cudaHostAlloc / cudaMallocHost, or "
+        "cudaHostRegister on existing buffers; in PyTorch tensor.pin_memory() or DataLoader(pin_memory=True), "
+        "then .to('cuda', non_blocking=True). Reuse the pinned buffers across steps: pinning is expensive."
+    )
+    ev = {
+        "copies": int(pg["copies"].sum()),
+        "bytes": int(pg["bytes"].sum()),
+        "total_ns": total_ns,
+        "busy_ns": busy,
+        "span_share": share,
+        "groups": [
+            {"copy_kind": str(g["copy_kind"]), "src_kind": str(g["src_kind"]), "dst_kind": str(g["dst_kind"]),
+             "copies": int(g["copies"]), "bytes": int(g["bytes"]), "total_ns": int(g["total_ns"]),
+             "gb_per_s": float(g["bytes"] / g["total_ns"]) if g["total_ns"] else None}
+            for _, g in groups.iterrows()
+        ],
+        "launch_apis": apis,
+        "pinned_gb_per_s": rates or None,
+    }
+    return [Finding("pageable-memcpy", severity, rid, title, message, recommendation, ev, savings)]

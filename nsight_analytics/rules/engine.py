@@ -1,0 +1,53 @@
+"""Run the registered rules over a workspace and rank what they find."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+# Importing a rules module registers its rules; this order is the order `nsa rules` lists them.
+from . import nsys_rules  # noqa: F401, I001
+from . import copy_rules  # noqa: F401
+from . import kernel_rules  # noqa: F401
+from . import ncu_rules  # noqa: F401
+from .config import load_config
+from .context import Context
+from .model import REGISTRY, SEVERITY_RANK, Finding, Rule
+
+
+def rules() -> list[Rule]:
+    """Every registered rule, in registration order."""
+    return list(REGISTRY.values())
+
+
+def rank_key(f: Finding) -> tuple[Any, ...]:
+    """Estimated savings first (None last), then severity, then the time at stake."""
+    stake = f.evidence.get("time_at_stake_ns") or 0
+    return (
+        f.est_savings_ns is None,
+        -(f.est_savings_ns or 0),
+        -SEVERITY_RANK[f.severity],
+        -stake,
+        f.report_id,
+        f.rule_id,
+    )
+
+
+def run_rules(
+    con: duckdb.DuckDBPyConnection,
+    report_id: int | None = None,
+    config: dict[str, Any] | None = None,
+    only: list[str] | None = None,
+) -> list[Finding]:
+    """All findings for one report (or every report), ranked; `config` overrides thresholds."""
+    values = load_config(overrides=config)
+    ctx = Context(con, values, report_id)
+    selected = [r for r in rules() if only is None or r.id in only]
+    found: list[Finding] = []
+    for kind in ("nsys", "ncu"):
+        for rid in ctx.reports(kind)["report_id"].tolist():
+            for r in selected:
+                if r.kind == kind:
+                    found.extend(r.check(ctx, int(rid)))
+    return sorted(found, key=rank_key)

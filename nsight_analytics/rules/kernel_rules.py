@@ -1,0 +1,145 @@
+"""Kernel-launch rules on nsys reports: storms of tiny kernels that leave the GPU launch-bound."""
+
+from __future__ import annotations
+
+import bisect
+
+import pandas as pd
+
+from .context import Context
+from .model import Finding, rule
+from .units import count, dur, pct
+
+_TOP_SMALL = """
+SELECT report_id, coalesce(short_name, name) AS short_name, count(DISTINCT name) AS variants,
+       min(name) AS name, count(*) AS launches, avg(duration_ns) AS avg_ns, sum(duration_ns) AS total_ns
+FROM kernels
+WHERE ($rid IS NULL OR report_id = $rid) AND duration_ns < $small
+GROUP BY ALL
+ORDER BY report_id, launches DESC, short_name
+"""
+
+
+_KERNEL_SPAN = """
+SELECT report_id, device_id, max(end_ns) - min(start_ns) AS span_ns
+FROM kernels WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
+"""
+
+
+def _short(name: str, width: int = 50) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _idle_in_windows(gaps: pd.DataFrame, storms: pd.DataFrame, max_gap_ns: int) -> dict[int, int]:
+    """Per device: idle time (nothing at all running) in short gaps inside storm windows."""
+    out: dict[int, int] = {}
+    for dev, st in storms.groupby("device_id"):
+        st = st.sort_values("start_ns")
+        starts, ends = st["start_ns"].tolist(), st["end_ns"].tolist()
+        g = gaps[(gaps["device_id"] == dev) & (gaps["gap_ns"] <= max_gap_ns)]
+        total = 0
+        for s, e, n in zip(g["gap_start_ns"], g["gap_end_ns"], g["gap_ns"]):
+            i = bisect.bisect_right(starts, s) - 1
+            if i >= 0 and e <= ends[i]:
+                total += int(n)
+        out[int(dev)] = total
+    return out
+
+
+@rule(
+    "small-kernel-storm",
+    kind="nsys",
+    severities=("info", "warning", "critical"),
+    thresholds=("small_kernel_ns", "storm_min_kernels", "storm_max_gap_ns", "storm_gap_share_warning",
+                "storm_gap_share_critical", "top_kernels"),
+)
+def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
+    """Many kernels shorter than small_kernel_ns: the run is launch-bound, not compute-bound.
+
+    Anti-pattern: thousands of tiny kernels (elementwise ops, eager-mode PyTorch, per-element
+    loops launching kernels), each shorter than the ~2-5 us a launch costs on the host. The
+    GPU finishes each one before the host has issued the next and waits in between.
+
+    Fix: fuse the elementwise chains (torch.compile, a custom/Triton kernel, fused optimizers
+    such as AdamW(fused=True) or foreach=True), capture the steady-state step in a CUDA graph
+    (torch.cuda.graphs / CUDAGraph, cudaStreamBeginCapture) so one launch replays hundreds of
+    kernels, and batch work so each kernel does more.
+
+    est_savings_ns: the GPU idle time (nothing running at all, copies included) in gaps of at
+    most storm_max_gap_ns inside storm windows (`small_kernel_storms`: runs of consecutive
+    tiny kernels), i.e. the launch gaps fusion or graphs remove; the largest device. The
+    kernels' own time is not counted: fused work still has to run.
+    """
+    small = ctx["small_kernel_ns"]
+    summary = ctx.query("small_kernels", rid, max_kernel_ns=int(small))
+    if summary.empty:
+        return []
+    s = summary.iloc[0]
+    n_small = int(s["small_kernels"])
+    if n_small < ctx["storm_min_kernels"]:
+        return []
+    spans = ctx.sql("kernel_span", _KERNEL_SPAN, rid)
+    dev_span = {int(r.device_id): int(r.span_ns) for r in spans.itertuples()}
+    span = max(dev_span.values()) if dev_span else 0
+    storms = ctx.query(
+        "small_kernel_storms", rid, max_kernel_ns=int(small), max_gap_ns=int(ctx["storm_max_gap_ns"]),
+    )
+    idle: dict[int, int] = {}
+    if not storms.empty:
+        gaps = ctx.query("gaps", rid, min_gap_ns=1)
+        idle = _idle_in_windows(gaps, storms, int(ctx["storm_max_gap_ns"]))
+    savings = max(idle.values()) if idle else 0
+    worst_dev = max(idle, key=idle.get) if idle else None
+    gap_share = savings / dev_span.get(worst_dev, span) if worst_dev is not None and span else 0.0
+    if gap_share >= ctx["storm_gap_share_critical"]:
+        severity = "critical"
+    elif gap_share >= ctx["storm_gap_share_warning"]:
+        severity = "warning"
+    else:
+        severity = "info"
+    top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small)).head(int(ctx["top_kernels"]))
+    named = "; ".join(
+        f"{_short(r.short_name)} x{count(r.launches)} (avg {dur(r.avg_ns)}"
+        + (f", {r.variants} template variants)" if r.variants > 1 else ")")
+        for r in top.itertuples()
+    )
+    message = (
+        f"{count(n_small)} of {count(s['kernels'])} kernels ({pct(s['launch_pct'] / 100)}) ran shorter than "
+        f"{dur(small)}, {dur(s['small_kernel_ns'])} of GPU time in total, launched by {dur(s['launch_api_ns'])} "
+        f"of host launch calls. Most frequent: {named}."
+    )
+    if storms.empty:
+        message += " No storm window (a run of tiny kernels with the GPU mostly waiting) was found."
+    else:
+        message += (
+            f" {count(len(storms))} storm windows ({count(storms['kernels'].sum())} kernels, GPU busy "
+            f"{storms['busy_ns'].sum() / max(1, storms['window_ns'].sum()) * 100:.0f}% inside them) left the GPU "
+            f"idle {dur(savings)} in launch gaps ({pct(gap_share)} of the span from first to last kernel)."
+        )
+    recommendation = (
+        "Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the elementwise "
+        "chain; fused/foreach optimizers for parameter updates), and capture the steady-state step in a CUDA "
+        "graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one launch replays them all. Batch small "
+        "operations so each kernel does more work."
+    )
+    title = (
+        f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top.iloc[0]['short_name']} at "
+        f"{dur(top.iloc[0]['avg_ns'])} avg" if not top.empty else f"{count(n_small)} tiny kernels"
+    )
+    ev = {
+        "small_kernel_ns": int(small),
+        "kernels": int(s["kernels"]),
+        "small_kernels": n_small,
+        "small_kernel_time_ns": int(s["small_kernel_ns"]),
+        "launch_api_ns": int(s["launch_api_ns"]),
+        "storm_windows": int(len(storms)),
+        "storm_idle_ns": int(savings),
+        "storm_idle_share": gap_share,
+        "top_kernels": [
+            {"short_name": r.short_name, "example_name": r.name, "variants": int(r.variants),
+             "launches": int(r.launches), "avg_ns": float(r.avg_ns)}
+            for r in top.itertuples()
+        ],
+    }
+    return [Finding("small-kernel-storm", severity, rid, title, message, recommendation, ev,
+                    None if storms.empty else savings)]

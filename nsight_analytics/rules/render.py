@@ -1,0 +1,66 @@
+"""Findings as text for a performance engineer, Markdown for a ticket, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+
+from .model import Finding
+from .units import dur
+
+FORMATS = ("text", "json", "markdown")
+
+
+def _savings(f: Finding) -> str:
+    return f"est. savings {dur(f.est_savings_ns)}" if f.est_savings_ns is not None else "no savings estimate"
+
+
+def to_text(findings: list[Finding], reports: dict[int, str] | None = None, width: int = 100) -> str:
+    if not findings:
+        return "No findings: no rule fired on the selected reports.\n"
+    reports = reports or {}
+    out = []
+    for i, f in enumerate(findings, 1):
+        where = f"report {f.report_id}" + (f" ({reports[f.report_id]})" if f.report_id in reports else "")
+        out.append(f"{i}. [{f.severity.upper()}] {f.title}")
+        out.append(f"   {f.rule_id} | {where} | {_savings(f)}")
+        for para, lead in ((f.message, "   "), ("Fix: " + f.recommendation, "   ")):
+            out.append(textwrap.fill(para, width=width, initial_indent=lead, subsequent_indent=lead))
+        out.append("")
+    counts = {s: sum(f.severity == s for f in findings) for s in ("critical", "warning", "info")}
+    out.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".")
+    return "\n".join(out) + "\n"
+
+
+def to_markdown(findings: list[Finding], reports: dict[int, str] | None = None) -> str:
+    if not findings:
+        return "No findings.\n"
+    reports = reports or {}
+    out = ["# Findings", ""]
+    for i, f in enumerate(findings, 1):
+        where = reports.get(f.report_id, f"report {f.report_id}")
+        out += [
+            f"## {i}. {f.title}",
+            "",
+            f"**{f.severity}** · `{f.rule_id}` · report {f.report_id} ({where}) · {_savings(f)}",
+            "",
+            f.message,
+            "",
+            f"**Fix:** {f.recommendation}",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def to_json(findings: list[Finding]) -> str:
+    return json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def render(findings: list[Finding], fmt: str, reports: dict[int, str] | None = None) -> str:
+    renderers: dict[str, Callable[[], str]] = {
+        "text": lambda: to_text(findings, reports),
+        "markdown": lambda: to_markdown(findings, reports),
+        "json": lambda: to_json(findings),
+    }
+    return renderers[fmt]()

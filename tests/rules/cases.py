@@ -1,0 +1,170 @@
+"""Rule cases as data: canonical rows in, findings (rule id, severity) out.
+
+Each case names the rules it runs (`rules`), the rows it inserts per canonical table (a
+`reports` row is added for every report id used), optional threshold overrides (`config`),
+and the findings expected, as (rule_id, severity) pairs in rank order. Times in ns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MS = 1_000_000
+US = 1_000
+PID = 100
+
+
+def kernel(start: int, dur: int, name: str = "gemm", rid: int = 1, dev: int = 0, corr: int | None = None) -> dict:
+    return {"report_id": rid, "device_id": dev, "stream_id": 7, "pid": PID, "start_ns": start,
+            "end_ns": start + dur, "duration_ns": dur, "name": name, "short_name": name,
+            "correlation_id": corr}
+
+
+def copy(start: int, dur: int, nbytes: int, kind: str = "HtoD", host: str = "pinned", rid: int = 1,
+         corr: int | None = None) -> dict:
+    src, dst = (host, "device") if kind == "HtoD" else ("device", host)
+    return {"report_id": rid, "device_id": 0, "stream_id": 7, "pid": PID, "start_ns": start,
+            "end_ns": start + dur, "duration_ns": dur, "bytes": nbytes, "copy_kind": kind,
+            "src_kind": src, "dst_kind": dst, "correlation_id": corr}
+
+
+def api(start: int, dur: int, name: str, rid: int = 1, corr: int | None = None) -> dict:
+    return {"report_id": rid, "pid": PID, "tid": PID, "start_ns": start, "end_ns": start + dur,
+            "duration_ns": dur, "name": name, "correlation_id": corr}
+
+
+def launched(start: int, dur: int, corr: int, name: str = "gemm", issue_at: int | None = None) -> tuple[dict, dict]:
+    """A kernel and the cudaLaunchKernel that issued it (by default 5 us before it starts)."""
+    at = start - 5 * US if issue_at is None else issue_at
+    return kernel(start, dur, name, corr=corr), api(at, 3 * US, "cudaLaunchKernel", corr=corr)
+
+
+def ncu_launch(launch: int, name: str, duration_ns: float, rid: int = 1, **metrics: float) -> tuple[dict, list[dict]]:
+    k = {"report_id": rid, "launch_id": launch, "name": name, "device_id": 0}
+    rows = [{"report_id": rid, "launch_id": launch, "metric_name": "gpu__time_duration.sum", "unit": "ns",
+             "value": duration_ns}]
+    rows += [{"report_id": rid, "launch_id": launch, "metric_name": m.replace("__DOT__", "."), "value": v}
+             for m, v in metrics.items()]
+    return k, rows
+
+
+def _idle(gap_ms: int, cause: str) -> dict[str, list[dict]]:
+    """Two 1 ms kernels `gap_ms` apart; the host is in a sync call or launches late."""
+    k1, a1 = launched(0, 1 * MS, corr=1)
+    start2 = (1 + gap_ms) * MS
+    if cause == "sync":
+        k2, a2 = launched(start2, 1 * MS, corr=2, issue_at=0)
+        extra = [api(1 * MS - 10 * US, gap_ms * MS, "cudaDeviceSynchronize")]
+    else:  # late launch
+        k2, a2 = launched(start2, 1 * MS, corr=2)
+        extra = []
+    return {"kernels": [k1, k2], "cuda_api": [a1, a2, *extra]}
+
+
+def _storm(n: int, dur: int = 2 * US, gap: int = 3 * US) -> dict[str, list[dict]]:
+    ks, apis = [], []
+    for i in range(n):
+        k, a = launched(i * (dur + gap), dur, corr=i + 1, name="elementwise_add")
+        ks.append(k)
+        apis.append(a)
+    return {"kernels": ks, "cuda_api": apis}
+
+
+def _ncu(name: str = "void heavy_kernel(float*)", **m: float) -> dict[str, list[dict]]:
+    k, rows = ncu_launch(0, name, 1 * MS, **m)
+    return {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k], "ncu_metrics": rows}
+
+
+SOL = "sm__throughput__DOT__avg__DOT__pct_of_peak_sustained_elapsed"
+MEM = "gpu__compute_memory_throughput__DOT__avg__DOT__pct_of_peak_sustained_elapsed"
+STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active__DOT__ratio"
+
+CASES: list[dict[str, Any]] = [
+    # gpu-idle
+    {"id": "idle-sync-critical", "rules": ["gpu-idle"], "rows": _idle(9, "sync"),
+     "expect": [("gpu-idle", "critical")]},
+    {"id": "idle-late-launch-critical", "rules": ["gpu-idle"], "rows": _idle(9, "late"),
+     "expect": [("gpu-idle", "critical")]},
+    {"id": "idle-warning", "rules": ["gpu-idle"],
+     "rows": {"kernels": [kernel(0, 7 * MS), kernel(10 * MS, 1 * MS)]}, "expect": [("gpu-idle", "warning")]},
+    {"id": "idle-threshold-raised", "rules": ["gpu-idle"], "config": {"idle_share_warning": 0.9},
+     "rows": _idle(9, "sync"), "expect": []},
+    {"id": "idle-busy-passes", "rules": ["gpu-idle"],
+     "rows": {"kernels": [kernel(0, 5 * MS), kernel(5 * MS + 2 * US, 5 * MS)]}, "expect": []},
+    # host-sync
+    {"id": "sync-while-idle", "rules": ["host-sync"], "rows": _idle(9, "sync"),
+     "expect": [("host-sync", "critical")]},
+    {"id": "sync-while-busy-info", "rules": ["host-sync"],
+     "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 3 * US, "cudaLaunchKernel"),
+                                                          api(5 * US, 10 * MS, "cudaStreamSynchronize")]},
+     "expect": [("host-sync", "info")]},
+    {"id": "async-calls-pass", "rules": ["host-sync"],
+     "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 10 * MS, "cudaMemcpyAsync")]}, "expect": []},
+    # copy-dominated
+    {"id": "h2d-critical", "rules": ["copy-dominated"],
+     "rows": {"memcpy": [copy(0, 90 * MS, 4_500_000_000)], "kernels": [kernel(90 * MS, 5 * MS)]},
+     "expect": [("copy-dominated", "critical")]},
+    {"id": "d2h-warning", "rules": ["copy-dominated"],
+     "rows": {"memcpy": [copy(0, 40 * MS, 2_000_000_000, "DtoH")], "kernels": [kernel(40 * MS, 10 * MS),
+                                                                            kernel(90 * MS, 10 * MS)]},
+     "expect": [("copy-dominated", "warning")]},
+    {"id": "kernels-busy-passes", "rules": ["copy-dominated"],
+     "rows": {"memcpy": [copy(0, 40 * MS, 2_000_000_000)], "kernels": [kernel(40 * MS, 60 * MS)]}, "expect": []},
+    {"id": "dtod-not-counted", "rules": ["copy-dominated"],
+     "rows": {"memcpy": [{**copy(0, 90 * MS, 10**10), "copy_kind": "DtoD", "src_kind": "device",
+                          "dst_kind": "device"}], "kernels": [kernel(90 * MS, 5 * MS)]}, "expect": []},
+    # pageable-memcpy
+    {"id": "pageable-critical", "rules": ["pageable-memcpy"],
+     "rows": {"memcpy": [copy(0, 50 * MS, 300_000_000, "DtoH", "pageable"), copy(60 * MS, 2 * MS, 100_000_000)],
+              "kernels": [kernel(62 * MS, 38 * MS)]},
+     "expect": [("pageable-memcpy", "critical")]},
+    {"id": "pageable-info", "rules": ["pageable-memcpy"],
+     "rows": {"memcpy": [copy(0, 2 * MS, 10_000_000, "HtoD", "pageable")], "kernels": [kernel(2 * MS, 98 * MS)]},
+     "expect": [("pageable-memcpy", "info")]},
+    {"id": "pinned-passes", "rules": ["pageable-memcpy"],
+     "rows": {"memcpy": [copy(0, 50 * MS, 2_500_000_000)], "kernels": [kernel(50 * MS, 50 * MS)]}, "expect": []},
+    # small-kernel-storm
+    {"id": "storm-critical", "rules": ["small-kernel-storm"], "rows": _storm(600),
+     "expect": [("small-kernel-storm", "critical")]},
+    {"id": "few-small-kernels-pass", "rules": ["small-kernel-storm"], "rows": _storm(100), "expect": []},
+    {"id": "storm-threshold-lowered", "rules": ["small-kernel-storm"], "config": {"small_kernel_ns": 1000},
+     "rows": _storm(600), "expect": []},
+    # no-gpu-activity
+    {"id": "no-gpu", "rules": ["no-gpu-activity", "gpu-idle", "copy-dominated"],
+     "rows": {"reports": [{"report_id": 1, "kind": "nsys", "has_kernels": False,
+                           "activity_kinds": ["cuda_api", "nvtx", "osrt"]}],
+              "cuda_api": [api(0, 2 * US, "cuModuleGetLoadingMode")]},
+     "expect": [("no-gpu-activity", "warning")]},
+    {"id": "gpu-present", "rules": ["no-gpu-activity"], "rows": {"kernels": [kernel(0, MS)]}, "expect": []},
+    # ncu
+    {"id": "stall-dominated", "rules": ["stall-dominated"],
+     "rows": _ncu(**{STALL.format("long_scoreboard"): 6.0, STALL.format("barrier"): 1.0,
+                     STALL.format("wait"): 1.0}),
+     "expect": [("stall-dominated", "warning")]},
+    {"id": "stalls-spread-pass", "rules": ["stall-dominated"],
+     "rows": _ncu(**{STALL.format("long_scoreboard"): 3.0, STALL.format("barrier"): 3.0,
+                     STALL.format("wait"): 3.0}),
+     "expect": []},
+    {"id": "memory-bound-at-peak", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 20.0, MEM: 90.0}),
+     "expect": [("memory-bound", "info")]},
+    {"id": "memory-bound-below-peak", "rules": ["memory-bound"], "rows": _ncu(**{SOL: 20.0, MEM: 70.0}),
+     "expect": [("memory-bound", "warning")]},
+    {"id": "latency-bound", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 10.0, MEM: 15.0}),
+     "expect": [("latency-bound", "warning")]},
+    {"id": "compute-bound-passes", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 85.0, MEM: 30.0}),
+     "expect": []},
+    {"id": "low-occupancy-registers", "rules": ["low-occupancy"],
+     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 25.0,
+                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 22.0,
+                     "launch__occupancy_limit_registers": 2, "launch__occupancy_limit_shared_mem": 8,
+                     "launch__occupancy_limit_warps": 8, "launch__occupancy_limit_blocks": 32}),
+     "expect": [("low-occupancy", "warning")]},
+    {"id": "low-achieved-only", "rules": ["low-occupancy"],
+     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 100.0,
+                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 20.0}),
+     "expect": [("low-occupancy", "info")]},
+    {"id": "occupancy-fine", "rules": ["low-occupancy"],
+     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 100.0,
+                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 80.0}),
+     "expect": []},
+]

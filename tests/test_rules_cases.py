@@ -1,0 +1,65 @@
+"""One runner for every rule case in tests/rules/cases.py: rows in, (rule id, severity) out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from nsight_analytics import schema
+from nsight_analytics.rules import run_rules
+from rules.cases import CASES
+
+
+def _insert(con, table: str, rows: list[dict]) -> None:
+    cols = schema.BY_NAME[table].col_names
+    for row in rows:
+        unknown = set(row) - set(cols)
+        assert not unknown, f"{table} has no columns {unknown}"
+        names = list(row)
+        con.execute(
+            f'INSERT INTO "{table}" ({", ".join(names)}) VALUES ({", ".join("?" for _ in names)})',
+            [row[n] for n in names],
+        )
+
+
+def load_case(con, rows: dict[str, list[dict]]) -> None:
+    reports = {r["report_id"]: r for r in rows.get("reports", [])}
+    for table, table_rows in rows.items():
+        for r in table_rows:
+            if "report_id" in r and r["report_id"] not in reports:
+                reports[r["report_id"]] = {"report_id": r["report_id"], "kind": "nsys"}
+    for rid, rep in reports.items():
+        kinds = rep.get("activity_kinds") or sorted(
+            {"kernels": "kernel", "memcpy": "memcpy", "cuda_api": "cuda_api"}[t]
+            for t in rows if t in ("kernels", "memcpy", "cuda_api")
+        )
+        _insert(con, "reports", [{"source_path": f"/cases/report{rid}", "sha256": str(rid),
+                                  "has_kernels": "kernels" in rows, "activity_kinds": kinds, **rep}])
+    for table, table_rows in rows.items():
+        if table != "reports":
+            _insert(con, table, table_rows)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_rule_case(case: dict, tmp_path: Path) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, case["rows"])
+        found = run_rules(con, config=case.get("config"), only=case["rules"])
+    finally:
+        con.close()
+    got = [(f.rule_id, f.severity) for f in found]
+    assert got == case["expect"], "\n".join(f"{f.rule_id} {f.severity}: {f.message}" for f in found)
+    for f in found:
+        assert f.title and "\n" not in f.title
+        assert f.message and f.recommendation
+        assert f.est_savings_ns is None or f.est_savings_ns >= 0
+
+
+def test_every_rule_has_a_firing_case() -> None:
+    from nsight_analytics.rules import rules
+
+    fired = {rule_id for c in CASES for rule_id, _ in c["expect"]}
+    assert {r.id for r in rules()} <= fired

@@ -1,0 +1,83 @@
+"""Findings on real nsys exports; expected numbers come from plain sqlite3 SQL on the files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from conftest import realdata
+from nsight_analytics.rules import run_rules
+
+
+def _run(path: Path, tmp_path: Path):
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        return run_rules(con, report_id=rid)
+    finally:
+        con.close()
+
+
+def _span(db: sqlite3.Connection, device: int) -> int:
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    parts = [f'SELECT min(start), max("end") FROM {t} WHERE deviceId = ?' for t in
+             ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables]
+    rows = [db.execute(p, [device]).fetchone() for p in parts]
+    return max(r[1] for r in rows if r[1]) - min(r[0] for r in rows if r[0])
+
+
+def test_h2d_heavy(tmp_path: Path) -> None:
+    path = realdata("nsys", "h100x2_nsys2026.2_h2d_heavy.sqlite")
+    db = sqlite3.connect(path)
+    # pinned (srcKind 1) HtoD (copyKind 1) time over the GPU span, both devices together
+    htod = db.execute('SELECT sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
+                      "WHERE copyKind = 1 AND srcKind = 1").fetchone()
+    span = _span(db, 0) + _span(db, 1)
+    avg_tiny = db.execute(
+        'SELECT avg("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName '
+        "WHERE s.value = 'vectorized_elementwise_kernel'").fetchone()[0]
+    found = _run(path, tmp_path)
+    top = found[0]
+    assert top.rule_id == "copy-dominated"
+    dom = top.evidence["dominant"]
+    assert (dom["copy_kind"], dom["host_memory"]) == ("HtoD", "pinned")
+    assert htod[0] / span == pytest.approx(0.95, abs=0.01)
+    assert dom["share"] == pytest.approx(htod[0] / span, abs=0.005)  # copies do not overlap here
+    assert dom["bytes"] == htod[1]
+    small = next(f for f in found if f.rule_id == "small-kernel-storm")
+    first = small.evidence["top_kernels"][0]
+    assert first["short_name"] == "vectorized_elementwise_kernel"
+    assert avg_tiny == pytest.approx(1700, rel=0.05)
+    assert first["avg_ns"] == pytest.approx(avg_tiny, rel=1e-6)
+    assert "vectorized_elementwise_kernel" in small.message and "1.68 us" in small.message
+
+
+def test_pageable_h2d(tmp_path: Path) -> None:
+    path = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    db = sqlite3.connect(path)
+    # DtoH (copyKind 2) into pageable memory (dstKind 0)
+    ns, nbytes = db.execute('SELECT sum("end" - start), sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
+                            "WHERE copyKind = 2 AND dstKind = 0").fetchone()
+    span = _span(db, 0)
+    found = _run(path, tmp_path)
+    cd = next(f for f in found if f.rule_id == "copy-dominated")
+    assert found[0] is cd
+    dom = cd.evidence["dominant"]
+    assert (dom["copy_kind"], dom["host_memory"]) == ("DtoH", "pageable")
+    assert nbytes / ns == pytest.approx(1.33, abs=0.02)
+    assert dom["gb_per_s"] == pytest.approx(nbytes / ns, rel=1e-6)
+    assert dom["share"] == pytest.approx(ns / span, abs=0.005)
+    assert ns / span == pytest.approx(0.75, abs=0.01)
+    assert "1.33 GB/s" in cd.title and "pageable" in cd.title
+    pg = next(f for f in found if f.rule_id == "pageable-memcpy")
+    assert pg.severity == "critical"
+    assert pg.evidence["copies"] == db.execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0 OR dstKind = 0").fetchone()[0]
+
+
+def test_no_cuda(tmp_path: Path) -> None:
+    found = _run(realdata("nsys", "h100_nsys2022.4_no_cuda_nvtx_osrt.sqlite"), tmp_path)
+    assert [(f.rule_id, f.severity) for f in found] == [("no-gpu-activity", "warning")]
