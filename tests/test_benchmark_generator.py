@@ -1,0 +1,95 @@
+"""benchmarks/make_large_export.py: N time-shifted copies of a real export, checked with plain SQL."""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT.parent / "shared" / "realdata" / "nsys" / "h100x2_nsys2026.2_h2d_heavy.sqlite"
+TIME_COLS = ("start", "end")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_large_export", ROOT / "benchmarks" / "make_large_export.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _count(con: sqlite3.Connection, table: str) -> int:
+    return con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def tiled(tmp_path_factory):
+    if not REAL.exists():
+        pytest.skip(f"real export not found: {REAL} (the shared realdata folder is absent)")
+    out = tmp_path_factory.mktemp("bench") / "x3.sqlite"
+    info = _generator().make_large_export(REAL, 3, out)
+    src = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    dst = sqlite3.connect(out)
+    yield info, src, dst
+    src.close()
+    dst.close()
+
+
+def test_activity_tables_triple_others_copied_once(tiled):
+    info, src, dst = tiled
+    tables = [r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert tables == [r[0] for r in dst.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"):  # fmt: skip
+        assert t in info["tiled_tables"]
+        assert _count(dst, t) == 3 * _count(src, t) > 0, t
+    for t in ("StringIds", "PROCESSES", "META_DATA_EXPORT", "ENUM_CUDA_MEMCPY_OPER", "TARGET_INFO_SESSION_START_TIME"):
+        assert t not in info["tiled_tables"]
+        assert _count(dst, t) == _count(src, t) > 0, t
+
+
+def test_copies_are_shifted_in_time(tiled):
+    info, src, dst = tiled
+    period = info["period_ns"]
+    lo, hi = src.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+    assert period > hi - lo
+    lo3, hi3 = dst.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+    assert (lo3, hi3) == (lo, hi + 2 * period)
+    # Each copy holds exactly the source's rows, moved by i * period.
+    for i in range(3):
+        n = dst.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start BETWEEN ? AND ?",
+            (lo + i * period, hi + i * period),
+        ).fetchone()[0]
+        assert n == _count(src, "CUPTI_ACTIVITY_KIND_KERNEL")
+    durations = lambda con: con.execute(  # noqa: E731
+        'SELECT sum("end" - start), count(DISTINCT "end" - start) FROM NVTX_EVENTS'
+    ).fetchone()
+    (s1, d1), (s3, d3) = durations(src), durations(dst)
+    assert (s3, d3) == (3 * s1, d1)
+
+
+def test_kernel_api_pairs_stay_consistent(tiled):
+    _, src, dst = tiled
+    pairs = (
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "ON r.correlationId = k.correlationId AND (r.globalTid >> 24) = (k.globalPid >> 24)"
+    )
+    assert dst.execute(pairs).fetchone()[0] == 3 * src.execute(pairs).fetchone()[0] > 0
+    # Correlation ids never collide across copies, and the API call still precedes its kernel.
+    dup = "SELECT count(*) - count(DISTINCT correlationId || ':' || globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    assert dst.execute(dup).fetchone()[0] == src.execute(dup).fetchone()[0]
+    late = pairs + " WHERE r.start > k.start"
+    assert dst.execute(late).fetchone()[0] == src.execute(late).fetchone()[0] == 0
+
+
+def test_cli_entry_point(tmp_path):
+    if not REAL.exists():
+        pytest.skip(f"real export not found: {REAL}")
+    out = tmp_path / "x2.sqlite"
+    assert _generator().main([str(REAL), "2", str(out)]) == 0
+    con = sqlite3.connect(out)
+    assert _count(con, "CUPTI_ACTIVITY_KIND_KERNEL") == 2 * 3442
+    con.close()
