@@ -96,12 +96,12 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
     """Run a library query by name with bound parameters; `.df()`, `.to_arrow_table()`, `.fetchall()`."""
     q = queries.get(name)
     needs = q.tables()
-    if not _is_read_only(con):
+    if not is_read_only(con):
         ensure_loaded(con, needs)
     return queries.run(con, name, params)
 
 
-def _is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
+def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
     try:
         return bool(con.execute("SELECT current_setting('access_mode') = 'read_only'").fetchone()[0])
     except duckdb.Error:

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import duckdb
-import pandas as pd
 
 from . import api, queries, schema
 from . import output as out
 from .errors import NsaError
 from .ingest import IngestResult, ingest_file
 from .workspace import ENV_DB, open_workspace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -100,7 +103,7 @@ def _describe(r: IngestResult) -> str:
     verb = "replaced" if r.status == "replaced" else "ingested"
     text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
     if r.deferred:
-        text += f"; {', '.join(r.deferred)} load on first use"
+        text += f"; {', '.join(r.deferred)} copied on first use (--full copies now)"
     return text + "."
 
 
@@ -132,10 +135,6 @@ def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: s
             con.close()
 
 
-def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> pd.DataFrame:
-    return con.execute(sql, params).df() if params else con.sql(sql).df()
-
-
 @main.command()
 @db_option
 @format_option()
@@ -164,7 +163,7 @@ def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: 
     with errors():
         con = api.reader(db, needs=api.tables_needed(statement)) if read_only else api.connect(db)
         rel = con.sql(statement)
-        df = rel.df() if rel is not None else pd.DataFrame()
+        df = rel.df() if rel is not None else _frame([])
         emit(out.render(df, fmt), output_path)
 
 
@@ -208,12 +207,19 @@ def query(
         emit(out.render(df, fmt, name), output_path)
 
 
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """pandas is imported on first use: it costs 0.5 s of start-up that `nsa ingest` never needs."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
 def _query_list() -> pd.DataFrame:
     rows = []
     for q in queries.library().values():
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
         rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": q.doc})
-    return pd.DataFrame(rows)
+    return _frame(rows)
 
 
 @main.command("schema")
@@ -229,11 +235,33 @@ def schema_cmd(fmt: str, output_path: str | None) -> None:
         for t in schema.TABLES
         for c in t.cols
     ]
-    emit(out.render(pd.DataFrame(rows), fmt), output_path)
+    emit(out.render(_frame(rows), fmt), output_path)
 
 
 def demo_input() -> Path:
     return Path(str(resources.files("nsight_analytics") / "data" / "demo_pageable_h2d.sqlite"))
+
+
+@main.command()
+@click.option("--db", type=click.Path(dir_okay=False), help="Keep the demo workspace here (default: a temporary one).")
+def demo(db: str | None) -> None:
+    """Ingest the bundled demo export (a real H100 capture) and show what nsa finds in it."""
+    from .rules import run_rules
+    from .rules.render import render
+
+    with errors(), tempfile.TemporaryDirectory() as tmp:
+        path = Path(db) if db else Path(tmp) / "demo.duckdb"
+        con = api.connect(path)
+        try:
+            result = ingest_file(con, demo_input(), defer=())
+            click.echo(f"$ nsa ingest {demo_input().name}\n{_describe(result)}\n")
+            click.echo("$ nsa query utilization")
+            click.echo(out.render(api.query(con, "utilization").df(), "table"))
+            click.echo("$ nsa findings")
+            names = {result.report_id: demo_input().name}
+            click.echo(render(run_rules(con), "text", names), nl=False)
+        finally:
+            con.close()
 
 
 # --- findings and rules (nsight_analytics.rules) -------------------------------------------------
@@ -270,11 +298,12 @@ def findings(
 ) -> None:
     """Run the rules and print ranked findings: evidence, fix, estimated savings."""
     from .rules import SEVERITIES, run_rules
+    from .rules.engine import DEFERRED_TABLES_READ
     from .rules.render import render
 
     with errors():
         config = _rules_config(config_path, sets)
-        con = api.reader(db)
+        con = api.reader(db, needs=set(DEFERRED_TABLES_READ))
         try:
             if report_id is not None and not con.execute(
                 "SELECT count(*) FROM reports WHERE report_id = ?", [report_id]
@@ -316,11 +345,11 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
         emit("\n".join(lines) + "\n", output_path)
         return
     if fmt == "json":
-        emit(out.render(pd.DataFrame(rows), "json"), output_path)
+        emit(out.render(_frame(rows), "json"), output_path)
         return
-    text = out.to_table(pd.DataFrame(rows), "rules")
+    text = out.to_table(_frame(rows), "rules")
     text += out.to_table(
-        pd.DataFrame([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
+        _frame([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
                       for t in DEFAULTS.values()]),
         "thresholds (change with --config FILE or --set name=value)",
     )  # fmt: skip

@@ -8,9 +8,11 @@ from __future__ import annotations
 import io
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "csv", "json")
 
@@ -22,6 +24,8 @@ def _jsonable(value: Any) -> Any:
         return None
     if hasattr(value, "isoformat"):
         return value.isoformat()
+    import pandas as pd
+
     if value is pd.NA or value is pd.NaT:
         return None
     if isinstance(value, (list, tuple)) or getattr(value, "ndim", 0) > 0:  # list or numpy array
@@ -66,6 +70,8 @@ def _cell(value: Any) -> str:
 def to_table(df: pd.DataFrame, title: str | None = None, width: int | None = None) -> str:
     from rich.console import Console
     from rich.table import Table
+
+    import pandas as pd
 
     table = Table(title=title, show_lines=False)
     for col in df.columns:

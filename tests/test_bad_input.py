@@ -141,7 +141,7 @@ def test_error_midway_rolls_back(db: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> None:
-    """SIGKILL half-way through an ingest (after kernels were copied): nothing of it survives."""
+    """SIGKILL half-way through an ingest (kernels and copies already copied): nothing of it survives."""
     src = realdata("nsys", "h100_nsys2025.3_transformer_train.sqlite")
     script = textwrap.dedent(
         f"""
@@ -151,7 +151,7 @@ def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> Non
         real = nsys.load_table
         def load(con, src, table, rid):
             n = real(con, src, table, rid)
-            if table == "cuda_api":
+            if table == "memcpy":
                 os.kill(os.getpid(), signal.SIGKILL)
             return n
         nsys.load_table = load

@@ -154,6 +154,8 @@ def _ingest_nsys(
 ) -> IngestResult:
     tables = sqlite_source.attach(con, path)
     src = nsys.Source(tables)
+    # Canonical tables promise no row order; not keeping the export's order makes copies ~1.3x faster.
+    con.execute("SET preserve_insertion_order = false")
     try:
         nsys.validate(src, path)
         meta = nsys.metadata(con, src)
@@ -197,6 +199,7 @@ def _ingest_nsys(
                 raise _read_error(path, exc) from exc
             raise
     finally:
+        con.execute("RESET preserve_insertion_order")
         sqlite_source.detach(con)
     if progress:
         progress("done", len(steps), len(steps))
@@ -299,6 +302,7 @@ def ensure_loaded(
         if progress:
             progress(f"{table} (report {rid})", i, len(todo))
         src = nsys.Source(sqlite_source.attach(con, path))
+        con.execute("SET preserve_insertion_order = false")
         try:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -317,5 +321,6 @@ def ensure_loaded(
                     raise _read_error(path, exc) from exc
                 raise
         finally:
+            con.execute("RESET preserve_insertion_order")
             sqlite_source.detach(con)
     return len(todo)

@@ -7,7 +7,9 @@ on a 593 MB export it copies tables 5x faster than Python's sqlite3 (see benchma
 
 from __future__ import annotations
 
+import sqlite3
 import struct
+from contextlib import closing
 from functools import cache
 from pathlib import Path
 
@@ -82,12 +84,16 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "src") -> di
     """Attach the export read-only and return {table: {columns}} of what it has."""
     load_extension(con)
     try:
+        # The column listing comes from sqlite3 itself: DuckDB's information_schema over an
+        # attached file binds every table (1.1 s on a 600 MB export), sqlite3 takes milliseconds.
+        with closing(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)) as db:
+            rows = db.execute(
+                "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
+                "WHERE m.type IN ('table', 'view')"
+            ).fetchall()
         con.execute(f"ATTACH '{_quote(str(path))}' AS {alias} (TYPE sqlite, READ_ONLY)")
-        rows = con.execute(
-            "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE table_catalog = ?",
-            [alias],
-        ).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"{path} cannot be read as SQLite ({exc}); {EXPORT_HINT}.") from exc
     except duckdb.Error as exc:
         raise InputError(f"{path} cannot be read as SQLite ({_first_line(exc)}); {EXPORT_HINT}.") from exc
     tables: dict[str, set[str]] = {}

@@ -34,6 +34,11 @@ def rank_key(f: Finding) -> tuple[Any, ...]:
     )
 
 
+# Canonical tables an ingest may defer that the rules read (through queries or their own SQL);
+# NVTX and OS runtime rows are not among them, so findings never pay for copying those.
+DEFERRED_TABLES_READ = frozenset({"cuda_api"})
+
+
 def run_rules(
     con: duckdb.DuckDBPyConnection,
     report_id: int | None = None,
@@ -41,6 +46,11 @@ def run_rules(
     only: list[str] | None = None,
 ) -> list[Finding]:
     """All findings for one report (or every report), ranked; `config` overrides thresholds."""
+    from ..api import is_read_only
+    from ..ingest import ensure_loaded
+
+    if not is_read_only(con):
+        ensure_loaded(con, DEFERRED_TABLES_READ)
     values = load_config(overrides=config)
     ctx = Context(con, values, report_id)
     selected = [r for r in rules() if only is None or r.id in only]
