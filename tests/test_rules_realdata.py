@@ -81,3 +81,32 @@ def test_pageable_h2d(tmp_path: Path) -> None:
 def test_no_cuda(tmp_path: Path) -> None:
     found = _run(realdata("nsys", "h100_nsys2022.4_no_cuda_nvtx_osrt.sqlite"), tmp_path)
     assert [(f.rule_id, f.severity) for f in found] == [("no-gpu-activity", "warning")]
+
+
+def test_fresh_h100_capture_with_known_idle_gaps(tmp_path: Path) -> None:
+    """tests/data/h100_nsys2025.3_idle_gaps.sqlite: host sleeps (late launches) and a main thread
+    blocked in cudaStreamSynchronize while a host callback sleeps (see tests/data/README.md)."""
+    path = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    db = sqlite3.connect(path)
+    # Independent sort-and-merge of GPU activity, then the gaps of >= 100 us that one
+    # cudaStreamSynchronize call overlaps for at least 90% of their length.
+    rows = sorted(db.execute('SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL '
+                             'SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_MEMCPY').fetchall())
+    gaps, end = [], rows[0][1]
+    for s, e in rows[1:]:
+        if s - end >= 100_000:
+            gaps.append((end, s))
+        end = max(end, e)
+    syncs = db.execute('SELECT r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n '
+                       "ON n.id = r.nameId WHERE n.value LIKE 'cudaStreamSynchronize%'").fetchall()
+    covered = [g for g in gaps if any(min(b, g[1]) - max(a, g[0]) >= 0.9 * (g[1] - g[0]) for a, b in syncs)]
+    assert len(covered) == 3  # the three clean 30 ms host-callback waits
+    sync_ns = sum(b - a for a, b in covered)
+
+    found = _run(path, tmp_path)
+    idle = next(f for f in found if f.rule_id == "gpu-idle")
+    assert idle.evidence["dominant_cause"] == "late_launch"
+    assert idle.evidence["idle_by_cause_ns"]["sync"] == pytest.approx(sync_ns, rel=0.05)
+    assert "cudaStreamSynchronize" in idle.message
+    storm = next(f for f in found if f.rule_id == "small-kernel-storm")
+    assert "vectorized_elementwise_kernel x3,000" in storm.message  # the 3000 mul_ launches

@@ -43,6 +43,8 @@ DEFAULTS: dict[str, Threshold] = {
         _t("idle_share_warning", 0.20, "fraction", "GPU idle share of the steady-state span that is a warning."),
         _t("idle_share_critical", 0.50, "fraction", "GPU idle share of the steady-state span that is critical."),
         _t("min_gap_ns", 100_000, "ns", "Idle gaps shorter than this are not attributed to a cause (launch jitter)."),
+        _t("idle_min_span_ns", 50_000_000, "ns",
+           "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run)."),
         # copy-dominated / pageable-memcpy
         _t("copy_share_warning", 0.30, "fraction", "Host<->device copy share of the span that is a warning."),
         _t("copy_share_critical", 0.60, "fraction", "Host<->device copy share of the span that is critical."),

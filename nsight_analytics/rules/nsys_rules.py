@@ -45,7 +45,7 @@ _CAUSE_FIX = {
     "gpu-idle",
     kind="nsys",
     severities=("warning", "critical"),
-    thresholds=("idle_share_warning", "idle_share_critical", "min_gap_ns"),
+    thresholds=("idle_share_warning", "idle_share_critical", "min_gap_ns", "idle_min_span_ns"),
 )
 def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     """The GPU sits idle for a large share of the run.
@@ -74,7 +74,7 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     startup_ns = int(startup["gap_ns"].sum())
     span = int(util["span_ns"].sum()) - startup_ns
     idle = int(util["idle_ns"].sum()) - startup_ns
-    if span <= 0:
+    if span <= 0 or span < ctx["idle_min_span_ns"]:
         return []
     share = idle / span
     if share < ctx["idle_share_warning"]:
@@ -118,6 +118,16 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
             + (f", mostly {detail_name}" if len(detail) else "")
             + "."
         )
+        for other, other_ns in by_cause.iloc[1:].items():
+            if gap_total and other_ns / gap_total >= 0.05:  # a second cause worth naming
+                others = steady[steady["cause"] == other]
+                top = others.groupby("cause_detail")["gap_ns"].sum().sort_values(ascending=False)
+                message += (
+                    f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {count(len(others))} gaps): "
+                    f"{_CAUSE_WORDS.get(str(other), str(other))}"
+                    + (f", mostly {top.index[0]}" if len(top) else "")
+                    + "."
+                )
         recommendation = _CAUSE_FIX.get(cause, _CAUSE_FIX["unknown"]).format(detail=detail_name)
         if cause != "unknown":
             savings = int(cause_gaps.groupby("device_id")["gap_ns"].sum().max())

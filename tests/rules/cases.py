@@ -81,12 +81,14 @@ STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active__DOT__ratio"
 
 CASES: list[dict[str, Any]] = [
     # gpu-idle
+    # These captures are milliseconds long: idle_min_span_ns is lowered so the rule judges them.
     {"id": "idle-sync-critical", "rules": ["gpu-idle"], "rows": _idle(9, "sync"),
-     "expect": [("gpu-idle", "critical")]},
+     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
     {"id": "idle-late-launch-critical", "rules": ["gpu-idle"], "rows": _idle(9, "late"),
-     "expect": [("gpu-idle", "critical")]},
-    {"id": "idle-warning", "rules": ["gpu-idle"],
+     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
+    {"id": "idle-warning", "rules": ["gpu-idle"], "config": {"idle_min_span_ns": MS},
      "rows": {"kernels": [kernel(0, 7 * MS), kernel(10 * MS, 1 * MS)]}, "expect": [("gpu-idle", "warning")]},
+    {"id": "idle-capture-too-short-passes", "rules": ["gpu-idle"], "rows": _idle(9, "sync"), "expect": []},
     {"id": "idle-threshold-raised", "rules": ["gpu-idle"], "config": {"idle_share_warning": 0.9},
      "rows": _idle(9, "sync"), "expect": []},
     {"id": "idle-busy-passes", "rules": ["gpu-idle"],
