@@ -167,16 +167,6 @@ def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: 
         emit(out.render(df, fmt), output_path)
 
 
-def _parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
-    params = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise NsaClickError(f"parameter {pair!r} should look like name=value.")
-        k, v = pair.split("=", 1)
-        params[k.strip()] = v.strip()
-    return params
-
-
 @main.command()
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
@@ -199,7 +189,9 @@ def query(
         if list_ or not name:
             emit(out.render(_query_list(), fmt, "queries"), output_path)
             return
-        values: dict[str, Any] = dict(_parse_params(params))
+        from .rules.config import parse_assignments
+
+        values: dict[str, Any] = dict(parse_assignments(params, "-p", "min_gap_ns=100000"))
         if report_id is not None:
             values["report_id"] = report_id
         con = api.reader(db, needs=queries.get(name).tables())

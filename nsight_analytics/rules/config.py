@@ -126,10 +126,15 @@ def load_config(
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return parse_assignments(pairs, "--set", "small_kernel_ns=5000")
+
+
+def parse_assignments(pairs: tuple[str, ...] | list[str], option: str, example: str) -> dict[str, str]:
+    """NAME=VALUE command-line pairs (`--set`, `-p`) as a dict; a malformed pair is a usage error."""
     out: dict[str, str] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ConfigError(f"--set {pair!r} should look like name=value, e.g. small_kernel_ns=5000.")
+            raise ConfigError(f"{option} {pair!r} should look like name=value, e.g. {example}.")
         k, v = pair.split("=", 1)
         out[k.strip()] = v.strip()
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .context import Context
-from .model import Finding, rule
+from .model import Finding, rule, severity_for
 from .units import bw, count, dur, pct, size
 
 HOST_DEVICE = ("HtoD", "DtoH")
@@ -186,12 +186,7 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
     span = int(util["span_ns"].sum())
     busy = int(pg["busy_ns"].sum())
     share = busy / span if span else 0.0
-    if share >= ctx["pageable_share_critical"]:
-        severity = "critical"
-    elif share >= ctx["pageable_share_warning"]:
-        severity = "warning"
-    else:
-        severity = "info"
+    severity = severity_for(share, ctx["pageable_share_warning"], ctx["pageable_share_critical"])
     groups = (
         pg.groupby(["copy_kind", "src_kind", "dst_kind"], dropna=False)
         .agg(copies=("copies", "sum"), bytes=("bytes", "sum"), total_ns=("total_ns", "sum"),

@@ -7,7 +7,7 @@ import bisect
 import pandas as pd
 
 from .context import Context
-from .model import Finding, rule
+from .model import Finding, rule, severity_for
 from .units import count, dur, pct
 
 _TOP_SMALL = """
@@ -91,12 +91,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     savings = max(idle.values()) if idle else 0
     worst_dev = max(idle, key=idle.get) if idle else None
     gap_share = savings / dev_span.get(worst_dev, span) if worst_dev is not None and span else 0.0
-    if gap_share >= ctx["storm_gap_share_critical"]:
-        severity = "critical"
-    elif gap_share >= ctx["storm_gap_share_warning"]:
-        severity = "warning"
-    else:
-        severity = "info"
+    severity = severity_for(gap_share, ctx["storm_gap_share_warning"], ctx["storm_gap_share_critical"])
     top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small)).head(int(ctx["top_kernels"]))
     named = "; ".join(
         f"{_short(r.short_name)} x{count(r.launches)} (avg {dur(r.avg_ns)}"

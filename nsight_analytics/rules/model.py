@@ -82,5 +82,12 @@ def rule(
     return register
 
 
+def severity_for(value: float, warning: float, critical: float, below: str = "info") -> str:
+    """The severity a measured share earns against a rule's warning and critical thresholds."""
+    if value >= critical:
+        return "critical"
+    return "warning" if value >= warning else below
+
+
 def max_severity(*levels: str) -> str:
     return max(levels, key=SEVERITY_RANK.__getitem__)
