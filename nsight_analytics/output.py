@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shutil
 from typing import TYPE_CHECKING, Any
 
 
@@ -80,7 +81,9 @@ def to_table(df: pd.DataFrame, title: str | None = None, width: int | None = Non
     for row in df.itertuples(index=False):
         table.add_row(*(_cell(v) for v in row))
     buf = io.StringIO()
-    Console(file=buf, width=width or 160, force_terminal=False, color_system=None).print(table)
+    # The terminal's width ($COLUMNS wins); 160 when printing to a pipe or file.
+    width = width or shutil.get_terminal_size((160, 24)).columns
+    Console(file=buf, width=width, force_terminal=False, color_system=None).print(table)
     if df.empty:
         buf.write("(no rows)\n")
     return buf.getvalue()

@@ -35,10 +35,14 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
 CREATE OR REPLACE MACRO nsa_sync_kind(api_name) AS
     CASE
         WHEN api_name IS NULL OR contains(api_name, 'Async') THEN NULL
-        WHEN regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_v[0-9]+)?$')
+        -- contains / starts_with first: the same matches as the regular expressions
+        -- ^cu(da)?...Synchronize..., ^cu(da)?Memcpy and ^cu(da)?Memset, without running a regex
+        -- on each of millions of cudaLaunchKernel rows
+        WHEN contains(api_name, 'Synchronize')
+             AND regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_v[0-9]+)?$')
             THEN 'synchronize'
-        WHEN regexp_matches(api_name, '^cu(da)?Memcpy') THEN 'memcpy'
-        WHEN regexp_matches(api_name, '^cu(da)?Memset') THEN 'memset'
+        WHEN starts_with(api_name, 'cudaMemcpy') OR starts_with(api_name, 'cuMemcpy') THEN 'memcpy'
+        WHEN starts_with(api_name, 'cudaMemset') OR starts_with(api_name, 'cuMemset') THEN 'memset'
     END;
 
 -- nsa_union_ns(end, start, prev_max_end): the part of [start, end] not already covered by the

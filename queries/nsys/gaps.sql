@@ -27,27 +27,46 @@
 -- col launch_api VARCHAR: CUDA API call that launched the activity after the gap.
 -- col launch_delay_ns BIGINT: launch call start - gap start: > 0 means issued during the gap (ns).
 -- col sync_overlap_ns BIGINT: how much of the gap the blocking call covered (ns).
-WITH w AS (
+WITH
+-- sorted on the integer keys only: a sort on the label strings costs several times more. Among
+-- rows with the same start the first (smallest end) is the only one that can open a gap; the
+-- kind and label order among rows with the same start and end is applied below, to the few gaps
+w AS (
     SELECT
-        *,
+        report_id,
+        device_id,
+        start_ns,
+        end_ns,
         max(end_ns) OVER (
-            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, kind, label
+            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
         ) AS prev_end
     FROM nsa_gpu_activity($report_id)
 ),
-g AS (
-    SELECT
-        report_id,
-        device_id,
-        pid,
-        correlation_id,
-        prev_end AS gap_start_ns,
-        start_ns AS gap_end_ns,
-        start_ns - prev_end AS gap_ns,
-        label AS after
+g0 AS (
+    SELECT report_id, device_id, prev_end AS gap_start_ns, start_ns AS gap_end_ns, end_ns AS after_end_ns
     FROM w
     WHERE start_ns - prev_end >= greatest($min_gap_ns, 1)
+),
+-- the activity after the gap: of those starting at gap_end_ns with the smallest end, the first
+-- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it
+g AS (
+    SELECT
+        g0.report_id,
+        g0.device_id,
+        first(a.pid ORDER BY a.kind, a.label) AS pid,
+        first(a.correlation_id ORDER BY a.kind, a.label) AS correlation_id,
+        g0.gap_start_ns,
+        g0.gap_end_ns,
+        g0.gap_end_ns - g0.gap_start_ns AS gap_ns,
+        min(a.label ORDER BY a.kind, a.label) AS after
+    FROM g0
+    JOIN nsa_gpu_activity($report_id) AS a
+        ON a.report_id = g0.report_id
+        AND a.device_id IS NOT DISTINCT FROM g0.device_id
+        AND a.start_ns = g0.gap_end_ns
+        AND a.end_ns = g0.after_end_ns
+    GROUP BY g0.report_id, g0.device_id, g0.gap_start_ns, g0.gap_end_ns
 ),
 before AS (
     SELECT g.report_id, g.device_id, g.gap_start_ns, min(a.label) AS before

@@ -20,21 +20,49 @@
 -- col sync_copies BIGINT: copies issued by a blocking (non-Async) memcpy call.
 -- col launch_apis VARCHAR: distinct API calls that issued the copies, comma-separated.
 WITH m AS (
-    SELECT
-        m.*,
-        max(m.end_ns) OVER (
-            PARTITION BY m.report_id, m.device_id, m.copy_kind, m.src_kind, m.dst_kind
-            ORDER BY m.start_ns, m.end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS prev_end
-    FROM memcpy AS m
-    WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.start_ns IS NOT NULL AND m.end_ns >= m.start_ns
+    SELECT report_id, device_id, pid, correlation_id, copy_kind, src_kind, dst_kind, start_ns, end_ns, duration_ns, bytes
+    FROM memcpy
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
 ),
-ml AS (
-    SELECT m.*, c.name AS api
+-- one integer per (report, device, copy kind, memory kinds): the union window below partitions
+-- on it instead of on three strings (string sort keys cost several times more)
+grp AS (
+    SELECT row_number() OVER () AS gid, *
+    FROM (SELECT DISTINCT report_id, device_id, copy_kind, src_kind, dst_kind FROM m)
+),
+mg AS (
+    SELECT g.gid, m.report_id, m.pid, m.correlation_id, m.start_ns, m.end_ns, m.duration_ns, m.bytes
     FROM m
-    LEFT JOIN cuda_api AS c
-        ON c.report_id = m.report_id AND c.pid = m.pid AND c.correlation_id = m.correlation_id
-        AND ($report_id IS NULL OR c.report_id = $report_id)
+    JOIN grp AS g
+        ON g.report_id = m.report_id AND g.device_id IS NOT DISTINCT FROM m.device_id
+        AND g.copy_kind IS NOT DISTINCT FROM m.copy_kind AND g.src_kind IS NOT DISTINCT FROM m.src_kind
+        AND g.dst_kind IS NOT DISTINCT FROM m.dst_kind
+),
+busy AS (
+    SELECT gid, sum(nsa_union_ns(end_ns, start_ns, prev_end)) AS busy_ns
+    FROM (
+        SELECT
+            gid, start_ns, end_ns,
+            max(end_ns) OVER (
+                PARTITION BY gid ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+            ) AS prev_end
+        FROM mg
+    )
+    GROUP BY gid
+),
+-- copies per group and launching API (a few rows), so the API name tests run once per name
+per_api AS (
+    SELECT mg.gid, c.name AS api, count(*) AS copies, sum(mg.bytes) AS bytes, sum(mg.duration_ns) AS total_ns
+    FROM mg
+    LEFT JOIN (
+        -- the calls that issued a copy, found with a hash table of the copies (not of the calls)
+        SELECT c.report_id, c.pid, c.correlation_id, c.name
+        FROM cuda_api AS c
+        SEMI JOIN m ON m.report_id = c.report_id AND m.pid = c.pid AND m.correlation_id = c.correlation_id
+        WHERE ($report_id IS NULL OR c.report_id = $report_id)
+    ) AS c
+        ON c.report_id = mg.report_id AND c.pid = mg.pid AND c.correlation_id = mg.correlation_id
+    GROUP BY ALL
 ),
 span AS (
     SELECT report_id, device_id, max(end_ns) - min(start_ns) AS span_ns
@@ -43,19 +71,21 @@ span AS (
 ),
 s AS (
     SELECT
-        report_id,
-        device_id,
-        copy_kind,
-        src_kind,
-        dst_kind,
-        count(*) AS copies,
-        sum(bytes) AS bytes,
-        sum(duration_ns) AS total_ns,
-        sum(nsa_union_ns(end_ns, start_ns, prev_end)) AS busy_ns,
-        count(*) FILTER (WHERE nsa_sync_kind(api) = 'memcpy') AS sync_copies,
-        string_agg(DISTINCT api, ',' ORDER BY api) AS launch_apis
-    FROM ml
-    GROUP BY ALL
+        g.report_id,
+        g.device_id,
+        g.copy_kind,
+        g.src_kind,
+        g.dst_kind,
+        sum(a.copies) AS copies,
+        sum(a.bytes) AS bytes,
+        sum(a.total_ns) AS total_ns,
+        any_value(b.busy_ns) AS busy_ns,
+        coalesce(sum(a.copies) FILTER (WHERE nsa_sync_kind(a.api) = 'memcpy'), 0) AS sync_copies,
+        string_agg(DISTINCT a.api, ',' ORDER BY a.api) AS launch_apis
+    FROM per_api AS a
+    JOIN grp AS g USING (gid)
+    JOIN busy AS b USING (gid)
+    GROUP BY g.gid, g.report_id, g.device_id, g.copy_kind, g.src_kind, g.dst_kind
 )
 SELECT
     s.report_id,

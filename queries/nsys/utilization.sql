@@ -13,18 +13,26 @@
 -- col any_busy_ns BIGINT: time any kernel, memcpy or memset ran (ns).
 -- col idle_ns BIGINT: span_ns - any_busy_ns: nothing ran (ns).
 -- col copy_only_ns BIGINT: a memcpy ran and no kernel did (ns).
-WITH w AS (
+WITH a AS (
+    -- each class's end, NULL outside the class, computed once before the window
     SELECT
         report_id,
         device_id,
-        kind,
         start_ns,
         end_ns,
-        max(CASE WHEN kind = 'kernel' THEN end_ns END) OVER prev AS k_prev,
-        max(CASE WHEN kind = 'memcpy' THEN end_ns END) OVER prev AS c_prev,
-        max(CASE WHEN kind <> 'memset' THEN end_ns END) OVER prev AS kc_prev,
-        max(end_ns) OVER prev AS all_prev
+        CASE WHEN kind = 'kernel' THEN end_ns END AS k_end,
+        CASE WHEN kind = 'memcpy' THEN end_ns END AS c_end,
+        CASE WHEN kind <> 'memset' THEN end_ns END AS kc_end
     FROM nsa_gpu_activity($report_id)
+),
+w AS (
+    SELECT
+        *,
+        max(k_end) OVER prev AS k_prev,
+        max(c_end) OVER prev AS c_prev,
+        max(kc_end) OVER prev AS kc_prev,
+        max(end_ns) OVER prev AS all_prev
+    FROM a
     WINDOW prev AS (
         PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
@@ -35,9 +43,9 @@ d AS (
         report_id,
         device_id,
         max(end_ns) - min(start_ns) AS span_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE kind = 'kernel'), 0) AS kernel_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE kind = 'memcpy'), 0) AS copy_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, kc_prev)) FILTER (WHERE kind <> 'memset'), 0) AS kc_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE k_end IS NOT NULL), 0) AS kernel_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE c_end IS NOT NULL), 0) AS copy_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, kc_prev)) FILTER (WHERE kc_end IS NOT NULL), 0) AS kc_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, all_prev)), 0) AS any_busy_ns
     FROM w
     GROUP BY ALL
