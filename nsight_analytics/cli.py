@@ -16,7 +16,7 @@ import duckdb
 from . import api, queries, schema
 from . import output as out
 from .errors import NsaError
-from .ingest import IngestResult, ingest_file
+from .ingest import IngestResult, ensure_loaded, ingest_file
 from .workspace import ENV_DB, open_workspace
 
 if TYPE_CHECKING:
@@ -161,7 +161,12 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
 def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: str | None) -> None:
     """Run one SQL statement on the workspace (canonical tables and query macros)."""
     with errors():
-        con = api.reader(db, needs=api.tables_needed(statement)) if read_only else api.connect(db)
+        needs = api.tables_needed(statement)
+        if read_only:
+            con = api.reader(db, needs=needs)
+        else:
+            con = api.connect(db, load_deferred=False)
+            ensure_loaded(con, needs)  # only what this statement reads, not every deferred table
         rel = con.sql(statement)
         df = rel.df() if rel is not None else _frame([])
         emit(out.render(df, fmt), output_path)
