@@ -167,3 +167,18 @@ def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> Non
     res = run("ingest", "--db", str(db), str(src))
     assert res.exit_code == 0, res.output
     assert "ingested as report 2" in res.output
+
+
+def test_deferred_table_whose_source_is_gone(tmp_path: Path) -> None:
+    """Host-side tables are copied on first use; if the export moved away meanwhile, the user is
+    told what to do, and the GPU tables already in the workspace stay usable."""
+    src = tmp_path / "moved.sqlite"
+    shutil.copy(realdata("nsys", "tiny_nsys2026.1.sqlite"), src)
+    db = str(tmp_path / "w.duckdb")
+    assert run("ingest", "--db", db, str(src)).exit_code == 0
+    src.unlink()
+    res = run("query", "--db", db, "sync_calls")  # reads cuda_api
+    assert res.exit_code == 2
+    assert "is gone" in res.output and "--full" in res.output
+    res = run("query", "--db", db, "kernel_summary", "--format", "csv")
+    assert res.exit_code == 0 and res.output.count("\n") == 3  # header + the 2 kernels' names
