@@ -52,21 +52,23 @@ g0 AS (
 -- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it
 g AS (
     SELECT
-        g0.report_id,
-        g0.device_id,
-        first(a.pid ORDER BY a.kind, a.label) AS pid,
-        first(a.correlation_id ORDER BY a.kind, a.label) AS correlation_id,
-        g0.gap_start_ns,
-        g0.gap_end_ns,
-        g0.gap_end_ns - g0.gap_start_ns AS gap_ns,
-        min(a.label ORDER BY a.kind, a.label) AS after
-    FROM g0
-    JOIN nsa_gpu_activity($report_id) AS a
-        ON a.report_id = g0.report_id
-        AND a.device_id IS NOT DISTINCT FROM g0.device_id
-        AND a.start_ns = g0.gap_end_ns
-        AND a.end_ns = g0.after_end_ns
-    GROUP BY g0.report_id, g0.device_id, g0.gap_start_ns, g0.gap_end_ns
+        report_id, device_id, first_row.pid, first_row.correlation_id, gap_start_ns, gap_end_ns,
+        gap_end_ns - gap_start_ns AS gap_ns, first_row.label AS after
+    FROM (
+        SELECT
+            g0.report_id,
+            g0.device_id,
+            g0.gap_start_ns,
+            g0.gap_end_ns,
+            min({'kind': a.kind, 'label': a.label, 'pid': a.pid, 'correlation_id': a.correlation_id}) AS first_row
+        FROM g0
+        JOIN nsa_gpu_activity($report_id) AS a
+            ON a.report_id = g0.report_id
+            AND a.device_id IS NOT DISTINCT FROM g0.device_id
+            AND a.start_ns = g0.gap_end_ns
+            AND a.end_ns = g0.after_end_ns
+        GROUP BY g0.report_id, g0.device_id, g0.gap_start_ns, g0.gap_end_ns
+    )
 ),
 before AS (
     SELECT g.report_id, g.device_id, g.gap_start_ns, min(a.label) AS before

@@ -38,22 +38,25 @@ mg AS (
         AND g.copy_kind IS NOT DISTINCT FROM m.copy_kind AND g.src_kind IS NOT DISTINCT FROM m.src_kind
         AND g.dst_kind IS NOT DISTINCT FROM m.dst_kind
 ),
-busy AS (
-    SELECT gid, sum(nsa_union_ns(end_ns, start_ns, prev_end)) AS busy_ns
+-- each copy's share of the union (the part not covered by earlier copies of its group)
+mw AS (
+    SELECT gid, report_id, pid, correlation_id, duration_ns, bytes, nsa_union_ns(end_ns, start_ns, prev_end) AS busy_ns
     FROM (
         SELECT
-            gid, start_ns, end_ns,
+            *,
             max(end_ns) OVER (
                 PARTITION BY gid ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
             ) AS prev_end
         FROM mg
     )
-    GROUP BY gid
 ),
--- copies per group and launching API (a few rows), so the API name tests run once per name
+-- copies per group and launching API (a few rows), so the API name tests run once per name; a
+-- copy matched by several calls counts once per call, as a plain join of the copies would
 per_api AS (
-    SELECT mg.gid, c.name AS api, count(*) AS copies, sum(mg.bytes) AS bytes, sum(mg.duration_ns) AS total_ns
-    FROM mg
+    SELECT
+        mw.gid, c.name AS api, count(*) AS copies, sum(mw.bytes) AS bytes, sum(mw.duration_ns) AS total_ns,
+        sum(mw.busy_ns) AS busy_ns
+    FROM mw
     LEFT JOIN (
         -- the calls that issued a copy, found with a hash table of the copies (not of the calls)
         SELECT c.report_id, c.pid, c.correlation_id, c.name
@@ -61,7 +64,7 @@ per_api AS (
         SEMI JOIN m ON m.report_id = c.report_id AND m.pid = c.pid AND m.correlation_id = c.correlation_id
         WHERE ($report_id IS NULL OR c.report_id = $report_id)
     ) AS c
-        ON c.report_id = mg.report_id AND c.pid = mg.pid AND c.correlation_id = mg.correlation_id
+        ON c.report_id = mw.report_id AND c.pid = mw.pid AND c.correlation_id = mw.correlation_id
     GROUP BY ALL
 ),
 span AS (
@@ -79,12 +82,11 @@ s AS (
         sum(a.copies) AS copies,
         sum(a.bytes) AS bytes,
         sum(a.total_ns) AS total_ns,
-        any_value(b.busy_ns) AS busy_ns,
+        sum(a.busy_ns) AS busy_ns,
         coalesce(sum(a.copies) FILTER (WHERE nsa_sync_kind(a.api) = 'memcpy'), 0) AS sync_copies,
         string_agg(DISTINCT a.api, ',' ORDER BY a.api) AS launch_apis
     FROM per_api AS a
     JOIN grp AS g USING (gid)
-    JOIN busy AS b USING (gid)
     GROUP BY g.gid, g.report_id, g.device_id, g.copy_kind, g.src_kind, g.dst_kind
 )
 SELECT

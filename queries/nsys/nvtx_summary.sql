@@ -5,7 +5,10 @@
 -- range's thread (report_id, pid, tid) at a start time inside [range start, range end]; nested
 -- ranges each count the kernel. Computed without a range join: launches are summed per thread
 -- into a running total ordered by start time, and each range reads that total at its end and
--- just before its start (two ASOF joins), so 5M ranges x 1.7M calls stays linear.
+-- just before its start (two ASOF joins), so 5M ranges x 1.7M calls stays linear. The ASOF
+-- joins carry a 64-bit hash of (domain, name) instead of the strings (sorting 5M rows with their
+-- names costs several times more); groups whose hash collides with another group's are summed
+-- again exactly, from the ranges of those groups only.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).
@@ -34,36 +37,84 @@ running AS (
     FROM launches
     WINDOW t AS (PARTITION BY report_id, pid, tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
 ),
-r AS (
+r AS NOT MATERIALIZED (
     SELECT report_id, pid, tid, domain, name, start_ns, end_ns, duration_ns
     FROM nvtx_ranges
     WHERE ($report_id IS NULL OR report_id = $report_id)
 ),
-closed AS (
-    SELECT
-        r.report_id, r.domain, r.name, r.duration_ns,
-        coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) AS kernels,
-        coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) AS kernel_ns
-    FROM r
-    ASOF LEFT JOIN running AS e
-        ON e.report_id = r.report_id AND e.pid = r.pid AND e.tid = r.tid AND r.end_ns >= e.start_ns
-    ASOF LEFT JOIN running AS b
-        ON b.report_id = r.report_id AND b.pid = r.pid AND b.tid = r.tid AND r.start_ns > b.start_ns
-    WHERE r.end_ns IS NOT NULL
-),
 stats AS (
     SELECT
         report_id, domain, name,
+        hash(domain, name) AS h,
         count(*) AS ranges,
         sum(duration_ns) AS total_ns,
         avg(duration_ns) AS avg_ns,
         median(duration_ns) AS median_ns,
         min(duration_ns) AS min_ns,
-        max(duration_ns) AS max_ns,
-        sum(kernels) AS kernels,
-        sum(kernel_ns) AS kernel_ns
-    FROM closed
+        max(duration_ns) AS max_ns
+    FROM r
+    WHERE end_ns IS NOT NULL
+    GROUP BY report_id, domain, name
+),
+-- (report, hash) pairs shared by several groups: almost always none
+collided AS (
+    SELECT report_id, h FROM stats GROUP BY ALL HAVING count(*) > 1
+),
+rh AS NOT MATERIALIZED (
+    SELECT report_id, pid, tid, start_ns, end_ns, hash(domain, name) AS h
+    FROM r
+    WHERE end_ns IS NOT NULL
+),
+at_end AS (
+    SELECT rh.report_id, rh.h, sum(e.cum_kernels) AS kernels, sum(e.cum_kernel_ns) AS kernel_ns
+    FROM rh
+    ASOF JOIN running AS e
+        ON e.report_id = rh.report_id AND e.pid = rh.pid AND e.tid = rh.tid AND rh.end_ns >= e.start_ns
     GROUP BY ALL
+),
+before_start AS (
+    SELECT rh.report_id, rh.h, sum(b.cum_kernels) AS kernels, sum(b.cum_kernel_ns) AS kernel_ns
+    FROM rh
+    ASOF JOIN running AS b
+        ON b.report_id = rh.report_id AND b.pid = rh.pid AND b.tid = rh.tid AND rh.start_ns > b.start_ns
+    GROUP BY ALL
+),
+-- the exact per-name sums, for the ranges of collided groups only
+exact AS (
+    SELECT
+        r.report_id, r.domain, r.name,
+        sum(coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0)) AS kernels,
+        sum(coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0)) AS kernel_ns
+    FROM (
+        SELECT r.*
+        FROM r
+        SEMI JOIN collided AS x ON x.report_id = r.report_id AND x.h = hash(r.domain, r.name)
+        WHERE r.end_ns IS NOT NULL
+    ) AS r
+    ASOF LEFT JOIN running AS e
+        ON e.report_id = r.report_id AND e.pid = r.pid AND e.tid = r.tid AND r.end_ns >= e.start_ns
+    ASOF LEFT JOIN running AS b
+        ON b.report_id = r.report_id AND b.pid = r.pid AND b.tid = r.tid AND r.start_ns > b.start_ns
+    GROUP BY ALL
+),
+s AS (
+    SELECT
+        st.report_id, st.domain, st.name, st.ranges, st.total_ns, st.avg_ns, st.median_ns, st.min_ns, st.max_ns,
+        CASE
+            WHEN x.h IS NOT NULL THEN ex.kernels
+            ELSE coalesce(e.kernels, 0) - coalesce(b.kernels, 0)
+        END AS kernels,
+        CASE
+            WHEN x.h IS NOT NULL THEN ex.kernel_ns
+            ELSE coalesce(e.kernel_ns, 0) - coalesce(b.kernel_ns, 0)
+        END AS kernel_ns
+    FROM stats AS st
+    LEFT JOIN collided AS x ON x.report_id = st.report_id AND x.h = st.h
+    LEFT JOIN at_end AS e ON e.report_id = st.report_id AND e.h = st.h
+    LEFT JOIN before_start AS b ON b.report_id = st.report_id AND b.h = st.h
+    LEFT JOIN exact AS ex
+        ON ex.report_id = st.report_id AND ex.domain IS NOT DISTINCT FROM st.domain
+        AND ex.name IS NOT DISTINCT FROM st.name
 ),
 open AS (
     SELECT report_id, domain, name, count(*) AS open_ranges
@@ -84,6 +135,6 @@ SELECT
     CAST(s.max_ns AS BIGINT) AS max_ns,
     CAST(coalesce(s.kernels, 0) AS BIGINT) AS kernels,
     CAST(coalesce(s.kernel_ns, 0) AS BIGINT) AS kernel_ns
-FROM stats AS s
+FROM s
 FULL JOIN open AS o USING (report_id, domain, name)
 ORDER BY report_id, total_ns DESC NULLS LAST, domain, name

@@ -20,29 +20,36 @@
 -- col avg_kernel_ns DOUBLE: mean kernel duration (ns).
 -- col launches_per_s DOUBLE: kernels per second of window (1/s).
 -- col top_name VARCHAR: most frequent kernel name in the storm.
+-- The device order is (start_ns, end_ns): sorting on integers only. Kernels tied on both have the
+-- same duration, so the same `tiny`, and all land in one storm, whatever their order.
 WITH k AS (
     SELECT
-        report_id, device_id, name, start_ns, end_ns, duration_ns,
+        report_id, device_id, start_ns, end_ns, duration_ns,
+        rowid AS kernel_row,
         duration_ns < $max_kernel_ns AS tiny,
         max(end_ns) OVER prev AS prev_end,
-        lag(duration_ns < $max_kernel_ns) OVER ord AS prev_tiny
+        lag(duration_ns < $max_kernel_ns) OVER ord AS prev_tiny,
+        row_number() OVER ord AS pos
     FROM kernels
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
     WINDOW
-        ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, name),
+        ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
         prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
+-- only tiny kernels can be in a storm, and every storm opens with a tiny first_of_storm kernel,
+-- so numbering the storms among the tiny kernels alone separates them the same way
 flagged AS (
     SELECT
         *,
         NOT coalesce(tiny AND prev_tiny AND start_ns - prev_end <= $max_gap_ns, false) AS first_of_storm
     FROM k
+    WHERE tiny
 ),
 numbered AS (
     SELECT
-        *,
+        report_id, device_id, start_ns, end_ns, duration_ns, kernel_row, prev_end, first_of_storm, pos,
         sum(CAST(first_of_storm AS INTEGER)) OVER (
-            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns, name ROWS UNBOUNDED PRECEDING
+            PARTITION BY report_id, device_id ORDER BY pos ROWS UNBOUNDED PRECEDING
         ) AS storm
     FROM flagged
 ),
@@ -55,25 +62,37 @@ storms AS (
         max(end_ns) AS end_ns,
         count(*) AS kernels,
         sum(CASE WHEN first_of_storm THEN duration_ns ELSE nsa_union_ns(end_ns, start_ns, prev_end) END) AS busy_ns,
-        avg(duration_ns) AS avg_kernel_ns,
-        mode(name) AS top_name
+        avg(duration_ns) AS avg_kernel_ns
     FROM numbered
-    WHERE tiny
     GROUP BY ALL
     HAVING count(*) >= $min_kernels
+),
+kept AS (
+    SELECT *
+    FROM storms
+    WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
+),
+-- kernel names only for the storms reported (names are long strings: kept out of the sorts);
+-- mode breaks ties by first occurrence, fed in (start_ns, end_ns, name) order
+top AS (
+    SELECT n.report_id, n.device_id, n.storm, mode(kn.name ORDER BY n.start_ns, n.end_ns, kn.name) AS top_name
+    FROM numbered AS n
+    JOIN kept AS s ON s.report_id = n.report_id AND s.device_id IS NOT DISTINCT FROM n.device_id AND s.storm = n.storm
+    JOIN kernels AS kn ON kn.rowid = n.kernel_row
+    GROUP BY ALL
 )
 SELECT
-    report_id,
-    device_id,
-    CAST(start_ns AS BIGINT) AS start_ns,
-    CAST(end_ns AS BIGINT) AS end_ns,
-    CAST(end_ns - start_ns AS BIGINT) AS window_ns,
-    CAST(kernels AS BIGINT) AS kernels,
-    CAST(busy_ns AS BIGINT) AS busy_ns,
-    CAST(CASE WHEN end_ns > start_ns THEN 100.0 * busy_ns / (end_ns - start_ns) END AS DOUBLE) AS busy_pct,
-    CAST(avg_kernel_ns AS DOUBLE) AS avg_kernel_ns,
-    CAST(CASE WHEN end_ns > start_ns THEN kernels * 1e9 / (end_ns - start_ns) END AS DOUBLE) AS launches_per_s,
-    top_name
-FROM storms
-WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
-ORDER BY report_id, device_id, start_ns
+    s.report_id,
+    s.device_id,
+    CAST(s.start_ns AS BIGINT) AS start_ns,
+    CAST(s.end_ns AS BIGINT) AS end_ns,
+    CAST(s.end_ns - s.start_ns AS BIGINT) AS window_ns,
+    CAST(s.kernels AS BIGINT) AS kernels,
+    CAST(s.busy_ns AS BIGINT) AS busy_ns,
+    CAST(CASE WHEN s.end_ns > s.start_ns THEN 100.0 * s.busy_ns / (s.end_ns - s.start_ns) END AS DOUBLE) AS busy_pct,
+    CAST(s.avg_kernel_ns AS DOUBLE) AS avg_kernel_ns,
+    CAST(CASE WHEN s.end_ns > s.start_ns THEN s.kernels * 1e9 / (s.end_ns - s.start_ns) END AS DOUBLE) AS launches_per_s,
+    t.top_name
+FROM kept AS s
+LEFT JOIN top AS t ON t.report_id = s.report_id AND t.device_id IS NOT DISTINCT FROM s.device_id AND t.storm = s.storm
+ORDER BY s.report_id, s.device_id, s.start_ns

@@ -23,22 +23,82 @@
 -- col launch_api VARCHAR: API call that launched the activity after the gap.
 -- col launch_delay_ns BIGINT: launch call start - gap start (ns); > 0 is host_wait.
 -- col category VARCHAR: host_wait, kernel_wait or other.
-WITH w AS (
-    SELECT
-        *,
-        max(end_ns) OVER s AS prev_end,
-        -- the activity ending last among the earlier ones: serial streams make it the previous row
-        arg_max(label, end_ns) OVER s AS prev_label
-    FROM nsa_gpu_activity($report_id)
-    WINDOW s AS (
-        PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns, kind, label
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    )
+-- Labels travel as numbers (their rank in label order) through the sorts and joins and become
+-- strings again at the end: sorting 1M rows that carry two long kernel names costs seconds. Rows
+-- are sorted on (start_ns, end_ns); the (kind, label) order among activities tied on both, and
+-- the activity ending last when that is not the previous row alone (overlapping activities on a
+-- stream), are looked up for the few rows concerned.
+WITH labels AS (
+    SELECT label, row_number() OVER (ORDER BY label) AS label_id
+    FROM (SELECT DISTINCT label FROM nsa_gpu_activity($report_id))
 ),
-g AS (
-    SELECT *
+a AS (
+    SELECT x.report_id, x.device_id, x.stream_id, x.pid, x.correlation_id, x.start_ns, x.end_ns, x.kind, l.label_id
+    FROM nsa_gpu_activity($report_id) AS x
+    JOIN labels AS l ON l.label = x.label
+),
+w AS (
+    SELECT
+        report_id, device_id, stream_id, pid, correlation_id, start_ns, end_ns, label_id,
+        max(end_ns) OVER prev AS prev_end,
+        lag(end_ns) OVER ord AS lag_end,
+        lag(label_id) OVER ord AS lag_label_id,
+        max(end_ns) OVER prev2 AS prev2_end,
+        coalesce(lead(start_ns) OVER ord = start_ns AND lead(end_ns) OVER ord = end_ns, false) AS tied
+    FROM a
+    WINDOW
+        ord AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns),
+        prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+        prev2 AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 2 PRECEDING)
+),
+g0 AS (
+    SELECT *, lag_end IS DISTINCT FROM prev_end OR prev2_end >= prev_end AS overlapped
     FROM w
     WHERE start_ns - prev_end >= greatest($min_gap_ns, 1)
+),
+-- a gap opened by one of several activities with the same start and end: the first in
+-- (kind, label) order is the activity after the gap
+tied_after AS (
+    SELECT
+        g0.report_id, g0.device_id, g0.stream_id, g0.start_ns,
+        first(a.pid ORDER BY a.kind, a.label_id) AS pid,
+        first(a.correlation_id ORDER BY a.kind, a.label_id) AS correlation_id,
+        first(a.label_id ORDER BY a.kind, a.label_id) AS label_id
+    FROM g0
+    JOIN a
+        ON a.report_id = g0.report_id AND a.device_id IS NOT DISTINCT FROM g0.device_id
+        AND a.stream_id IS NOT DISTINCT FROM g0.stream_id AND a.start_ns = g0.start_ns AND a.end_ns = g0.end_ns
+    WHERE g0.tied
+    GROUP BY ALL
+),
+-- the previous row is not the only earlier activity ending at prev_end (overlapping activities
+-- on the stream): the first of those in (start_ns, kind, label) order, as arg_max keeps it
+overlapped_before AS (
+    SELECT
+        g0.report_id, g0.device_id, g0.stream_id, g0.start_ns,
+        first(a.label_id ORDER BY a.start_ns, a.kind, a.label_id) AS label_id
+    FROM g0
+    JOIN a
+        ON a.report_id = g0.report_id AND a.device_id IS NOT DISTINCT FROM g0.device_id
+        AND a.stream_id IS NOT DISTINCT FROM g0.stream_id AND a.end_ns = g0.prev_end AND a.start_ns < g0.start_ns
+    WHERE g0.overlapped
+    GROUP BY ALL
+),
+g AS (
+    SELECT
+        g0.report_id, g0.device_id, g0.stream_id, g0.start_ns, g0.prev_end,
+        CASE WHEN g0.tied THEN ta.pid ELSE g0.pid END AS pid,
+        CASE WHEN g0.tied THEN ta.correlation_id ELSE g0.correlation_id END AS correlation_id,
+        CASE WHEN g0.tied THEN ta.label_id ELSE g0.label_id END AS label_id,
+        CASE WHEN g0.overlapped THEN ob.label_id ELSE g0.lag_label_id END AS prev_label_id
+    FROM g0
+    LEFT JOIN tied_after AS ta
+        ON g0.tied AND ta.report_id = g0.report_id AND ta.device_id IS NOT DISTINCT FROM g0.device_id
+        AND ta.stream_id IS NOT DISTINCT FROM g0.stream_id AND ta.start_ns = g0.start_ns
+    LEFT JOIN overlapped_before AS ob
+        ON g0.overlapped AND ob.report_id = g0.report_id
+        AND ob.device_id IS NOT DISTINCT FROM g0.device_id AND ob.stream_id IS NOT DISTINCT FROM g0.stream_id
+        AND ob.start_ns = g0.start_ns
 ),
 launch AS (
     SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS start_ns, min(c.name) AS name
@@ -46,6 +106,9 @@ launch AS (
     SEMI JOIN g ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
     WHERE ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL
+),
+label_list AS (
+    SELECT list(label ORDER BY label_id) AS names FROM labels
 )
 SELECT
     g.report_id,
@@ -54,8 +117,8 @@ SELECT
     CAST(g.prev_end AS BIGINT) AS gap_start_ns,
     CAST(g.start_ns AS BIGINT) AS gap_end_ns,
     CAST(g.start_ns - g.prev_end AS BIGINT) AS gap_ns,
-    g.prev_label AS before,
-    g.label AS after,
+    ll.names[g.prev_label_id] AS before,
+    ll.names[g.label_id] AS after,
     l.name AS launch_api,
     CAST(l.start_ns - g.prev_end AS BIGINT) AS launch_delay_ns,
     CASE
@@ -65,4 +128,5 @@ SELECT
     END AS category
 FROM g
 LEFT JOIN launch AS l USING (report_id, pid, correlation_id)
+CROSS JOIN label_list AS ll
 ORDER BY g.report_id, g.device_id, g.stream_id, g.prev_end
