@@ -272,10 +272,18 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "ncu_kernels",
-        "One row per kernel launch profiled by Nsight Compute.",
+        "One row per kernel launch profiled by Nsight Compute; for a `--print-summary` export, "
+        "one row per summarized kernel, standing for its `invocations` launches.",
         (
             RID,
-            _c("launch_id", "INTEGER", "", "ncu's `ID` column: launch index within the report."),
+            _c(
+                "launch_id",
+                "INTEGER",
+                "",
+                "ncu's `ID` column: launch index within the report. Summaries (`--print-summary "
+                "per-kernel` or `per-gpu`) have no ID: the 0-based index of the kernel's row group "
+                "in file order.",
+            ),
             _c("name", "VARCHAR", "", "Kernel name as ncu wrote it (`Kernel Name`)."),
             _c("pid", "BIGINT", "", "Process id."),
             _c("process_name", "VARCHAR", "", "Process name."),
@@ -286,12 +294,20 @@ TABLES: tuple[Table, ...] = (
             _c("block", "VARCHAR", "", "Block size as written, e.g. (256, 1, 1)."),
             _c("context_id", "BIGINT", "", "CUDA context id."),
             _c("stream_id", "BIGINT", "", "CUDA stream id."),
+            _c(
+                "invocations",
+                "BIGINT",
+                "",
+                "Launches a `--print-summary` row aggregates (`Invocations`); its metrics are "
+                "their Average / Minimum / Maximum. NULL for per-launch exports (one launch).",
+            ),
         ),
         "ncu",
     ),
     Table(
         "ncu_metrics",
-        "One row per kernel and metric; values converted to base units.",
+        "One row per kernel and metric; values converted to base units. For a `--print-summary` "
+        "export, `value` is the Average over the kernel's invocations.",
         (
             RID,
             _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
@@ -299,8 +315,30 @@ TABLES: tuple[Table, ...] = (
             _c("metric_name", "VARCHAR", "", "Metric name (gpu__time_duration.sum) when known."),
             _c("metric_label", "VARCHAR", "", "Metric label (Duration) when known."),
             _c("unit", "VARCHAR", "", "Base unit: ns, byte, hz, byte/s, %, count, or as written."),
-            _c("value", "DOUBLE", "", "Numeric value in `unit`; NULL when not a number."),
-            _c("value_text", "VARCHAR", "", "The value exactly as written in the CSV."),
+            _c(
+                "value",
+                "DOUBLE",
+                "",
+                "Numeric value in `unit` (summaries: the Average); NULL when not a number.",
+            ),
+            _c(
+                "value_min",
+                "DOUBLE",
+                "",
+                "Summaries: the Minimum over the invocations, in `unit`. NULL for per-launch exports.",
+            ),
+            _c(
+                "value_max",
+                "DOUBLE",
+                "",
+                "Summaries: the Maximum over the invocations, in `unit`. NULL for per-launch exports.",
+            ),
+            _c(
+                "value_text",
+                "VARCHAR",
+                "",
+                "The value exactly as written in the CSV (summaries: the Average cell).",
+            ),
         ),
         "ncu",
     ),

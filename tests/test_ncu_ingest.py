@@ -15,6 +15,7 @@ import pytest
 from nsight_analytics import schema
 from nsight_analytics.errors import InputError
 from nsight_analytics.ingest.ncu import load_ncu, parse_ncu, sniff_ncu
+from nsight_analytics.ingest.ncu_metric_names import LABEL_TO_NAME
 
 REAL = Path(__file__).parents[1] / ".." / "shared" / "realdata"
 NCU = REAL / "ncu"
@@ -281,6 +282,169 @@ def test_not_ncu_files_are_not_sniffed() -> None:
     assert not sniff_ncu(REAL / "nsys" / "tiny_nsys2026.1.sqlite")
 
 
+# --- real captures kept in the repo: tests/data/ncu (ncu 2025.3.1 on an H100, made by
+# fixtures/captures/ncu_app.py; see ncu_version.txt) -------------------------------------------
+
+DATA = Path(__file__).parent / "data" / "ncu"
+SUMMARY_KERNEL = DATA / "h100_ncu2025.3_summary_per_kernel.csv"
+SUMMARY_GPU = DATA / "h100_ncu2025.3_summary_per_gpu.csv"
+LABEL_NAME = DATA / "h100_ncu2025.3_label_name.csv"
+MULTI_PROCESS = DATA / "h100_ncu2025.3_multi_process.csv"
+
+# Same table as CASES. Summaries: one kernel per group of rows, counted with
+# `grep -c '"Duration"' FILE` (one Duration row per kernel); launch_id is the group's index in
+# file order, so 2 is the third kernel, the one with "Invocations" "3".
+DATA_CASES = [
+    (
+        SUMMARY_KERNEL.name,
+        "summary",
+        3,
+        0,
+        [
+            (0, "gpu__time_duration.sum", 17664, "ns"),  # "Duration","ns","17,664.00" x3
+            (0, "dram__cycles_elapsed.avg.per_second", 2615217391.30, "hz"),  # "2,615,217,391.30"
+            (2, "gpu__time_duration.sum", 3061.33, "ns"),  # Average of "3,040.00","3,104.00","3,061.33"
+            (2, "dram__cycles_elapsed.avg.per_second", 2580524507.14, "hz"),  # Average
+            (2, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", 12.16, "%"),
+        ],
+    ),
+    (
+        SUMMARY_GPU.name,
+        "summary",
+        3,
+        0,
+        [
+            (0, "gpu__time_duration.sum", 17060, "ns"),  # "Duration","us","17.06"
+            (0, "dram__cycles_elapsed.avg.per_second", 2.61e9, "hz"),  # "DRAM Frequency","Ghz","2.61"
+            (1, "gpc__cycles_elapsed.max", 6422, "cycle"),  # "Elapsed Cycles","cycle","6,422.00"
+            (2, "gpu__time_duration.sum", 3010, "ns"),  # "us","2.98","3.04","3.01": the Average
+            (2, "dram__cycles_elapsed.avg.per_second", 2.60e9, "hz"),  # "Ghz","2.58","2.61","2.60"
+        ],
+    ),
+    (
+        LABEL_NAME.name,
+        "details",
+        2,
+        5,
+        [
+            (0, "gpu__time_duration.sum", 4000, "ns"),  # "Duration (gpu__time_duration.sum)","ns","4,000"
+            (0, "dram__cycles_elapsed.avg.per_second", 2595200000.00, "hz"),  # "2,595,200,000.00"
+            (1, "sm__warps_active.avg.pct_of_peak_sustained_active", 6.03, "%"),  # Achieved Occupancy
+        ],
+    ),
+    (
+        MULTI_PROCESS.name,
+        "details",
+        15,
+        15,
+        [
+            (0, "gpu__time_duration.sum", 4032, "ns"),  # ID 0, pid 621: "Duration","ns","4,032"
+            (9, "gpu__time_duration.sum", 18080, "ns"),  # ID 9, pid 699: "18,080"
+            (14, "gpu__time_duration.sum", 17952, "ns"),  # ID 14, pid 773: "17,952"
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "page", "n_kernels", "n_rules", "values"), DATA_CASES, ids=[c[0] for c in DATA_CASES])
+def test_repo_captures_parse_to_base_units(name, page, n_kernels, n_rules, values) -> None:
+    path = DATA / name
+    assert sniff_ncu(path)
+    parsed = parse_ncu(path)
+    assert parsed.page == page
+    assert len(parsed.kernels) == n_kernels
+    assert list(parsed.kernels.launch_id) == list(range(n_kernels))
+    assert len(parsed.rules) == n_rules
+    for launch_id, metric, expected, unit in values:
+        value, got_unit = _value(parsed, launch_id, metric)
+        assert got_unit == unit, metric
+        assert value == pytest.approx(expected, rel=1e-9), metric
+
+
+def test_every_repo_ncu_capture_is_covered() -> None:
+    files = {p.name for p in DATA.glob("*") if p.suffix in (".csv", ".txt")}
+    assert files - {c[0] for c in DATA_CASES} == {"ncu_version.txt"}
+    assert not sniff_ncu(DATA / "ncu_version.txt")
+
+
+@pytest.mark.parametrize("path", [SUMMARY_KERNEL, SUMMARY_GPU], ids=["per-kernel", "per-gpu"])
+def test_summary_kernels_carry_invocations(path: Path) -> None:
+    parsed = parse_ncu(path)
+    k = parsed.kernels
+    assert list(k.columns) == [c for c in schema.BY_NAME["ncu_kernels"].col_names if c != "report_id"]
+    # grep -o '"([0-9, ]*)","([0-9, ]*)","[0-9]*","GPU Speed Of Light Throughput","Duration"' FILE:
+    # "(512, 1, 1)","(1, 1, 1)","1"; "(256, 1, 1)","(256, 1, 1)","1"; "(128, 1, 1)","(64, 1, 1)","3"
+    # (Block Size, Grid Size, Invocations); the two files differ only in column order and units.
+    assert list(k.invocations) == [1, 1, 3]
+    assert list(k.block) == ["(512, 1, 1)", "(256, 1, 1)", "(128, 1, 1)"]
+    assert list(k.grid) == ["(1, 1, 1)", "(256, 1, 1)", "(64, 1, 1)"]
+    assert k["name"].str.startswith("void reduce_kernel<512, 1, ReduceOp<float").iloc[0]
+    assert k["name"].str.startswith("void vectorized_elementwise_kernel<4, AUnaryFunctor").iloc[2]
+    # "Device","CC" are "0","9.0" on every row; no Context / Stream columns in a summary
+    assert set(k.device_id) == {0} and set(k.cc) == {"9.0"}
+    assert k.context_id.isna().all() and k.stream_id.isna().all()
+    # 10 metrics per kernel: `grep -c '"GPU Speed Of Light Throughput"' FILE` = 30
+    assert len(parsed.metrics) == 30 and parsed.metrics.groupby("launch_id").size().tolist() == [10, 10, 10]
+    assert parsed.metrics.metric_name.notna().all()
+    assert parsed.rules.empty
+
+
+def test_summary_min_max_average_in_base_units() -> None:
+    # per-kernel, third kernel (Invocations "3"):
+    # "Duration","ns","3,040.00","3,104.00","3,061.33" (Minimum, Maximum, Average)
+    # "SM Frequency","hz","1,563,651,315.79","1,568,297,697.37","1,565,541,208.85"
+    m = parse_ncu(SUMMARY_KERNEL).metrics
+    row = m[(m.launch_id == 2) & (m.metric_name == "gpu__time_duration.sum")].iloc[0]
+    assert (row.value_min, row.value_max, row.value) == pytest.approx((3040, 3104, 3061.33))
+    assert row.value_text == "3,061.33" and row.metric_label == "Duration"
+    row = m[(m.launch_id == 2) & (m.metric_name == "gpc__cycles_elapsed.avg.per_second")].iloc[0]
+    assert (row.value_min, row.value_max, row.value) == pytest.approx((1563651315.79, 1568297697.37, 1565541208.85))
+    # per-gpu, auto units: "DRAM Frequency","Ghz","2.58","2.61","2.60"; "Duration","us","2.98","3.04","3.01"
+    g = parse_ncu(SUMMARY_GPU).metrics
+    row = g[(g.launch_id == 2) & (g.metric_name == "dram__cycles_elapsed.avg.per_second")].iloc[0]
+    assert row.unit == "hz"
+    assert (row.value_min, row.value_max, row.value) == pytest.approx((2.58e9, 2.61e9, 2.60e9))
+    row = g[(g.launch_id == 2) & (g.metric_name == "gpu__time_duration.sum")].iloc[0]
+    assert (row.unit, row.value_text) == ("ns", "3.01")
+    assert (row.value_min, row.value_max, row.value) == pytest.approx((2980, 3040, 3010))
+    # single-invocation kernels: Minimum = Maximum = Average, "Elapsed Cycles","cycle","6,422.00" x3
+    row = g[(g.launch_id == 1) & (g.metric_name == "gpc__cycles_elapsed.max")].iloc[0]
+    assert row.value_min == row.value_max == row.value == 6422
+
+
+def test_per_launch_exports_leave_summary_columns_null() -> None:
+    parsed = parse_ncu(MULTI_PROCESS)
+    assert parsed.kernels.invocations.isna().all()
+    assert parsed.metrics.value_min.isna().all() and parsed.metrics.value_max.isna().all()
+
+
+def test_label_name_cells_split_into_name_and_label() -> None:
+    m = parse_ncu(LABEL_NAME).metrics
+    # `grep -o '"[^"]* ([a-z][a-z0-9_]*__[^"]*)"' FILE | sort | uniq -c`: 23 distinct
+    # "Label (name)" cells, each on both kernels; every metric row of the file is one of them
+    assert len(m) == 46 and m.metric_name.nunique() == 23
+    pairs = set(zip(m.metric_label, m.metric_name, strict=True))
+    assert ("DRAM Frequency", "dram__cycles_elapsed.avg.per_second") in pairs
+    assert ("Compute (SM) Throughput", "sm__throughput.avg.pct_of_peak_sustained_elapsed") in pairs
+    assert ("L1/TEX Cache Throughput", "l1tex__throughput.avg.pct_of_peak_sustained_active") in pairs
+    assert ("Theoretical Occupancy", "sm__maximum_warps_per_active_cycle_pct") in pairs
+    assert ("Overall GPU Occupancy", "launch__occupancy_cluster_gpu_pct") in pairs
+    assert not m.metric_label.str.contains(r"__|\(\w+\)$").any()
+    # the pairs ncu printed agree with the label -> name table used for labels-only exports
+    for section, label, name in zip(m.section, m.metric_label, m.metric_name, strict=True):
+        if (section, label) in LABEL_TO_NAME:
+            assert LABEL_TO_NAME[(section, label)] == name, (section, label)
+
+
+def test_one_csv_from_three_processes() -> None:
+    k = parse_ncu(MULTI_PROCESS).kernels
+    # `grep -ao '^"[0-9]*","[0-9]*"' FILE | sort -u | cut -d, -f2 | sort | uniq -c`:
+    # 5 "621" (the parent), 5 "699", 5 "773" (its two children); IDs 0-14 run on across processes
+    assert k.groupby("pid").size().to_dict() == {621: 5, 699: 5, 773: 5}
+    assert list(k.launch_id) == list(range(15))
+    assert list(k.pid.iloc[[0, 4, 5, 9, 10, 14]]) == [621, 621, 699, 699, 773, 773]
+
+
 # --- synthetic files: failure modes and layouts the real set lacks ----------------------------
 
 HEADER20 = (
@@ -440,3 +604,80 @@ def test_unit_conversions(tmp_path: Path) -> None:
     for (unit, (_, value, base)), got_value, got_unit in zip(cases.items(), m.value, m.unit, strict=True):
         assert got_unit == base, unit
         assert got_value == pytest.approx(value), unit
+
+
+SUMMARY_HEAD = (
+    '"Process ID","Process Name","Host Name","Kernel Name","Block Size","Grid Size","Device","CC",'
+    '"Invocations","Section Name","Metric Name","Metric Unit","Minimum","Maximum","Average"'
+)
+
+
+def _summary_row(kernel: str, invocations: int, label: str, unit: str, lo: str, hi: str, avg: str) -> str:
+    return (
+        f'"7","app","host","{kernel}","(256, 1, 1)","(8, 1, 1)","0","9.0","{invocations}",'
+        f'"GPU Speed Of Light Throughput","{label}","{unit}","{lo}","{hi}","{avg}"'
+    )
+
+
+def test_summary_groups_split_where_the_kernel_or_a_repeated_metric_says(tmp_path: Path) -> None:
+    rows = [
+        _summary_row("a()", 2, "Duration", "us", "1", "3", "2"),
+        _summary_row("a()", 2, "SM Frequency", "Ghz", "1.5", "1.6", "1.55"),
+        _summary_row("b()", 1, "Duration", "ns", "5", "5", "5"),
+        # same kernel columns as the group before, but Duration again: a new kernel group
+        _summary_row("b()", 1, "Duration", "ns", "7", "7", "7"),
+    ]
+    path = _write(tmp_path, "\n".join([SUMMARY_HEAD, *rows]) + "\n")
+    assert sniff_ncu(path)  # no ==PROF== lines needed
+    parsed = parse_ncu(path)
+    assert parsed.page == "summary"
+    assert list(parsed.kernels.launch_id) == [0, 1, 2]
+    assert list(parsed.kernels["name"]) == ["a()", "b()", "b()"]
+    assert list(parsed.kernels.invocations) == [2, 1, 1]
+    m = parsed.metrics
+    assert list(m.launch_id) == [0, 0, 1, 2]
+    assert list(m.value) == [2000.0, 1.55e9, 5.0, 7.0]
+    assert list(m.value_min) == [1000.0, 1.5e9, 5.0, 7.0]
+    assert list(m.value_max) == [3000.0, 1.6e9, 5.0, 7.0]
+
+
+def test_summary_truncated_and_mixed_files_error(tmp_path: Path) -> None:
+    full = _summary_row("a()", 2, "Duration", "us", "1", "3", "2")
+    cut = full[: full.rindex('","') + 1]  # the Average cell missing
+    with pytest.raises(InputError, match="truncated"):
+        parse_ncu(_write(tmp_path, f"{SUMMARY_HEAD}\n{full}\n{cut}\n"))
+    with pytest.raises(InputError, match="line 2 has 14 fields"):
+        parse_ncu(_write(tmp_path, f"{SUMMARY_HEAD}\n{cut}\n{full}\n"))
+    mixed = "\n".join([HEADER20, _row(0, 1, "Duration", "ns", "5"), SUMMARY_HEAD, full]) + "\n"
+    with pytest.raises(InputError, match="mixes ncu's details and summary"):
+        parse_ncu(_write(tmp_path, mixed))
+    with pytest.raises(InputError, match="no kernel rows"):
+        parse_ncu(_write(tmp_path, SUMMARY_HEAD + "\n"))
+
+
+def test_unknown_ncu_layout_is_named_not_called_a_log(tmp_path: Path) -> None:
+    text = (
+        "==PROF== Connected to process 1 (/usr/bin/app)\n"
+        '"Range Name","Kernel Name","Metric Name","Metric Value"\n"r","k()","Duration","5"\n'
+    )
+    path = _write(tmp_path, text)
+    assert sniff_ncu(path)
+    with pytest.raises(InputError, match='layout nsa does not know.*"Range Name"'):
+        parse_ncu(path)
+
+
+def test_load_ncu_writes_summary_columns() -> None:
+    con = duckdb.connect()
+    for t in schema.TABLES:
+        con.execute(t.ddl())
+    info = load_ncu(con, SUMMARY_GPU, 3)
+    assert (info["kernels"], info["metrics"], info["rules"]) == (3, 30, 0)
+    assert info["activity_kinds"] == ["ncu_metrics"]
+    got = con.execute("SELECT launch_id, invocations FROM ncu_kernels ORDER BY launch_id").fetchall()
+    assert got == [(0, 1), (1, 1), (2, 3)]
+    # "Memory Throughput","%","12.24","12.30","12.26" (third kernel)
+    got = con.execute(
+        "SELECT value_min, value, value_max FROM ncu_metrics WHERE launch_id = 2 "
+        "AND metric_name = 'gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed'"
+    ).fetchall()
+    assert got == [(12.24, 12.26, 12.30)]

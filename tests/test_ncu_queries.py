@@ -240,6 +240,23 @@ def test_stall_time_splits_nsys_time_by_ncu_shares() -> None:
     assert _run(con, "stall_time", nsys_report_id=1, ncu_report_id=3) == []
 
 
+def test_stall_time_weights_summary_rows_by_invocations() -> None:
+    con = _con()
+    con.execute("INSERT INTO kernels (report_id, name, start_ns, end_ns, duration_ns) VALUES (1, 'k(int)', 0, 1000, 1000)")
+    f1 = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    # a --print-summary row standing for 3 launches of Average duration 1, and one plain launch of 1
+    con.execute("INSERT INTO ncu_kernels (report_id, launch_id, name, invocations) VALUES (2, 0, 'k(int)', 3)")
+    _metrics(con, 2, 0, {DUR: 1, f1.format("long_scoreboard"): 1.0, f1.format("wait"): 1.0})
+    _kernel(con, 2, 1, "k(int)")
+    _metrics(con, 2, 1, {DUR: 1, f1.format("long_scoreboard"): 3.0, f1.format("wait"): 1.0})
+    rows = _run(con, "stall_time")
+    # long_scoreboard: (50% * 3 + 75% * 1) / 4 = 56.25%, not the (50 + 75) / 2 of two launches
+    assert [(r["reason"], r["share_pct"], r["stall_ns"], r["ncu_launches"]) for r in rows] == [
+        ("long_scoreboard", 56.25, 563, 4),
+        ("wait", 43.75, 438, 4),
+    ]
+
+
 # --- real exports ---------------------------------------------------------------------------------
 
 
@@ -333,3 +350,36 @@ def test_real_transformer_pair_stall_time() -> None:
     aunary = next(v for k, v in per_kernel.items() if "AUnaryFunctor" in k)
     assert (aunary[0]["nsys_launches"], aunary[0]["nsys_total_ns"]) == (1200, 2490591)
     assert aunary[0]["reason"] == "long_scoreboard" and aunary[0]["rank"] == 1
+
+
+DATA = ROOT / "tests" / "data" / "ncu"
+
+
+def test_repo_summary_captures_read_by_the_queries() -> None:
+    con = _con()
+    load_ncu(con, DATA / "h100_ncu2025.3_summary_per_kernel.csv", 1)
+    load_ncu(con, DATA / "h100_ncu2025.3_summary_per_gpu.csv", 2)
+    # per-kernel: "Duration","ns" Averages "17,664.00", "4,064.00", "3,061.33"; Compute (SM)
+    # Throughput "0.06", "21.39", "0.54"; Memory Throughput "2.11", "8.56", "12.16"; Invocations 1, 1, 3
+    sol = _run(con, "speed_of_light", report_id=1)
+    assert [(r["launch_id"], r["duration_ns"], r["compute_pct"], r["memory_pct"], r["invocations"]) for r in sol] == [
+        (0, 17664, 0.06, 2.11, 1),
+        (1, 4064, 21.39, 8.56, 1),
+        (2, 3061, 0.54, 12.16, 3),
+    ]
+    assert {r["bound"] for r in sol} == {"latency"}
+    # per-gpu, auto units: "Duration","us" Averages "17.06", "4.06", "3.01"
+    assert [r["duration_ns"] for r in _run(con, "speed_of_light", report_id=2)] == [17060, 4060, 3010]
+    # SOL section only: no occupancy or stall metrics, yet every kernel is listed
+    occ = _run(con, "occupancy", report_id=1)
+    assert len(occ) == 3 and all(r["limiter"] is None for r in occ)
+    assert _run(con, "stalls") == []
+
+
+def test_repo_multi_process_capture_per_process() -> None:
+    con = _con()
+    load_ncu(con, DATA / "h100_ncu2025.3_multi_process.csv", 1)
+    sol = _run(con, "speed_of_light", report_id=1)
+    # 15 IDs; "Duration","ns": ID 4 (pid 621) "17,536", ID 9 (pid 699) "18,080", ID 14 (pid 773) "17,952"
+    assert len(sol) == 15 and all(r["invocations"] is None for r in sol)
+    assert [sol[i]["duration_ns"] for i in (4, 9, 14)] == [17536, 18080, 17952]

@@ -9,6 +9,11 @@ export:
   (ragged); `--metrics` exports have a 15-column header; the 2019-2020 layout has 12 columns with
   `Kernel Time` and no Block/Grid/Device/CC.
 - raw page (`--page raw`): one row per kernel, one column per metric name, units on line 2.
+- summary (`--print-summary per-kernel` or `per-gpu`): no `ID` column; one row per kernel x
+  metric with `Invocations` (launches aggregated) and `Minimum`, `Maximum`, `Average` instead of
+  `Metric Value`. The column order differs between the two (`per-gpu` puts `Device`, `CC` before
+  `Kernel Name`). Each kernel's group of rows becomes one ncu_kernels row whose launch_id is the
+  group's 0-based index in file order; `value` is the Average, value_min / value_max the others.
 - `--print-units auto` scales values (`us`, `Ghz`, `Mbyte/s`); `--print-units base` does not;
   `--print-metric-name` switches the Metric Name column between labels (`Duration`), names
   (`gpu__time_duration.sum`) and both.
@@ -35,11 +40,18 @@ from .. import schema
 from ..errors import InputError
 from .ncu_metric_names import LABEL_TO_NAME
 
-Page = Literal["details", "raw"]
+Page = Literal["details", "raw", "summary"]
 Rows = list[tuple[int, list[str]]]  # (line number in the file, CSV fields)
 
-# The first columns of every ncu CSV layout, details and raw, 2019 to 2026.
-_HEADER_RE = re.compile(r'^"ID","Process ID","Process Name","Host Name","Kernel Name",', re.M)
+# The first columns of every ncu CSV layout, details and raw, 2019 to 2026; summaries
+# (`--print-summary`) have no ID column and are told by their `Invocations` column.
+_HEADER_RE = re.compile(
+    r'^(?:"ID","Process ID","Process Name","Host Name","Kernel Name",'
+    r'|"Process ID","Process Name","Host Name",(?=[^\n]*"Kernel Name")(?=[^\n]*"Invocations"))',
+    re.M,
+)
+# A quoted CSV header naming kernels or metrics, for telling an unknown ncu layout apart.
+_OTHER_HEADER_RE = re.compile(r'^"[^"\n]+"(?:,"[^"\n]*")*,"(?:Kernel Name|Metric Name)"', re.M)
 # ncu's own log lines (`==PROF==`, `==ERROR==`, `==WARNING==`), as opposed to the app's output.
 _LOG_RE = re.compile(r"^==[A-Z]+==", re.M)
 _SNIFF_BYTES = 4 << 20
@@ -59,9 +71,20 @@ _KERNEL_COLS: dict[str, str | None] = {
     "Grid Size": "grid",
     "Device": "device_id",
     "CC": "cc",
+    "Invocations": "invocations",  # summaries: launches aggregated into the row
 }
-_INT_KERNEL_COLS = ("pid", "device_id", "context_id", "stream_id")
+_INT_KERNEL_COLS = ("pid", "device_id", "context_id", "stream_id", "invocations")
 _DETAILS_COLS = ("Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_SUMMARY_COLS = (
+    "Kernel Name",
+    "Invocations",
+    "Section Name",
+    "Metric Name",
+    "Metric Unit",
+    "Minimum",
+    "Maximum",
+    "Average",
+)
 _RULE_COLS = {
     "Section Name": "section",
     "Rule Name": "rule_name",
@@ -134,7 +157,7 @@ def sniff_ncu(path: Path) -> bool:
 
 
 def parse_ncu(path: Path) -> NcuParsed:
-    """Read an ncu CSV export (details or raw page, any layout above) into canonical frames."""
+    """Read an ncu CSV export (details or raw page or summary, any layout above) into canonical frames."""
     text = _read_text(path)
     header = _HEADER_RE.search(text)
     if header is None:
@@ -142,14 +165,15 @@ def parse_ncu(path: Path) -> NcuParsed:
     rows = _csv_rows(path, text[header.start() :], text.count("\n", 0, header.start()) + 1)
     blocks, logs = _blocks(rows)
     last_line = rows[-1][0]
-    raw = {"Metric Value" not in head for head, _ in blocks}
-    if len(raw) > 1:
+    pages = {_page_of(head) for head, _ in blocks}
+    if len(pages) > 1:
         raise InputError(
-            f"{path} mixes ncu's details and raw pages; export each page to its own file "
-            "(`ncu -i REPORT --csv --page details`, `--page raw`) and ingest them separately."
+            f"{path} mixes ncu's {' and '.join(sorted(pages))} layouts; export each to its own "
+            "file (`ncu -i REPORT --csv --page details`, `--page raw`, `--print-summary "
+            "per-kernel`) and ingest them separately."
         )
-    page: Page = "raw" if raw.pop() else "details"
-    parse = _parse_raw if page == "raw" else _parse_details
+    page: Page = pages.pop()
+    parse = {"raw": _parse_raw, "details": _parse_details, "summary": _parse_summary}[page]
     parts = [parse(path, head, body, last_line, i) for i, (head, body) in enumerate(blocks)]
     kernels = pd.concat([p[0] for p in parts], ignore_index=True)
     if kernels.empty:
@@ -226,13 +250,21 @@ def _no_csv_error(path: Path, text: str) -> InputError:
             f"{path} is an ncu log without results (ncu said: {errors[0]}); fix that and "
             "profile again with `ncu --csv`."
         )
+    other = _OTHER_HEADER_RE.search(text)
+    if other:
+        head = text[other.start() :].split("\n", 1)[0].strip()
+        return InputError(
+            f"{path} is an ncu CSV layout nsa does not know (header {head[:160]}); export the "
+            "report with `ncu -i REPORT --csv --page details` (or `--page raw`) and ingest that."
+        )
     if _LOG_RE.search(text):
         return InputError(
             f"{path} holds ncu's log lines but no CSV: ncu profiled no kernel or ran without "
             "--csv; profile again with `ncu --csv` (or export a report with `ncu -i REPORT --csv`)."
         )
     return InputError(
-        f'{path} is not an ncu CSV (no `"ID","Process ID",...` header line); export one with '
+        f'{path} is not an ncu CSV (no `"ID","Process ID",...` or `--print-summary` header '
+        "line); export one with "
         "`ncu -i REPORT --csv --page details` (or `--page raw`)."
     )
 
@@ -270,7 +302,9 @@ def _blocks(rows: Rows) -> tuple[list[tuple[list[str], Rows]], list[str]]:
     blocks: list[tuple[list[str], Rows]] = []
     logs: list[str] = []
     for line, fields in rows:
-        if fields[:2] == ["ID", "Process ID"]:
+        if fields[:2] == ["ID", "Process ID"] or (
+            fields[0] == "Process ID" and "Invocations" in fields and "Kernel Name" in fields
+        ):
             blocks.append((fields, []))
         elif fields[0].startswith("=="):
             logs.append(",".join(fields))
@@ -325,9 +359,15 @@ def _tool_version(text: str) -> str | None:
     return None
 
 
-# --- the two pages -----------------------------------------------------------------------------
+# --- the pages ---------------------------------------------------------------------------------
 
 Parts = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
+def _page_of(head: list[str]) -> Page:
+    if "ID" not in head and "Invocations" in head:
+        return "summary"
+    return "details" if "Metric Value" in head else "raw"
 
 
 def _parse_details(path: Path, head: list[str], body: Rows, last_line: int, block: int) -> Parts:
@@ -381,6 +421,58 @@ def _parse_raw(path: Path, head: list[str], body: Rows, last_line: int, block: i
         metric.map(_NAME_TO_LABEL),
         metric.map(unit_of),
         long["text"],
+    )
+    metrics["_block"] = block
+    rules = pd.DataFrame(columns=["launch_id", *_RULE_COLS.values(), "est_speedup", "_block"])
+    return kernels, metrics, rules
+
+
+def _parse_summary(path: Path, head: list[str], body: Rows, last_line: int, block: int) -> Parts:
+    """`--print-summary per-kernel|per-gpu`: one row per kernel x metric, over `Invocations` launches.
+
+    There is no launch ID: a kernel's rows are consecutive and share every kernel column
+    (process, device, name, block, grid, invocations), so a group starts where those change, or
+    where a (section, metric) repeats within the current group. Its 0-based index in file order
+    is the launch_id. `Average` gives value (and value_text); `Minimum` / `Maximum` give
+    value_min / value_max, all in the row's unit.
+    """
+    missing = [c for c in _SUMMARY_COLS if c not in head]
+    if missing:
+        raise InputError(
+            f"{path}: ncu summary header lacks {', '.join(missing)}; export it again with "
+            "`ncu -i REPORT --csv --print-summary per-kernel`."
+        )
+    _check_width(path, body, len(head), last_line, "summary")
+    key_at = [i for i, c in enumerate(head) if c in _KERNEL_COLS]
+    metric_at = (head.index("Section Name"), head.index("Metric Name"))
+    ids: list[int] = []
+    group, key, seen = -1, None, set()
+    for line, fields in body:
+        metric = tuple(fields[i] for i in metric_at)
+        if metric[1] == "":
+            raise InputError(f"{path}: line {line} has no metric name; export it again.")
+        row_key = tuple(fields[i] for i in key_at)
+        if row_key != key or metric in seen:
+            group, key, seen = group + 1, row_key, set()
+        seen.add(metric)
+        ids.append(group)
+    df = _frame(head, body)
+    df.insert(0, "ID", [str(i) for i in ids])
+    kernels = _kernels(path, df, body, block)
+    bad = _ints(df["Invocations"])
+    if bad.isna().any() or (bad < 1).any():
+        line = body[int((bad.isna() | (bad < 1)).to_numpy().argmax())][0]
+        raise InputError(f"{path}: line {line} has no launch count in `Invocations`; export it again.")
+    names, labels = _names_and_labels(df["Section Name"], df["Metric Name"])
+    metrics = _metric_rows(
+        df["ID"],
+        df["Section Name"],
+        names,
+        labels,
+        df["Metric Unit"],
+        df["Average"],
+        mins=df["Minimum"],
+        maxs=df["Maximum"],
     )
     metrics["_block"] = block
     rules = pd.DataFrame(columns=["launch_id", *_RULE_COLS.values(), "est_speedup", "_block"])
@@ -447,19 +539,27 @@ def _metric_rows(
     labels: pd.Series,
     units: pd.Series,
     texts: pd.Series,
+    mins: pd.Series | None = None,
+    maxs: pd.Series | None = None,
 ) -> pd.DataFrame:
+    """Metric rows in base units; mins / maxs are a summary's Minimum / Maximum cells."""
     conv = {u: _base_unit(u) for u in units.unique()}
-    return pd.DataFrame(
+    factor = units.map(lambda u: conv[u][1]).astype(float)
+    out = pd.DataFrame(
         {
             "launch_id": _ints(ids),
             "section": sections.replace({"": None}),
             "metric_name": names,
             "metric_label": labels,
             "unit": units.map(lambda u: conv[u][0]),
-            "value": _numbers(texts) * units.map(lambda u: conv[u][1]).astype(float),
+            "value": _numbers(texts) * factor,
             "value_text": texts,
         }
     )
+    if mins is not None and maxs is not None:
+        out["value_min"] = _numbers(mins) * factor
+        out["value_max"] = _numbers(maxs) * factor
+    return out
 
 
 def _numbers(texts: pd.Series) -> pd.Series:

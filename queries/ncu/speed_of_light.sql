@@ -9,10 +9,11 @@
 -- col report_id INTEGER: workspace report id.
 -- col launch_id INTEGER: ncu launch ID within the report.
 -- col name VARCHAR: kernel name as ncu wrote it.
--- col duration_ns BIGINT: kernel duration, gpu__time_duration.sum (ns).
+-- col duration_ns BIGINT: kernel duration, gpu__time_duration.sum (ns); for a summary row, the Average over its invocations.
 -- col compute_pct DOUBLE: compute (SM) throughput, sm__throughput.avg.pct_of_peak_sustained_elapsed (% of peak).
 -- col memory_pct DOUBLE: memory throughput, gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed (% of peak).
 -- col bound VARCHAR: 'compute', 'memory', 'balanced' or 'latency'.
+-- col invocations BIGINT: launches a `--print-summary` row aggregates (its values are Averages); NULL for per-launch exports.
 WITH sol AS (
     SELECT
         report_id,
@@ -39,7 +40,8 @@ SELECT
         WHEN abs(s.compute_pct - s.memory_pct) < $balance_margin_pct THEN 'balanced'
         WHEN s.compute_pct > s.memory_pct THEN 'compute'
         ELSE 'memory'
-    END AS bound
+    END AS bound,
+    k.invocations
 FROM ncu_kernels AS k
 LEFT JOIN sol AS s USING (report_id, launch_id)
 WHERE ($report_id IS NULL OR k.report_id = $report_id)

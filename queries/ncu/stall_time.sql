@@ -2,7 +2,10 @@
 -- nsys report (every launch timed) and in an ncu report (a few launches dissected), the kernel's
 -- total nsys GPU time split by its ncu stall-reason shares, e.g. "38 ms of this run were warps
 -- waiting on long scoreboard in kernel X". The ncu share of a kernel is the duration-weighted
--- mean over its profiled launches (plain mean where ncu lacks durations).
+-- mean over its profiled launches (plain mean where ncu lacks durations). A `--print-summary`
+-- row stands for ncu_kernels.invocations launches with the Average duration and stall values:
+-- it weighs invocations times that duration and counts as that many launches; per-launch rows
+-- (invocations NULL) count once.
 -- Kernels are matched by nsa_kernel_key(name) (see _macros.sql), because the tools spell names
 -- differently: nsys `void at::native::k<(int)4, std::array<char *, (unsigned long)2>>(int)`
 -- is ncu `void k<4, array<char *, 2>>(int)`. The key drops every `ns::` qualifier (namespaces,
@@ -18,7 +21,7 @@
 -- col name VARCHAR: kernel name as nsys wrote it (the first one, when several share the key).
 -- col nsys_launches BIGINT: launches of the kernel in the nsys report.
 -- col nsys_total_ns BIGINT: GPU time of all those launches, from nsys (ns).
--- col ncu_launches BIGINT: launches of the kernel that ncu profiled.
+-- col ncu_launches BIGINT: launches of the kernel that ncu profiled (summary rows count their invocations).
 -- col reason VARCHAR: stall reason (long_scoreboard, barrier, ...).
 -- col rank BIGINT: 1 for the reason costing the most time in this kernel.
 -- col share_pct DOUBLE: the reason's share of the kernel's stall cycles, from ncu (%).
@@ -46,7 +49,8 @@ ncu_launch AS (
         k.report_id AS ncu_report_id,
         k.launch_id,
         nsa_kernel_key(k.name) AS kernel_key,
-        coalesce(max(m.value), 1) AS weight
+        coalesce(k.invocations, 1) AS launches,
+        coalesce(max(m.value), 1) AS duration
     FROM ncu_kernels AS k
     LEFT JOIN ncu_metrics AS m
         ON m.report_id = k.report_id
@@ -60,8 +64,10 @@ ncu AS (
         l.ncu_report_id,
         l.kernel_key,
         s.reason,
-        count(DISTINCT l.launch_id) AS ncu_launches,
-        sum(s.share_pct * l.weight) / sum(l.weight) AS share_pct
+        -- one row per launch and reason (nsa_ncu_stall_reasons), so this counts launches
+        CAST(sum(l.launches) AS BIGINT) AS ncu_launches,
+        -- weight: the ncu time of the launch(es), Average duration times invocations for summaries
+        sum(s.share_pct * l.duration * l.launches) / sum(l.duration * l.launches) AS share_pct
     FROM ncu_launch AS l
     JOIN nsa_ncu_stall_reasons($ncu_report_id) AS s
         ON s.report_id = l.ncu_report_id AND s.launch_id = l.launch_id
