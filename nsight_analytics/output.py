@@ -71,15 +71,17 @@ def _cell(value: Any) -> str:
 def to_table(df: pd.DataFrame, title: str | None = None, width: int | None = None) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     import pandas as pd
 
     table = Table(title=title, show_lines=False)
     for col in df.columns:
         numeric = pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col])
-        table.add_column(str(col), justify="right" if numeric else "left", overflow="fold")
+        table.add_column(Text(str(col)), justify="right" if numeric else "left", overflow="fold")
     for row in df.itertuples(index=False):
-        table.add_row(*(_cell(v) for v in row))
+        # Text, not str: kernel names such as `[lambda() (instance 1)]` are not rich markup
+        table.add_row(*(Text(_cell(v)) for v in row))
     buf = io.StringIO()
     # The terminal's width ($COLUMNS wins); 160 when printing to a pipe or file.
     width = width or shutil.get_terminal_size((160, 24)).columns

@@ -87,9 +87,21 @@ def open_workspace(
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create missing tables, and add the columns a newer nsa declares to a workspace made by an
+    older one (NULL in its existing rows: those exports were read without them)."""
     con.execute("BEGIN TRANSACTION")
     for stmt in schema.ddl_statements():
         con.execute(stmt)
+    have = set(
+        con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name = 'main'"
+        ).fetchall()
+    )
+    for table in schema.TABLES:
+        for col in table.cols:
+            if (table.name, col.name) not in have:
+                con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
     con.execute("COMMIT")
 
 

@@ -123,3 +123,36 @@ def test_demo_runs_on_the_bundled_export() -> None:
     assert lines[0].startswith("1. [CRITICAL] DtoH copies into pageable memory")
     assert "copy-dominated" in res.output and "pageable-memcpy" in res.output
     assert "1.33 GB/s" in res.output
+
+
+def test_table_cells_are_not_read_as_markup(tmp_path: Path) -> None:
+    # Kernel names such as `[lambda() (instance 1)]` (ncu) or `void f<[bold]>` must print as written.
+    stmt = "SELECT 'k<[lambda() (instance 1)]>' AS name, '[red]x[/red]' AS \"[b]col\""
+    res = invoke("sql", "--db", str(tmp_path / "w.duckdb"), stmt)
+    assert res.exit_code == EXIT_OK, res.output
+    assert "k<[lambda() (instance 1)]>" in res.output
+    assert "[red]x[/red]" in res.output and "[b]col" in res.output
+
+
+def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
+    # A workspace written by an older nsa lacks columns added since; opening it for writing adds
+    # them (NULL in the old rows) and ingest fills them.
+    import duckdb
+
+    from nsight_analytics import schema
+
+    path = tmp_path / "old.duckdb"
+    assert invoke("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code == EXIT_OK
+    with duckdb.connect(str(path)) as con:
+        con.execute('ALTER TABLE kernels DROP COLUMN "short_name"')
+        con.execute('ALTER TABLE ncu_kernels DROP COLUMN "invocations"')
+    res = invoke("sql", "--db", str(path), "SELECT count(*) AS n, count(short_name) AS named FROM kernels", "--format", "csv")
+    assert res.output == "n,named\n2,0\n"
+    with duckdb.connect(str(path), read_only=True) as con:
+        for table in ("kernels", "ncu_kernels"):
+            cols = [r[0] for r in con.execute(f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'").fetchall()]
+            assert sorted(cols) == sorted(schema.BY_NAME[table].col_names)
+    res = invoke("ingest", "--db", str(path), "--replace", str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
+    assert res.exit_code == EXIT_OK, res.output
+    res = invoke("sql", "--db", str(path), "SELECT count(short_name) AS named FROM kernels", "--format", "csv")
+    assert res.output == "named\n2\n"
