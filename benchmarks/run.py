@@ -98,7 +98,7 @@ def has_command(name: str) -> bool:
 
 def ingested_rows(stdout: str) -> dict[str, int]:
     """'1,032,600 kernels, 271,200 memcpy, ...' from nsa ingest's summary line."""
-    return {m[2]: int(m[1].replace(",", "")) for m in re.finditer(r"([\d,]+) ([a-z_]+)", stdout.split(":", 1)[-1])}
+    return {m[2]: int(m[1].replace(",", "")) for m in re.finditer(r"(\d[\d,]*) ([a-z_]+)", stdout.split(":", 1)[-1])}
 
 
 INPROC = r"""

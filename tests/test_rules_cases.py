@@ -63,3 +63,30 @@ def test_every_rule_has_a_firing_case() -> None:
 
     fired = {rule_id for c in CASES for rule_id, _ in c["expect"]}
     assert {r.id for r in rules()} <= fired
+
+
+def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
+    # `ncu --print-summary per-kernel`: a row is the Average over `invocations` launches.
+    from rules.cases import MEM, MS, SOL, ncu_launch
+
+    k_sum, m_sum = ncu_launch(0, "void summarised(float*)", 1 * MS, **{SOL: 10.0, MEM: 90.0})
+    k_sum["invocations"] = 3
+    k_one, m_one = ncu_launch(1, "void summarised(float*)", 1 * MS, **{SOL: 10.0, MEM: 10.0})
+    k_big, m_big = ncu_launch(2, "void single(float*)", 2.5 * MS, **{SOL: 10.0, MEM: 10.0})
+    rows = {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k_sum, k_one, k_big],
+            "ncu_metrics": m_sum + m_one + m_big}
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, rows)
+        found = run_rules(con, only=["memory-bound", "latency-bound"])
+    finally:
+        con.close()
+    by_kernel = {f.evidence["kernel"]: f for f in found}
+    # memory % weighted by time: (90 * 3 ms + 10 * 1 ms) / 4 ms = 70 -> memory-bound (>= 60),
+    # where two equally weighted rows would give 50 (latency-bound)
+    s = by_kernel["void summarised(float*)"]
+    assert (s.rule_id, s.evidence["memory_pct"]) == ("memory-bound", 70.0)
+    # its stake: 3 x 1 ms + 1 ms = 4 ms in 4 launches, more than the single 2.5 ms launch
+    assert (s.evidence["ncu_launches"], s.evidence["ncu_ns"]) == (4, 4 * MS)
+    assert by_kernel["void single(float*)"].rule_id == "latency-bound"
+    assert by_kernel["void single(float*)"].evidence["ncu_ns"] == 2.5 * MS

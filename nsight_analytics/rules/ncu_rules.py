@@ -2,7 +2,8 @@
 
 A kernel's weight is its real timeline time when an nsys report of the same program is in the
 workspace (all its launches there, matched by `nsa_kernel_key`, see queries/ncu/_macros.sql),
-else the summed ncu duration of its profiled launches. Findings carry it as
+else the summed ncu duration of its profiled launches (a `--print-summary` row counts as its
+`invocations` launches of its Average duration). Findings carry it as
 `evidence["time_at_stake_ns"]`; none of these rules claims a saving (est_savings_ns None):
 what a kernel-level fix gains depends on the fix.
 """
@@ -18,8 +19,9 @@ from .units import dur, pct
 # One row per ncu report and kernel name: launches, ncu time, and the nsys match with the most time.
 _WEIGHTS = """
 WITH ncu AS (
-    SELECT k.report_id, k.name, nsa_kernel_key(k.name) AS kernel_key, count(*) AS launches,
-           coalesce(sum(m.value), 0) AS ncu_ns
+    -- a --print-summary row stands for `invocations` launches of its Average duration
+    SELECT k.report_id, k.name, nsa_kernel_key(k.name) AS kernel_key, sum(coalesce(k.invocations, 1)) AS launches,
+           coalesce(sum(m.value * coalesce(k.invocations, 1)), 0) AS ncu_ns
     FROM ncu_kernels AS k
     LEFT JOIN ncu_metrics AS m
         ON m.report_id = k.report_id AND m.launch_id = k.launch_id AND m.metric_name = 'gpu__time_duration.sum'
@@ -106,10 +108,15 @@ def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def _launch_weights(ctx: Context, rid: int) -> pd.DataFrame:
+    """Per ncu row: duration and the launches it stands for (invocations of a summary row, else 1)."""
+    return ctx.query("speed_of_light", rid)[["report_id", "launch_id", "duration_ns", "invocations"]]
+
+
 def _weighted(df: pd.DataFrame, value: str, weights: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel name: the duration-weighted mean of `value` over its launches."""
+    """Per kernel name: the time-weighted mean of `value` over its launches (duration x launches)."""
     d = df.merge(weights, on=["report_id", "launch_id"], how="left")
-    d["w"] = d["duration_ns"].fillna(1.0).clip(lower=1.0)
+    d["w"] = d["duration_ns"].astype("float64").fillna(1.0).clip(lower=1.0) * d["invocations"].astype("float64").fillna(1.0)
     d["wv"] = d[value] * d["w"]
     g = d.groupby(["report_id", "name"], dropna=False).agg(wv=("wv", "sum"), w=("w", "sum"))
     return (g["wv"] / g["w"]).rename(value).reset_index()
@@ -137,7 +144,7 @@ def stall_dominated(ctx: Context, rid: int) -> list[Finding]:
     stalls = ctx.query("stalls", rid)
     if stalls.empty:
         return []
-    sol = ctx.query("speed_of_light", rid)[["report_id", "launch_id", "duration_ns"]]
+    sol = _launch_weights(ctx, rid)
     stalls = stalls.copy()
     out: list[Finding] = []
     per_reason = []
@@ -218,7 +225,7 @@ def _bound_rule(ctx: Context, rid: int, bound: str) -> list[Finding]:
     sol = sol[sol["compute_pct"].notna() & sol["memory_pct"].notna()]
     if sol.empty:
         return []
-    w = sol[["report_id", "launch_id", "duration_ns"]]
+    w = sol[["report_id", "launch_id", "duration_ns", "invocations"]]
     comp = _weighted(sol[["report_id", "launch_id", "name", "compute_pct"]], "compute_pct", w)
     mem = _weighted(sol[["report_id", "launch_id", "name", "memory_pct"]], "memory_pct", w)
     pcts = comp.merge(mem, on=["report_id", "name"])
@@ -283,7 +290,7 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     occ = occ[occ["achieved_pct"].notna()]
     if occ.empty:
         return []
-    sol = ctx.query("speed_of_light", rid)[["report_id", "launch_id", "duration_ns"]]
+    sol = _launch_weights(ctx, rid)
     ach = _weighted(occ[["report_id", "launch_id", "name", "achieved_pct"]], "achieved_pct", sol)
     theo = _weighted(occ[["report_id", "launch_id", "name", "theoretical_pct"]], "theoretical_pct", sol)
     lim = occ.groupby(["report_id", "name"])["limiter"].agg(lambda s: s.mode().iloc[0] if s.notna().any() else None)
