@@ -225,9 +225,11 @@ def test_sync_calls_golden(workspace) -> None:
         _api(1, 100, 200, "cudaStreamSynchronize"), _api(1, 300, 600, "cudaStreamSynchronize", tid=12),
         _api(1, 700, 750, "cudaMemcpy"), _api(1, 800, 1800, "cudaMemcpyAsync"), _api(1, 1900, 1920, "cudaMemset"),
         _api(1, 1950, 2000, "cudaStreamWaitEvent"), _api(1, 10, 20, "cuCtxSynchronize", pid=20),
+        _api(1, 1200, 1300, "cudaStreamSynchronize_ptsz"), _api(1, 1300, 1400, "cudaStreamSynchronizeX"),
     ])  # fmt: skip
     assert _rows(workspace, "sync_calls") == [
         (1, 10, "cudaStreamSynchronize", "synchronize", 2, 400, 200.0, 300, 2, 20.0),
+        (1, 10, "cudaStreamSynchronize_ptsz", "synchronize", 1, 100, 100.0, 100, 1, 5.0),
         (1, 10, "cudaMemcpy", "memcpy", 1, 50, 50.0, 50, 1, 2.5),
         (1, 10, "cudaMemset", "memset", 1, 20, 20.0, 20, 1, 1.0),
         (1, 20, "cuCtxSynchronize", "synchronize", 1, 10, 10.0, 10, 1, 0.5),

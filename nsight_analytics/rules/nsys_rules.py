@@ -154,35 +154,47 @@ WITH act AS (
     UNION ALL SELECT report_id, device_id, pid, start_ns, end_ns FROM memset
     WHERE ($rid IS NULL OR report_id = $rid) AND end_ns >= start_ns
 ),
+-- busy time of each device up to each activity start, in one sorted pass: busy_to is the
+-- union of the activities so far (each adds the part not covered before it), run_end the
+-- latest end so far; tied starts keep the last (largest) values
 o AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    SELECT report_id, device_id, start_ns, end_ns, max(end_ns) OVER prev AS prev_end
     FROM act
+    WINDOW prev AS (
+        PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
 ),
-g AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-              OVER (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS isl
-    FROM o
-),
-islands AS (
-    SELECT report_id, device_id, min(start_ns) AS s, max(end_ns) AS e FROM g GROUP BY report_id, device_id, isl
+pts AS (
+    SELECT report_id, device_id, start_ns, max(run_end) AS run_end, max(busy_to) AS busy_to
+    FROM (
+        SELECT report_id, device_id, start_ns, greatest(end_ns, prev_end) AS run_end,
+               sum(nsa_union_ns(end_ns, start_ns, prev_end)) OVER (
+                   PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
+               ) AS busy_to
+        FROM o
+    )
+    GROUP BY ALL
 ),
 devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
 calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, duration_ns, name,
            row_number() OVER () AS call_id
     FROM cuda_api
-    WHERE ($rid IS NULL OR report_id = $rid) AND NOT contains(name, 'Async')
-      AND regexp_matches(name, '^cu(da)?((Device|Thread|Ctx|Stream|Event)Synchronize|Memcpy|Memset)')
+    WHERE ($rid IS NULL OR report_id = $rid) AND nsa_sync_kind(name) IS NOT NULL
 ),
+cd AS (
+    SELECT c.call_id, c.report_id, d.device_id, c.start_ns, c.end_ns
+    FROM calls AS c JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
+),
+-- busy time of a device up to t, from the last activity starting at or before t: the union so
+-- far, less its part after t (all of [t, run_end] is covered by the activity ending at run_end)
 per_dev AS (
-    SELECT c.call_id, d.device_id,
-           sum(least(i.e, c.end_ns) - greatest(i.s, c.start_ns)) AS busy_ns
-    FROM calls AS c
-    JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
-    JOIN islands AS i ON i.report_id = c.report_id AND i.device_id = d.device_id
-                      AND i.s < c.end_ns AND i.e > c.start_ns
-    GROUP BY ALL
+    SELECT cd.call_id,
+           coalesce(e.busy_to - greatest(0, e.run_end - cd.end_ns), 0)
+           - coalesce(b.busy_to - greatest(0, b.run_end - cd.start_ns), 0) AS busy_ns
+    FROM cd
+    ASOF LEFT JOIN pts AS e ON e.report_id = cd.report_id AND e.device_id = cd.device_id AND cd.end_ns >= e.start_ns
+    ASOF LEFT JOIN pts AS b ON b.report_id = cd.report_id AND b.device_id = cd.device_id AND cd.start_ns >= b.start_ns
 ),
 per_call AS (SELECT call_id, max(busy_ns) AS busy_ns FROM per_dev GROUP BY ALL),
 spans AS (

@@ -24,7 +24,8 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
 
 -- nsa_sync_kind(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
---   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix);
+--   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix;
+--                  the per-thread default stream variant cudaStreamSynchronize_ptsz too);
 --   'memcpy':      a synchronous copy: cudaMemcpy, cudaMemcpy2D/3D/Peer/ToSymbol..., cuMemcpy*
 --                  without `Async` in the name;
 --   'memset':      a synchronous memset: cudaMemset, cudaMemset2D/3D, cuMemsetD8/16/32... without
@@ -39,7 +40,7 @@ CREATE OR REPLACE MACRO nsa_sync_kind(api_name) AS
         -- ^cu(da)?...Synchronize..., ^cu(da)?Memcpy and ^cu(da)?Memset, without running a regex
         -- on each of millions of cudaLaunchKernel rows
         WHEN contains(api_name, 'Synchronize')
-             AND regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_v[0-9]+)?$')
+             AND regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_ptsz)?(_v[0-9]+)?$')
             THEN 'synchronize'
         WHEN starts_with(api_name, 'cudaMemcpy') OR starts_with(api_name, 'cuMemcpy') THEN 'memcpy'
         WHEN starts_with(api_name, 'cudaMemset') OR starts_with(api_name, 'cuMemset') THEN 'memset'
