@@ -154,27 +154,6 @@ WITH act AS (
     UNION ALL SELECT report_id, device_id, pid, start_ns, end_ns FROM memset
     WHERE ($rid IS NULL OR report_id = $rid) AND end_ns >= start_ns
 ),
--- busy time of each device up to each activity start, in one sorted pass: busy_to is the
--- union of the activities so far (each adds the part not covered before it), run_end the
--- latest end so far; tied starts keep the last (largest) values
-o AS (
-    SELECT report_id, device_id, start_ns, end_ns, max(end_ns) OVER prev AS prev_end
-    FROM act
-    WINDOW prev AS (
-        PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    )
-),
-pts AS (
-    SELECT report_id, device_id, start_ns, max(run_end) AS run_end, max(busy_to) AS busy_to
-    FROM (
-        SELECT report_id, device_id, start_ns, greatest(end_ns, prev_end) AS run_end,
-               sum(nsa_union_ns(end_ns, start_ns, prev_end)) OVER (
-                   PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
-               ) AS busy_to
-        FROM o
-    )
-    GROUP BY ALL
-),
 devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
 calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, duration_ns, name,
@@ -182,21 +161,47 @@ calls AS (
     FROM cuda_api
     WHERE ($rid IS NULL OR report_id = $rid) AND nsa_sync_kind(name) IS NOT NULL
 ),
-cd AS (
-    SELECT c.call_id, c.report_id, d.device_id, c.start_ns, c.end_ns
-    FROM calls AS c JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
+-- each call's start and end as probe rows on each GPU of its process, placed after the
+-- activities that start at the same time (end_ns NULL: a probe adds nothing)
+probes AS (
+    SELECT c.report_id, d.device_id, t.probe_ns AS start_ns, CAST(NULL AS BIGINT) AS end_ns, c.call_id, t.side
+    FROM calls AS c
+    JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
+    CROSS JOIN LATERAL (VALUES (c.start_ns, -1), (c.end_ns, 1)) AS t(probe_ns, side)
 ),
--- busy time of a device up to t, from the last activity starting at or before t: the union so
--- far, less its part after t (all of [t, run_end] is covered by the activity ending at run_end)
-per_dev AS (
-    SELECT cd.call_id,
-           coalesce(e.busy_to - greatest(0, e.run_end - cd.end_ns), 0)
-           - coalesce(b.busy_to - greatest(0, b.run_end - cd.start_ns), 0) AS busy_ns
-    FROM cd
-    ASOF LEFT JOIN pts AS e ON e.report_id = cd.report_id AND e.device_id = cd.device_id AND cd.end_ns >= e.start_ns
-    ASOF LEFT JOIN pts AS b ON b.report_id = cd.report_id AND b.device_id = cd.device_id AND cd.start_ns >= b.start_ns
+rows AS (
+    SELECT report_id, device_id, start_ns, end_ns, NULL AS call_id, 0 AS side FROM act
+    UNION ALL
+    SELECT * FROM probes
 ),
-per_call AS (SELECT call_id, max(busy_ns) AS busy_ns FROM per_dev GROUP BY ALL),
+-- one sorted pass per device: prev_end is the latest end before the row, and each activity adds
+-- to the busy union the part of it not covered before
+o AS (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end
+    FROM rows
+),
+-- at a probe at time t: busy_to is the union of the activities starting by t, and all of
+-- [t, prev_end] is covered (by the activity ending at prev_end), so busy time up to t is
+-- busy_to - (prev_end - t) when prev_end > t
+b AS (
+    SELECT call_id, device_id, side,
+           coalesce(busy_to, 0) - greatest(0, coalesce(prev_end, start_ns) - start_ns) AS busy_until
+    FROM (
+        SELECT *, sum(CASE WHEN call_id IS NULL THEN nsa_union_ns(end_ns, start_ns, prev_end) END) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL ROWS UNBOUNDED PRECEDING
+        ) AS busy_to
+        FROM o
+    )
+    WHERE call_id IS NOT NULL
+),
+per_call AS (
+    SELECT call_id, max(busy_ns) AS busy_ns
+    FROM (SELECT call_id, device_id, sum(side * busy_until) AS busy_ns FROM b GROUP BY ALL)
+    GROUP BY ALL
+),
 spans AS (
     SELECT report_id, pid, max(end_ns) - min(start_ns) AS pid_span_ns
     FROM cuda_api WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL

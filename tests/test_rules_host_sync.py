@@ -1,0 +1,64 @@
+"""host-sync's "blocked while the GPUs were idle" time against plain Python interval arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+
+from nsight_analytics import schema
+from nsight_analytics.queries import install_macros
+from nsight_analytics.rules.nsys_rules import _SYNC_BEYOND
+
+SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
+
+
+def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of the union of intervals clipped to [lo, hi], by sort and merge."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
+        if cur_e is None or s > cur_e:
+            total += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (0 if cur_e is None else cur_e - cur_s)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
+    rnd = random.Random(seed)
+    con = duckdb.connect()
+    for t in schema.TABLES:
+        con.execute(t.ddl())
+    install_macros(con)
+    act: list[tuple[int, int, int, int, int]] = []  # report, device, pid, start, end
+    for table in ("kernels", "memcpy", "memset"):
+        for _ in range(rnd.randint(0, 25)):
+            start, dur = rnd.randint(0, 100) * 2, rnd.choice([0, rnd.randint(0, 40)])  # even: ties
+            row = (rnd.randint(1, 2), rnd.randint(0, 1), rnd.choice([5, 6]), start, start + dur)
+            act.append(row)
+            con.execute(f"INSERT INTO {table} (report_id, device_id, pid, start_ns, end_ns, duration_ns) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", [*row, dur])
+    calls = []
+    for _ in range(rnd.randint(1, 15)):
+        start, dur = rnd.randint(0, 110) * 2, rnd.choice([0, rnd.randint(0, 60)])
+        call = (rnd.randint(1, 2), rnd.choice([5, 6, 7]), start, start + dur, rnd.choice([*SYNC, "cudaLaunchKernel"]))
+        calls.append(call)
+        con.execute("INSERT INTO cuda_api (report_id, pid, tid, start_ns, end_ns, duration_ns, name) "
+                    "VALUES (?, ?, 1, ?, ?, ?, ?)", [*call[:4], dur, call[4]])
+    expected: dict[tuple[int, int, str], list[int]] = {}
+    for rid, pid, s, e, name in calls:
+        if name not in SYNC:
+            continue
+        devices = {d for r, d, p, _, _ in act if r == rid and p == pid}
+        # busy: the most any GPU of the process was busy (any process's work) during the call
+        busy = max((_union_within([(a, b) for r, d, _, a, b in act if r == rid and d == dev], s, e)
+                    for dev in devices), default=0)
+        agg = expected.setdefault((rid, pid, name), [0, 0, 0])
+        agg[0] += 1
+        agg[1] += e - s
+        agg[2] += max(0, e - s - busy)
+    got = {(r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in con.execute(_SYNC_BEYOND, {"rid": None}).fetchall()}
+    assert got == expected
