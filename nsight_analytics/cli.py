@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import duckdb
@@ -18,9 +18,6 @@ from . import output as out
 from .errors import NsaError
 from .ingest import IngestResult, ensure_loaded, ingest_file
 from .workspace import ENV_DB, open_workspace
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -143,11 +140,11 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
     """List the reports in the workspace."""
     with errors():
         con = open_workspace(db, read_only=True)
-        df = con.sql(
+        res = out.Result.of(con.sql(
             "SELECT report_id, kind, tool_version, schema_version, activity_kinds, "
             "regexp_extract(source_path, '[^/]+$') AS file, ingested_at FROM reports ORDER BY report_id"
-        ).df()
-        emit(out.render(df, fmt, "reports"), output_path)
+        ))  # fmt: skip
+        emit(out.render(res, fmt, "reports"), output_path)
 
 
 @main.command()
@@ -168,8 +165,7 @@ def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: 
             con = api.connect(db, load_deferred=False)
             ensure_loaded(con, needs)  # only what this statement reads, not every deferred table
         rel = con.sql(statement)
-        df = rel.df() if rel is not None else _frame([])
-        emit(out.render(df, fmt), output_path)
+        emit(out.render(out.Result.of(rel), fmt), output_path)
 
 
 @main.command()
@@ -200,23 +196,16 @@ def query(
         if report_id is not None:
             values["report_id"] = report_id
         con = api.reader(db, needs=queries.get(name).tables())
-        df = api.query(con, name, **values).df()
-        emit(out.render(df, fmt, name), output_path)
+        res = out.Result.of(api.query(con, name, **values))
+        emit(out.render(res, fmt, name), output_path)
 
 
-def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """pandas is imported on first use: it costs 0.5 s of start-up that `nsa ingest` never needs."""
-    import pandas as pd
-
-    return pd.DataFrame(rows)
-
-
-def _query_list() -> pd.DataFrame:
+def _query_list() -> out.Result:
     rows = []
     for q in queries.library().values():
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
         rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": q.doc})
-    return _frame(rows)
+    return out.Result.of_records(rows)
 
 
 @main.command("schema")
@@ -232,7 +221,7 @@ def schema_cmd(fmt: str, output_path: str | None) -> None:
         for t in schema.TABLES
         for c in t.cols
     ]
-    emit(out.render(_frame(rows), fmt), output_path)
+    emit(out.render(out.Result.of_records(rows), fmt), output_path)
 
 
 def demo_input() -> Path:
@@ -253,7 +242,7 @@ def demo(db: str | None) -> None:
             result = ingest_file(con, demo_input(), defer=())
             click.echo(f"$ nsa ingest {demo_input().name}\n{_describe(result)}\n")
             click.echo("$ nsa query utilization")
-            click.echo(out.render(api.query(con, "utilization").df(), "table"))
+            click.echo(out.render(out.Result.of(api.query(con, "utilization")), "table"))
             click.echo("$ nsa findings")
             names = {result.report_id: demo_input().name}
             click.echo(render(run_rules(con), "text", names), nl=False)
@@ -342,11 +331,11 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
         emit("\n".join(lines) + "\n", output_path)
         return
     if fmt == "json":
-        emit(out.render(_frame(rows), "json"), output_path)
+        emit(out.render(out.Result.of_records(rows), "json"), output_path)
         return
-    text = out.to_table(_frame(rows), "rules")
+    text = out.to_table(out.Result.of_records(rows), "rules")
     text += out.to_table(
-        _frame([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
+        out.Result.of_records([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
                       for t in DEFAULTS.values()]),
         "thresholds (change with --config FILE or --set name=value)",
     )  # fmt: skip

@@ -11,8 +11,22 @@ Rules read library queries and canonical tables; nothing here imports click.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .config import DEFAULTS, ConfigError, load_config
-from .engine import rank_key, rules, run_rules
 from .model import SEVERITIES, Finding, Rule
+
+if TYPE_CHECKING:
+    from .engine import rank_key, rules, run_rules
+
+
+def __getattr__(name: str) -> Any:
+    # The engine imports the rule modules and pandas (0.4 s): only when rules are run or listed,
+    # not when `nsa query` merely parses `-p name=value` with config.parse_assignments.
+    if name in ("rank_key", "rules", "run_rules"):
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["DEFAULTS", "SEVERITIES", "ConfigError", "Finding", "Rule", "load_config", "rank_key", "rules", "run_rules"]

@@ -1,0 +1,55 @@
+"""Output formats straight from DuckDB results: types, NULLs, lists, alignment."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import duckdb
+
+from nsight_analytics import output as out
+
+SQL = """
+SELECT * FROM (VALUES
+    (1, 2.5::DOUBLE, 1.25::DECIMAL(9, 2), 'a,b', ['x', 'y'], {'k': 1}, TIMESTAMP '2026-11-23 12:00:00', true),
+    (NULL, 'nan'::DOUBLE, NULL, NULL, NULL, NULL, NULL, NULL)
+) AS t(n, d, dec, s, l, st, ts, b)
+"""
+
+
+def _res() -> out.Result:
+    return out.Result.of(duckdb.connect().sql(SQL))
+
+
+def test_json_rows_are_plain_values() -> None:
+    assert json.loads(out.render(_res(), "json")) == [
+        {"n": 1, "d": 2.5, "dec": 1.25, "s": "a,b", "l": ["x", "y"], "st": {"k": 1}, "ts": "2026-11-23T12:00:00",
+         "b": True},
+        {"n": None, "d": None, "dec": None, "s": None, "l": None, "st": None, "ts": None, "b": None},
+    ]
+
+
+def test_csv_keeps_one_value_per_cell() -> None:
+    rows = list(csv.reader(io.StringIO(out.render(_res(), "csv"))))
+    assert rows == [
+        ["n", "d", "dec", "s", "l", "st", "ts", "b"],
+        ["1", "2.5", "1.25", "a,b", "x;y", '{"k": 1}', "2026-11-23T12:00:00", "True"],
+        ["", "", "", "", "", "", "", ""],
+    ]
+
+
+def test_table_aligns_numbers_right_and_names_left() -> None:
+    res = out.Result.of(duckdb.connect().sql("SELECT * FROM (VALUES (1234567, 'k'), (5, 'longer')) AS t(n, name)"))
+    lines = out.to_table(res, width=60).splitlines()
+    big = next(line for line in lines if "1,234,567" in line)
+    five = next(line for line in lines if "longer" in line)
+    assert five.index("5") == big.index("1,234,567") + len("1,234,567") - 1  # right-aligned number
+    assert five.index("longer") == big.index("k")  # left-aligned text
+    assert out.to_table(out.Result.of(None)).endswith("(no rows)\n")
+
+
+def test_records_infer_numeric_columns() -> None:
+    res = out.Result.of_records([{"a": 1, "b": "x"}, {"a": None, "b": "y", "c": 2.0}])
+    assert res.columns == ["a", "b", "c"] and res.numeric == [True, False, True]
+    assert res.rows == [(1, "x", None), (None, "y", 2.0)]
