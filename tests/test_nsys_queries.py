@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import nsight_analytics as nsa
+from nsight_analytics import queries
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 NSYS = REALDATA / "nsys"
@@ -410,3 +411,18 @@ def test_kernel_summary_matches_nsys_stats(nsys_real_workspace, tmp_path) -> Non
         if s["rows"] == 1:  # one grid/block config: nsys's median and stddev are the whole name's
             assert med == pytest.approx(s["med"], abs=0.051)
             assert sd == pytest.approx(s["sd"], abs=0.051)
+
+
+def test_nvtx_summary_hash_collisions_take_the_exact_path(nsys_real_workspace) -> None:
+    # The query sums kernels per 64-bit hash of (domain, name) and recomputes groups whose hash
+    # collides exactly. Forcing every group into two hash buckets must not change a number.
+    import re
+
+    con, ids = nsys_real_workspace
+    rid = ids["h100x2_nsys2026.2_h2d_heavy.sqlite"]
+    sql = queries.get("nvtx_summary").sql
+    weak = re.sub(r"\bhash\(([^()]*)\)", r"(hash(\1) % 2)", sql)
+    assert weak.count("% 2") >= 3
+    normal = con.execute(sql, {"report_id": rid}).fetchall()
+    assert len(normal) > 2 and sum(r[10] for r in normal) > 0
+    assert con.execute(weak, {"report_id": rid}).fetchall() == normal

@@ -29,13 +29,20 @@ WITH launches AS (
     WHERE ($report_id IS NULL OR k.report_id = $report_id) AND ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL
 ),
+-- the threads that launched kernels, numbered: the ASOF joins match on this one key (sorting
+-- 5M ranges on one key instead of three is ~40% faster), and ranges of other threads skip them
+threads AS (
+    SELECT report_id, pid, tid, row_number() OVER () AS thread_key
+    FROM (SELECT DISTINCT report_id, pid, tid FROM launches)
+),
 running AS (
     SELECT
-        report_id, pid, tid, start_ns,
-        sum(kernels) OVER t AS cum_kernels,
-        sum(kernel_ns) OVER t AS cum_kernel_ns
-    FROM launches
-    WINDOW t AS (PARTITION BY report_id, pid, tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+        t.thread_key, l.start_ns,
+        sum(l.kernels) OVER w AS cum_kernels,
+        sum(l.kernel_ns) OVER w AS cum_kernel_ns
+    FROM launches AS l
+    JOIN threads AS t ON t.report_id = l.report_id AND t.pid = l.pid AND t.tid = l.tid
+    WINDOW w AS (PARTITION BY t.thread_key ORDER BY l.start_ns ROWS UNBOUNDED PRECEDING)
 ),
 r AS NOT MATERIALIZED (
     SELECT report_id, pid, tid, domain, name, start_ns, end_ns, duration_ns
@@ -61,22 +68,21 @@ collided AS (
     SELECT report_id, h FROM stats GROUP BY ALL HAVING count(*) > 1
 ),
 rh AS NOT MATERIALIZED (
-    SELECT report_id, pid, tid, start_ns, end_ns, hash(domain, name) AS h
+    SELECT r.report_id, t.thread_key, r.start_ns, r.end_ns, hash(r.domain, r.name) AS h
     FROM r
-    WHERE end_ns IS NOT NULL
+    JOIN threads AS t ON t.report_id = r.report_id AND t.pid = r.pid AND t.tid = r.tid
+    WHERE r.end_ns IS NOT NULL
 ),
 at_end AS (
     SELECT rh.report_id, rh.h, sum(e.cum_kernels) AS kernels, sum(e.cum_kernel_ns) AS kernel_ns
     FROM rh
-    ASOF JOIN running AS e
-        ON e.report_id = rh.report_id AND e.pid = rh.pid AND e.tid = rh.tid AND rh.end_ns >= e.start_ns
+    ASOF JOIN running AS e ON e.thread_key = rh.thread_key AND rh.end_ns >= e.start_ns
     GROUP BY ALL
 ),
 before_start AS (
     SELECT rh.report_id, rh.h, sum(b.cum_kernels) AS kernels, sum(b.cum_kernel_ns) AS kernel_ns
     FROM rh
-    ASOF JOIN running AS b
-        ON b.report_id = rh.report_id AND b.pid = rh.pid AND b.tid = rh.tid AND rh.start_ns > b.start_ns
+    ASOF JOIN running AS b ON b.thread_key = rh.thread_key AND rh.start_ns > b.start_ns
     GROUP BY ALL
 ),
 -- the exact per-name sums, for the ranges of collided groups only
@@ -86,15 +92,14 @@ exact AS (
         sum(coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0)) AS kernels,
         sum(coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0)) AS kernel_ns
     FROM (
-        SELECT r.*
+        SELECT r.*, t.thread_key
         FROM r
+        LEFT JOIN threads AS t ON t.report_id = r.report_id AND t.pid = r.pid AND t.tid = r.tid
         SEMI JOIN collided AS x ON x.report_id = r.report_id AND x.h = hash(r.domain, r.name)
         WHERE r.end_ns IS NOT NULL
     ) AS r
-    ASOF LEFT JOIN running AS e
-        ON e.report_id = r.report_id AND e.pid = r.pid AND e.tid = r.tid AND r.end_ns >= e.start_ns
-    ASOF LEFT JOIN running AS b
-        ON b.report_id = r.report_id AND b.pid = r.pid AND b.tid = r.tid AND r.start_ns > b.start_ns
+    ASOF LEFT JOIN running AS e ON e.thread_key = r.thread_key AND r.end_ns >= e.start_ns
+    ASOF LEFT JOIN running AS b ON b.thread_key = r.thread_key AND r.start_ns > b.start_ns
     GROUP BY ALL
 ),
 s AS (
