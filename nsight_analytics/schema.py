@@ -108,7 +108,6 @@ TABLES: tuple[Table, ...] = (
             DUR,
             _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
             _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
-            _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
             _c("grid_x", "INTEGER", "block", "Grid size, x."),
             _c("grid_y", "INTEGER", "block", "Grid size, y."),
             _c("grid_z", "INTEGER", "block", "Grid size, z."),
@@ -121,6 +120,20 @@ TABLES: tuple[Table, ...] = (
             CORR,
             _c("launch_type", "INTEGER", "", "CUPTI launch type (0 regular, 1 cooperative...)."),
             GRAPH,
+        ),
+        "nsys",
+    ),
+    Table(
+        "kernel_names",
+        "Each distinct kernel name of a report with its short and mangled forms (nsys StringIds "
+        "behind CUPTI_ACTIVITY_KIND_KERNEL). A million kernels share a few dozen names: the mangled "
+        "form lives here, joined on (report_id, name), not on every `kernels` row.",
+        (
+            RID,
+            _c("name", "VARCHAR", "", "Demangled kernel name, as in `kernels.name`."),
+            _c("short_name", "VARCHAR", "", "Short kernel name, as in `kernels.short_name`."),
+            _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
+            _c("kernels", "BIGINT", "count", "Kernel executions with this name."),
         ),
         "nsys",
     ),

@@ -32,10 +32,10 @@ def test_ingest_says_what_it_did(tmp_path: Path) -> None:
     path = realdata("nsys", "tiny_nsys2026.1.sqlite")
     db = str(tmp_path / "w.duckdb")
     res = invoke("ingest", "--db", db, str(path))
-    # Counts from sqlite3: 2 kernels, 1 memcpy, 1 sync row, 1 GPU, 81 processes; the 9 runtime
-    # rows are host-side and copied on first use.
+    # Counts from sqlite3: 2 kernels with 2 distinct names, 1 memcpy, 1 sync row, 1 GPU, 81
+    # processes; the 9 runtime rows are host-side and copied on first use.
     assert res.output == (
-        "tiny_nsys2026.1.sqlite: ingested as report 1 (nsys): 2 kernels, 1 memcpy, "
+        "tiny_nsys2026.1.sqlite: ingested as report 1 (nsys): 2 kernels, 2 kernel_names, 1 memcpy, "
         "1 sync_events, 1 gpus, 81 processes; cuda_api copied on first use (--full copies now).\n"
     )
     res = invoke("sql", "--db", db, "SELECT count(*) AS n FROM cuda_api", "--format", "csv")

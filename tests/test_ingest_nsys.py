@@ -89,6 +89,29 @@ def test_kernel_names_and_pids(ws, path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
+def test_kernel_names_table(ws, path: Path) -> None:
+    # one row per distinct (demangled, short, mangled) name, with its kernel count
+    con, ids = ws
+    rid = ids[path.name]
+    got = con.execute(
+        "SELECT name, short_name, mangled_name, kernels FROM kernel_names WHERE report_id = ? ORDER BY ALL", [rid]
+    ).fetchall()
+    if not has_table(path, TABLES["kernels"]):
+        assert got == []
+        return
+    cols = columns(path, TABLES["kernels"])
+    mangled = "(SELECT value FROM StringIds WHERE id = k.mangledName)" if "mangledName" in cols else "NULL"
+    expected = sq(path, f"""
+        SELECT coalesce((SELECT value FROM StringIds WHERE id = k.demangledName),
+                        (SELECT value FROM StringIds WHERE id = k.shortName)),
+               (SELECT value FROM StringIds WHERE id = k.shortName), {mangled}, count(*)
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k GROUP BY 1, 2, 3""")
+    key = lambda r: tuple("" if v is None else str(v) for v in r)  # noqa: E731
+    assert sorted(got, key=key) == sorted(expected, key=key)
+    assert sum(r[3] for r in got) == sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+
+
+@pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
     con, ids = ws
     rid = ids[path.name]

@@ -217,7 +217,7 @@ def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
     kinds = []
     for table, (builder, kind) in nsys.LOADERS.items():
         present = rows.get(table, 0) > 0 if table in rows else builder(src) is not None
-        if present:
+        if present and kind not in kinds:
             kinds.append(kind)
     return kinds
 

@@ -130,12 +130,10 @@ def kernels_sql(src: Source) -> str | None:
     t, a = KERNEL, "k"
     demangled, j1 = _name(src, t, "demangledName", a, "dn")
     short, j2 = _name(src, t, "shortName", a, "sn")
-    mangled, j3 = _name(src, t, "mangledName", a, "mn")
     cols = {
         **_device_side(src, t, a),
         "name": f"coalesce({demangled}, {short})",
         "short_name": short,
-        "mangled_name": mangled,
         **{f"grid_{d}": src.col(t, f"grid{d.upper()}", a) for d in "xyz"},
         **{f"block_{d}": src.col(t, f"block{d.upper()}", a) for d in "xyz"},
         "registers_per_thread": src.col(t, "registersPerThread", a),
@@ -145,7 +143,30 @@ def kernels_sql(src: Source) -> str | None:
         "launch_type": src.col(t, "launchType", a),
         "graph_node_id": src.col(t, "graphNodeId", a),
     }
-    return _select(cols, "kernels", f"FROM {src.ref(t)} {a}{j1}{j2}{j3}")
+    return _select(cols, "kernels", f"FROM {src.ref(t)} {a}{j1}{j2}")
+
+
+def kernel_names_sql(src: Source) -> str | None:
+    """Distinct kernel name ids first (one integer scan), then their strings."""
+    if not src.has(KERNEL):
+        return None
+    t, a = KERNEL, "k"
+    ids = [c for c in ("demangledName", "shortName", "mangledName") if c in src.tables[t]]
+    if not ids:
+        return None
+    demangled, j1 = _name(src, t, "demangledName", a, "dn")
+    short, j2 = _name(src, t, "shortName", a, "sn")
+    mangled, j3 = _name(src, t, "mangledName", a, "mn")
+    cols = {
+        "report_id": "$rid",
+        "name": f"coalesce({demangled}, {short})",
+        "short_name": short,
+        "mangled_name": mangled,
+        "kernels": f"{a}.n",
+    }
+    distinct = ", ".join(f'"{c}"' for c in ids)
+    inner = f"(SELECT {distinct}, count(*) AS n FROM {src.ref(t)} GROUP BY ALL)"
+    return _select(cols, "kernel_names", f"FROM {inner} {a}{j1}{j2}{j3}")
 
 
 def _kind(src: Source, table: str, col: str, a: str, mapping: dict[int, str]) -> str:
@@ -293,6 +314,7 @@ def processes_sql(src: Source) -> str | None:
 # Canonical table -> (SELECT builder, activity kind it evidences).
 LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
     "kernels": (kernels_sql, "kernel"),
+    "kernel_names": (kernel_names_sql, "kernel"),
     "memcpy": (memcpy_sql, "memcpy"),
     "memset": (memset_sql, "memset"),
     "cuda_api": (cuda_api_sql, "cuda_api"),
