@@ -53,6 +53,15 @@ def test_h2d_heavy(tmp_path: Path) -> None:
     assert avg_tiny == pytest.approx(1700, rel=0.05)
     assert first["avg_ns"] == pytest.approx(avg_tiny, rel=1e-6)
     assert "vectorized_elementwise_kernel" in small.message and "1.68 us" in small.message
+    # host-sync names one process (two here, both blocked in cudaStreamSynchronize); its
+    # estimate is that process's blocked time beyond GPU work, the figure its message quotes
+    sync = next(f for f in found if f.rule_id == "host-sync")
+    pid = sync.evidence["pid"]
+    blocked = db.execute(
+        "SELECT sum(r.\"end\" - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+        "WHERE s.value LIKE 'cudaStreamSynchronize%' AND r.globalTid / 16777216 % 16777216 = ?", [pid]).fetchone()[0]
+    assert sync.evidence["blocked_ns"] == blocked
+    assert sync.est_savings_ns == sync.evidence["beyond_gpu_ns"] < blocked
 
 
 def test_pageable_h2d(tmp_path: Path) -> None:

@@ -238,7 +238,8 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
     dependencies, use async copies into pinned buffers and read results a step later.
 
     est_savings_ns: the blocked time during which the process's GPUs were idle ("beyond GPU
-    work"), for the process with the most; blocked time covered by GPU work is not counted.
+    work"), for the process the finding names (the one with the largest such share of its run,
+    or for an info finding the largest blocked share); time covered by GPU work is not counted.
     Severity follows that share of the process's run; an info finding notes a large blocked
     share when the GPU was busy throughout.
     """
@@ -299,7 +300,7 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
             "dependencies with cudaEventRecord + cudaStreamWaitEvent, use cudaMemcpyAsync into pinned "
             "buffers and consume results one step later (PyTorch: avoid .item()/.cpu()/print per step)."
         )
-    savings = int(per_pid["beyond_ns"].max())
+    savings = int(w["beyond_ns"])  # the process the finding names, so message and estimate agree
     return [Finding("host-sync", severity, rid, title, message, recommendation, ev, savings)]
 
 
