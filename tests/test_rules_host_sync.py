@@ -62,3 +62,28 @@ def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
         agg[2] += max(0, e - s - busy)
     got = {(r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in con.execute(_SYNC_BEYOND, {"rid": None}).fetchall()}
     assert got == expected
+
+
+def test_estimate_is_the_named_process(tmp_path) -> None:
+    # pid 5 blocks 5 ms of its 10 ms run (50%), pid 6 blocks 20 ms of its 100 ms (20%): the
+    # finding names pid 5 (largest share) and must estimate pid 5's 5 ms, not pid 6's 20 ms.
+    import nsight_analytics as nsa
+    from nsight_analytics.rules import run_rules
+    from test_rules_cases import load_case
+
+    ms = 1_000_000
+
+    def call(pid: int, start: int, end: int, name: str) -> dict:
+        return {"report_id": 1, "pid": pid, "tid": pid, "start_ns": start, "end_ns": end,
+                "duration_ns": end - start, "name": name}
+
+    rows = {"cuda_api": [call(5, 0, 5 * ms, "cudaStreamSynchronize"), call(5, 10 * ms - 1, 10 * ms, "cudaLaunchKernel"),
+                         call(6, 0, 20 * ms, "cudaDeviceSynchronize"), call(6, 100 * ms - 1, 100 * ms, "cudaLaunchKernel")]}
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, rows)
+        (f,) = run_rules(con, only=["host-sync"])
+    finally:
+        con.close()
+    assert (f.evidence["pid"], f.evidence["beyond_gpu_ns"], f.est_savings_ns) == (5, 5 * ms, 5 * ms)
+    assert "idle for 5 ms" in f.message
