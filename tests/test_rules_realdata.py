@@ -85,6 +85,17 @@ def test_pageable_h2d(tmp_path: Path) -> None:
     assert pg.severity == "critical"
     assert pg.evidence["copies"] == db.execute(
         "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0 OR dstKind = 0").fetchone()[0]
+    # the pinning saving, by hand: the file's only pinned copies (HtoD, srcKind 1) set the rate
+    # for both directions; each pageable copy group would take bytes / that rate instead
+    pin_b, pin_ns = db.execute('SELECT sum(bytes), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
+                               "WHERE srcKind = 1 OR dstKind = 1").fetchone()
+    groups = db.execute('SELECT sum(bytes), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
+                        "WHERE srcKind = 0 OR dstKind = 0 GROUP BY copyKind").fetchall()
+    saving = sum(ns_ - b / (pin_b / pin_ns) for b, ns_ in groups)
+    assert pg.est_savings_ns == pytest.approx(saving, abs=2)
+    # copy-dominated offers the same pinning win and says it is not additional
+    assert cd.est_savings_ns == pg.est_savings_ns
+    assert "same saving as the pageable-memcpy finding, not in addition" in cd.message
 
 
 def test_no_cuda(tmp_path: Path) -> None:

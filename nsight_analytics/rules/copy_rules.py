@@ -133,6 +133,10 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
             "them, send only what changed or in lower precision (bf16/fp16/int8), and overlap what remains with "
             "compute (cudaMemcpyAsync on a side stream, double buffering; PyTorch: non_blocking=True)."
         )
+    if pin and savings == max(pin.values()):
+        # the same win pageable-memcpy reports: say so, so nobody adds the two estimates
+        message += (f" Pinning the pageable buffers would save about {dur(savings)}: the same saving as the "
+                    "pageable-memcpy finding, not in addition to it.")
     title = f"{_phrase(top)} fill {pct(top_share)} of the GPU span ({bw(top['bytes'], top['total_ns'])}){where}"
     ev = {
         "span_ns": span,
