@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -188,7 +189,8 @@ def query(
     """Run a library query by NAME, e.g. `nsa query gaps -p min_gap_ns=100000`."""
     with errors():
         if list_ or not name:
-            emit(out.render(_query_list(), fmt, "queries"), output_path)
+            # machines get the whole text; `docs/queries.md` has it for people
+            emit(out.render(_query_list(full=fmt != "table"), fmt, "queries"), output_path)
             return
         from .rules.config import parse_assignments
 
@@ -200,11 +202,13 @@ def query(
         emit(out.render(res, fmt, name), output_path)
 
 
-def _query_list() -> out.Result:
+def _query_list(full: bool) -> out.Result:
+    """One row per library query; a table shows the first sentence of each contract's text."""
     rows = []
     for q in queries.library().values():
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
-        rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": q.doc})
+        doc = q.doc if full else re.split(r"(?<=\.)\s", q.doc, maxsplit=1)[0]
+        rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": doc})
     return out.Result.of_records(rows)
 
 

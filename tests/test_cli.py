@@ -156,3 +156,18 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
     assert res.exit_code == EXIT_OK, res.output
     res = invoke("sql", "--db", str(path), "SELECT count(short_name) AS named FROM kernels", "--format", "csv")
     assert res.output == "named\n2\n"
+
+
+def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:
+    from nsight_analytics import queries
+
+    lib = queries.library()
+    res = invoke("query", "--list", "--format", "json")
+    rows = {r["query"]: r for r in json.loads(res.output)}
+    assert set(rows) == set(lib)
+    assert all(rows[n]["answers"] == q.doc for n, q in lib.items())
+    table = invoke("query", "--list").output
+    doc = lib["occupancy"].doc
+    first = doc[: doc.index("one.") + len("one.")]  # "...what limits the theoretical one."
+    assert " ".join(first.split()[-3:]) in " ".join(table.split())
+    assert "launch__occupancy_limit_*" in doc and "launch__occupancy_limit_*" not in table
