@@ -147,12 +147,7 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
 # the rest: the host waited while its GPUs had nothing to do.
 _SYNC_BEYOND = r"""
 WITH act AS (
-    SELECT report_id, device_id, pid, start_ns, end_ns FROM kernels
-    WHERE ($rid IS NULL OR report_id = $rid) AND end_ns >= start_ns
-    UNION ALL SELECT report_id, device_id, pid, start_ns, end_ns FROM memcpy
-    WHERE ($rid IS NULL OR report_id = $rid) AND end_ns >= start_ns
-    UNION ALL SELECT report_id, device_id, pid, start_ns, end_ns FROM memset
-    WHERE ($rid IS NULL OR report_id = $rid) AND end_ns >= start_ns
+    SELECT report_id, device_id, pid, start_ns, end_ns FROM nsa_gpu_activity($rid)
 ),
 devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
 calls AS (
