@@ -302,9 +302,7 @@ def _blocks(rows: Rows) -> tuple[list[tuple[list[str], Rows]], list[str]]:
     blocks: list[tuple[list[str], Rows]] = []
     logs: list[str] = []
     for line, fields in rows:
-        if fields[:2] == ["ID", "Process ID"] or (
-            fields[0] == "Process ID" and "Invocations" in fields and "Kernel Name" in fields
-        ):
+        if fields[:2] == ["ID", "Process ID"] or _is_summary_header(fields):
             blocks.append((fields, []))
         elif fields[0].startswith("=="):
             logs.append(",".join(fields))
@@ -364,8 +362,13 @@ def _tool_version(text: str) -> str | None:
 Parts = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 
+def _is_summary_header(fields: list[str]) -> bool:
+    """A `--print-summary` header: no ID column, kernels counted in `Invocations`."""
+    return fields[:1] == ["Process ID"] and "Invocations" in fields and "Kernel Name" in fields
+
+
 def _page_of(head: list[str]) -> Page:
-    if "ID" not in head and "Invocations" in head:
+    if _is_summary_header(head):
         return "summary"
     return "details" if "Metric Value" in head else "raw"
 
