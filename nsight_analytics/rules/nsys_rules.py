@@ -113,8 +113,8 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         ev.update(dominant_cause=cause, dominant_detail=detail_name if len(detail) else None)
         cause_share = by_cause.iloc[0] / gap_total if gap_total else 0.0
         message += (
-            f" {pct(cause_share)} of that gap time ({dur(by_cause.iloc[0])}, {count(len(cause_gaps))} gaps) "
-            f"is {_CAUSE_WORDS.get(cause, cause)}"
+            f" {pct(cause_share)} of that gap time ({dur(by_cause.iloc[0])}, {count(len(cause_gaps))} gaps): "
+            f"{_CAUSE_WORDS.get(cause, cause)}"
             + (f", mostly {detail_name}" if len(detail) else "")
             + "."
         )
