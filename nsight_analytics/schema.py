@@ -25,12 +25,15 @@ class Table:
     doc: str
     cols: tuple[Col, ...]
     source: str  # 'nsys', 'ncu' or 'workspace'
+    view: str = ""  # a view's SELECT; empty for a stored table
 
     @property
     def col_names(self) -> list[str]:
         return [c.name for c in self.cols]
 
     def ddl(self) -> str:
+        if self.view:
+            return f'CREATE OR REPLACE VIEW "{self.name}" AS\n{self.view}'
         body = ",\n  ".join(f'"{c.name}" {c.type}' for c in self.cols)
         return f'CREATE TABLE IF NOT EXISTS "{self.name}" (\n  {body}\n)'
 
@@ -57,6 +60,22 @@ CORR = _c(
     "CUPTI correlation id; joins GPU work to the API call that issued it (same pid).",
 )
 GRAPH = _c("graph_node_id", "BIGINT", "", "CUDA graph node id when launched from a graph, else NULL.")
+NAME_ID = _c(
+    "name_id", "BIGINT", "", "The name's id in the export's StringIds; joins `kernel_names` on (report_id, name_id)."
+)
+LAUNCH = (
+    _c("grid_x", "INTEGER", "block", "Grid size, x."),
+    _c("grid_y", "INTEGER", "block", "Grid size, y."),
+    _c("grid_z", "INTEGER", "block", "Grid size, z."),
+    _c("block_x", "INTEGER", "thread", "Block size, x."),
+    _c("block_y", "INTEGER", "thread", "Block size, y."),
+    _c("block_z", "INTEGER", "thread", "Block size, z."),
+    _c("registers_per_thread", "INTEGER", "register", "Registers per thread."),
+    _c("static_smem_bytes", "BIGINT", "byte", "Static shared memory per block."),
+    _c("dynamic_smem_bytes", "BIGINT", "byte", "Dynamic shared memory per block."),
+    _c("launch_type", "INTEGER", "", "CUPTI launch type (0 regular, 1 cooperative...)."),
+    GRAPH,
+)
 
 TABLES: tuple[Table, ...] = (
     Table(
@@ -94,8 +113,49 @@ TABLES: tuple[Table, ...] = (
         "workspace",
     ),
     Table(
+        "kernel_rows",
+        "The storage behind `kernels`: one row per GPU kernel execution (nsys "
+        "CUPTI_ACTIVITY_KIND_KERNEL) with its name as an id into `kernel_names`, so a million "
+        "rows carry no strings. Library queries read it; `kernels` is the same rows with names. "
+        "The launch configuration columns are copied from the export the first time `kernels` "
+        "is read (`nsa ingest --full`: at ingest); until then they are NULL here and the report "
+        "lists `kernel_launch` in `reports.deferred_tables`.",
+        (
+            RID,
+            DEV,
+            CTX,
+            STREAM,
+            PID,
+            GPID,
+            START,
+            END,
+            DUR,
+            NAME_ID,
+            CORR,
+            *LAUNCH,
+            _c("source_row", "BIGINT", "", "rowid of the kernel in the export's CUPTI_ACTIVITY_KIND_KERNEL."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "kernel_names",
+        "Each distinct kernel name of a report with its short and mangled forms (nsys StringIds "
+        "behind CUPTI_ACTIVITY_KIND_KERNEL), joined on (report_id, name_id). A million kernels "
+        "share a few dozen names.",
+        (
+            RID,
+            NAME_ID,
+            _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
+            _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
+            _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
+            _c("kernels", "BIGINT", "count", "Kernel executions with this name."),
+        ),
+        "nsys",
+    ),
+    Table(
         "kernels",
-        "GPU kernel executions (nsys CUPTI_ACTIVITY_KIND_KERNEL).",
+        "GPU kernel executions (nsys CUPTI_ACTIVITY_KIND_KERNEL) with their names: a view of "
+        "`kernel_rows` joined with `kernel_names`.",
         (
             RID,
             DEV,
@@ -108,34 +168,17 @@ TABLES: tuple[Table, ...] = (
             DUR,
             _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
             _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
-            _c("grid_x", "INTEGER", "block", "Grid size, x."),
-            _c("grid_y", "INTEGER", "block", "Grid size, y."),
-            _c("grid_z", "INTEGER", "block", "Grid size, z."),
-            _c("block_x", "INTEGER", "thread", "Block size, x."),
-            _c("block_y", "INTEGER", "thread", "Block size, y."),
-            _c("block_z", "INTEGER", "thread", "Block size, z."),
-            _c("registers_per_thread", "INTEGER", "register", "Registers per thread."),
-            _c("static_smem_bytes", "BIGINT", "byte", "Static shared memory per block."),
-            _c("dynamic_smem_bytes", "BIGINT", "byte", "Dynamic shared memory per block."),
+            *LAUNCH[:9],
             CORR,
-            _c("launch_type", "INTEGER", "", "CUPTI launch type (0 regular, 1 cooperative...)."),
-            GRAPH,
+            *LAUNCH[9:],
+            NAME_ID,
         ),
         "nsys",
-    ),
-    Table(
-        "kernel_names",
-        "Each distinct kernel name of a report with its short and mangled forms (nsys StringIds "
-        "behind CUPTI_ACTIVITY_KIND_KERNEL). A million kernels share a few dozen names: the mangled "
-        "form lives here, joined on (report_id, name), not on every `kernels` row.",
-        (
-            RID,
-            _c("name", "VARCHAR", "", "Demangled kernel name, as in `kernels.name`."),
-            _c("short_name", "VARCHAR", "", "Short kernel name, as in `kernels.short_name`."),
-            _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
-            _c("kernels", "BIGINT", "count", "Kernel executions with this name."),
-        ),
-        "nsys",
+        view="SELECT k.report_id, k.device_id, k.context_id, k.stream_id, k.pid, k.global_pid, "
+        "k.start_ns, k.end_ns, k.duration_ns, n.name, n.short_name, k.grid_x, k.grid_y, k.grid_z, "
+        "k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.static_smem_bytes, "
+        "k.dynamic_smem_bytes, k.correlation_id, k.launch_type, k.graph_node_id, k.name_id\n"
+        "FROM kernel_rows AS k LEFT JOIN kernel_names AS n USING (report_id, name_id)",
     ),
     Table(
         "memcpy",
@@ -375,8 +418,13 @@ TABLES: tuple[Table, ...] = (
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 
 
+STORED: tuple[Table, ...] = tuple(t for t in TABLES if not t.view)
+VIEWS: tuple[Table, ...] = tuple(t for t in TABLES if t.view)
+
+
 def ddl_statements() -> list[str]:
-    return [t.ddl() for t in TABLES]
+    """Tables first, then the views over them."""
+    return [t.ddl() for t in (*STORED, *VIEWS)]
 
 
 def render_markdown() -> str:

@@ -82,27 +82,94 @@ def open_workspace(
     con.execute("SET autoload_known_extensions = false")
     if not read_only:
         ensure_schema(con)
+    elif needs_upgrade(con):
+        # Made by an older nsa: upgrade it once in a short writable session, then read.
+        con.close()
+        open_workspace(path).close()
+        return open_workspace(path, read_only=True)
     _install_macros(con)
     return con
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create missing tables, and add the columns a newer nsa declares to a workspace made by an
-    older one (NULL in its existing rows: those exports were read without them)."""
+    """Create missing tables and views, and bring a workspace made by an older nsa up to date:
+    columns a newer nsa declares are added (NULL in existing rows: those exports were read
+    without them), and a `kernels` table with names on every row becomes kernel_rows."""
     con.execute("BEGIN TRANSACTION")
+    if needs_upgrade(con):
+        _kernels_table_to_rows(con)
     for stmt in schema.ddl_statements():
-        con.execute(stmt)
+        if not stmt.startswith("CREATE OR REPLACE VIEW"):
+            con.execute(stmt)
     have = set(
         con.execute(
             "SELECT table_name, column_name FROM duckdb_columns() "
             "WHERE database_name = current_database() AND schema_name = 'main'"
         ).fetchall()
     )
-    for table in schema.TABLES:
+    for table in schema.STORED:
         for col in table.cols:
             if (table.name, col.name) not in have:
                 con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
+    views = dict(
+        con.execute(
+            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND NOT internal"
+        ).fetchall()
+    )
+    for view in schema.VIEWS:
+        if _bare(view.view) not in _bare(views.get(view.name) or ""):  # missing, or older
+            con.execute(view.ddl())
     con.execute("COMMIT")
+
+
+def _bare(sql: str) -> str:
+    """SQL without whitespace and quotes: DuckDB stores a view's text re-quoted on one line."""
+    return re.sub(r'[\s"]', "", sql)
+
+
+def needs_upgrade(con: duckdb.DuckDBPyConnection) -> bool:
+    """True for a workspace whose `kernels` is still a table (nsa before kernel_rows)."""
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = 'kernels'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _kernels_table_to_rows(con: duckdb.DuckDBPyConnection) -> None:
+    """Move the rows of an old `kernels` table to kernel_rows, naming each distinct name with
+    an id of its own (the export's StringIds ids were not kept), and rebuild kernel_names."""
+    cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'kernels'").fetchall()}
+    old_names = {
+        r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'kernel_names'").fetchall()
+    }
+    if "mangled_name" in old_names and "name_id" not in old_names:
+        mangled = "(SELECT min(o.mangled_name) FROM kernel_names o WHERE o.report_id = k.report_id AND o.name = k.name)"
+    elif "mangled_name" in cols:
+        mangled = "min(k.mangled_name)"
+    else:
+        mangled = "NULL"
+    con.execute(
+        "CREATE TEMP TABLE _nsa_upgrade_names AS SELECT report_id, "
+        "row_number() OVER (PARTITION BY report_id ORDER BY name) AS name_id, name, short_name, "
+        f"mangled_name, kernels FROM (SELECT k.report_id, k.name, min(k.short_name) AS short_name, "
+        f"{mangled} AS mangled_name, count(*) AS kernels FROM kernels k GROUP BY k.report_id, k.name)"
+    )
+    rows = schema.BY_NAME["kernel_rows"]
+    con.execute(f"DROP TABLE IF EXISTS kernel_names")
+    con.execute(rows.ddl())
+    con.execute(schema.BY_NAME["kernel_names"].ddl())
+    picked = ", ".join(
+        "n.name_id" if c == "name_id" else (f"k.{c}" if c in cols else "NULL") for c in rows.col_names
+    )
+    con.execute(
+        f"INSERT INTO kernel_rows SELECT {picked} FROM kernels k JOIN _nsa_upgrade_names n "
+        "ON n.report_id = k.report_id AND n.name IS NOT DISTINCT FROM k.name"
+    )
+    con.execute("INSERT INTO kernel_names BY NAME SELECT * FROM _nsa_upgrade_names")
+    con.execute("DROP TABLE kernels")
+    con.execute("DROP TABLE _nsa_upgrade_names")
 
 
 def _install_macros(con: duckdb.DuckDBPyConnection) -> None:

@@ -123,11 +123,11 @@ def test_error_midway_rolls_back(db: Path, monkeypatch: pytest.MonkeyPatch) -> N
     real = nsys.load_table
     calls = []
 
-    def failing(con, src, table, rid):
+    def failing(con, src, table, rid, **kw):
         calls.append(table)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(con, src, table, rid)
+        return real(con, src, table, rid, **kw)
 
     monkeypatch.setattr(nsys, "load_table", failing)
     before = snapshot(db)
@@ -149,8 +149,8 @@ def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> Non
         import nsight_analytics as nsa
         from nsight_analytics.ingest import nsys
         real = nsys.load_table
-        def load(con, src, table, rid):
-            n = real(con, src, table, rid)
+        def load(con, src, table, rid, **kw):
+            n = real(con, src, table, rid, **kw)
             if table == "memcpy":
                 os.kill(os.getpid(), signal.SIGKILL)
             return n

@@ -36,7 +36,7 @@ def test_ingest_says_what_it_did(tmp_path: Path) -> None:
     # processes; the 9 runtime rows are host-side and copied on first use.
     assert res.output == (
         "tiny_nsys2026.1.sqlite: ingested as report 1 (nsys): 2 kernels, 2 kernel_names, 1 memcpy, "
-        "1 sync_events, 1 gpus, 81 processes; cuda_api copied on first use (--full copies now).\n"
+        "1 sync_events, 1 gpus, 81 processes; kernel_launch, cuda_api copied on first use (--full copies now).\n"
     )
     res = invoke("sql", "--db", db, "SELECT count(*) AS n FROM cuda_api", "--format", "csv")
     assert res.output == "n\n9\n"
@@ -144,18 +144,57 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
     path = tmp_path / "old.duckdb"
     assert invoke("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code == EXIT_OK
     with duckdb.connect(str(path)) as con:
-        con.execute('ALTER TABLE kernels DROP COLUMN "short_name"')
+        con.execute('ALTER TABLE kernel_names DROP COLUMN "mangled_name"')
         con.execute('ALTER TABLE ncu_kernels DROP COLUMN "invocations"')
-    res = invoke("sql", "--db", str(path), "SELECT count(*) AS n, count(short_name) AS named FROM kernels", "--format", "csv")
+    res = invoke("sql", "--db", str(path), "SELECT count(*) AS n, count(mangled_name) AS named FROM kernel_names", "--format", "csv")
     assert res.output == "n,named\n2,0\n"
     with duckdb.connect(str(path), read_only=True) as con:
-        for table in ("kernels", "ncu_kernels"):
+        for table in ("kernel_names", "ncu_kernels"):
             cols = [r[0] for r in con.execute(f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'").fetchall()]
             assert sorted(cols) == sorted(schema.BY_NAME[table].col_names)
     res = invoke("ingest", "--db", str(path), "--replace", str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
     assert res.exit_code == EXIT_OK, res.output
-    res = invoke("sql", "--db", str(path), "SELECT count(short_name) AS named FROM kernels", "--format", "csv")
+    res = invoke("sql", "--db", str(path), "SELECT count(mangled_name) AS named FROM kernel_names", "--format", "csv")
     assert res.output == "named\n2\n"
+
+
+def test_workspace_with_a_kernels_table_is_upgraded(tmp_path: Path) -> None:
+    # nsa before kernel_rows stored `kernels` as a table with names on every row and keyed
+    # kernel_names by name; any open, read-only included, moves those rows to kernel_rows
+    import duckdb
+
+    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    path = tmp_path / "old.duckdb"
+    assert invoke("ingest", "--db", str(path), "--full", str(src)).exit_code == EXIT_OK
+    with duckdb.connect(str(path)) as con:  # rewrite it into the old layout
+        con.execute("CREATE TABLE old_k AS SELECT * EXCLUDE (name_id) FROM kernels")
+        con.execute("CREATE TABLE old_n AS SELECT * EXCLUDE (name_id) FROM kernel_names")
+        con.execute("DROP VIEW kernels")
+        con.execute("DROP TABLE kernel_rows")
+        con.execute("DROP TABLE kernel_names")
+        con.execute("ALTER TABLE old_k RENAME TO kernels")
+        con.execute("ALTER TABLE old_n RENAME TO kernel_names")
+    res = invoke("query", "kernel_summary", "--db", str(path), "--format", "csv")  # a read-only open
+    assert res.exit_code == EXIT_OK, res.output
+    got = {(r["name"], int(r["instances"]), int(r["total_ns"])) for r in csv.DictReader(io.StringIO(res.output))}
+    with sqlite3.connect(src) as db:
+        expected = set(db.execute(
+            'SELECT s.value, count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+            "JOIN StringIds s ON s.id = k.demangledName GROUP BY 1"
+        ).fetchall())
+        mangled = set(db.execute(
+            "SELECT d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
+            "JOIN StringIds m ON m.id = k.mangledName"
+        ).fetchall())
+    assert got == expected and len(got) == 3
+    res = invoke("sql", "--db", str(path), "SELECT name, mangled_name FROM kernel_names", "--format", "csv")
+    assert {(r["name"], r["mangled_name"]) for r in csv.DictReader(io.StringIO(res.output))} == mangled
+    with duckdb.connect(str(path), read_only=True) as con:
+        kinds = dict(con.execute(
+            "SELECT table_name, 'table' FROM duckdb_tables() UNION ALL "
+            "SELECT view_name, 'view' FROM duckdb_views() WHERE NOT internal"
+        ).fetchall())
+    assert (kinds["kernels"], kinds["kernel_rows"]) == ("view", "table")
 
 
 def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:

@@ -201,3 +201,40 @@ def test_deferred_tables_load_on_first_query(tmp_path: Path) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")  # a writable connect() completes deferred tables
     assert con.execute("SELECT count(*) FROM nvtx_ranges").fetchone()[0] == expected
     assert con.execute("SELECT deferred_tables FROM reports").fetchone()[0] == []
+
+
+LAUNCH = {
+    "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ", "block_x": "blockX", "block_y": "blockY",
+    "block_z": "blockZ", "registers_per_thread": "registersPerThread", "static_smem_bytes": "staticSharedMemory",
+    "dynamic_smem_bytes": "dynamicSharedMemory", "launch_type": "launchType", "graph_node_id": "graphNodeId",
+}  # fmt: skip
+
+
+def _launch_rows(con, rid: int) -> Counter:
+    cols = ", ".join(["start_ns", "end_ns", "correlation_id", *LAUNCH])
+    return Counter(con.execute(f"SELECT {cols} FROM kernels WHERE report_id = ?", [rid]).fetchall())
+
+
+def _sqlite_launch_rows(path: Path) -> Counter:
+    have = columns(path, TABLES["kernels"])
+    picked = ", ".join(f'"{c}"' if c in have else "NULL" for c in ["start", "end", "correlationId", *LAUNCH.values()])
+    return Counter(sq(path, f"SELECT {picked} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+
+
+@pytest.mark.parametrize("path", [p for p in NSYS_FILES if has_table(p, TABLES["kernels"])], ids=lambda p: p.stem)
+def test_launch_columns_full_and_deferred(ws, path: Path, tmp_path: Path) -> None:
+    # --full copies the launch configuration with the rows; the default ingest leaves it NULL
+    # in kernel_rows and fills it, row for row, the first time `kernels` is read
+    con, ids = ws
+    expected = _sqlite_launch_rows(path)
+    assert _launch_rows(con, ids[path.name]) == expected
+    lazy = nsa.connect(tmp_path / "lazy.duckdb", load_deferred=False)
+    rid = nsa.ingest(lazy, path).report_id
+    assert lazy.execute("SELECT deferred_tables FROM reports").fetchone()[0][0] == "kernel_launch"
+    assert lazy.execute("SELECT count(*) FROM kernel_rows WHERE grid_x IS NOT NULL").fetchone()[0] == 0
+    from nsight_analytics.ingest import ensure_loaded
+
+    assert ensure_loaded(lazy, nsa.api.tables_needed("SELECT grid_x FROM kernels")) == 1
+    assert _launch_rows(lazy, rid) == expected
+    assert "kernel_launch" not in lazy.execute("SELECT deferred_tables FROM reports").fetchone()[0]
+    lazy.close()

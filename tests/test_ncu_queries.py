@@ -12,6 +12,7 @@ import pytest
 
 from nsight_analytics import schema
 from nsight_analytics.ingest.ncu import load_ncu
+from rows import insert
 
 ROOT = Path(__file__).parents[1]
 QUERIES = ROOT / "queries" / "ncu"
@@ -42,8 +43,8 @@ def _contract(path: Path) -> tuple[dict[str, object], list[tuple[str, str]]]:
 
 def _con() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    for t in schema.TABLES:
-        con.execute(t.ddl())
+    for stmt in schema.ddl_statements():
+        con.execute(stmt)
     con.execute((QUERIES / "_macros.sql").read_text())
     return con
 
@@ -219,10 +220,10 @@ def test_stalls_family_choice_shares_and_rank() -> None:
 def test_stall_time_splits_nsys_time_by_ncu_shares() -> None:
     con = _con()
     nsys_name = "void at::native::k<(int)4, std::array<char *, (unsigned long)2>>(int)"
-    con.executemany(
-        "INSERT INTO kernels (report_id, name, start_ns, end_ns, duration_ns) VALUES (1, ?, ?, ?, ?)",
-        [[nsys_name, 0, 600, 600], [nsys_name, 1000, 1400, 400], ["void other(int)", 0, 50, 50]],
-    )
+    insert(con, "kernels", [
+        dict(report_id=1, name=n, start_ns=s, end_ns=e, duration_ns=e - s)
+        for n, s, e in [(nsys_name, 0, 600), (nsys_name, 1000, 1400), ("void other(int)", 0, 50)]
+    ])
     f1 = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
     # two ncu launches of the same kernel, weighted by their ncu durations (1 and 3)
     _kernel(con, 2, 0, "void k<4, array<char *, 2>>(int)")
@@ -242,7 +243,7 @@ def test_stall_time_splits_nsys_time_by_ncu_shares() -> None:
 
 def test_stall_time_weights_summary_rows_by_invocations() -> None:
     con = _con()
-    con.execute("INSERT INTO kernels (report_id, name, start_ns, end_ns, duration_ns) VALUES (1, 'k(int)', 0, 1000, 1000)")
+    insert(con, "kernels", [dict(report_id=1, name="k(int)", start_ns=0, end_ns=1000, duration_ns=1000)])
     f1 = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
     # a --print-summary row standing for 3 launches of Average duration 1, and one plain launch of 1
     con.execute("INSERT INTO ncu_kernels (report_id, launch_id, name, invocations) VALUES (2, 0, 'k(int)', 3)")
@@ -327,11 +328,7 @@ def test_real_transformer_pair_stall_time() -> None:
     nsys = pd.DataFrame(rows, columns=["name", "start_ns", "end_ns"]).assign(
         duration_ns=lambda d: d.end_ns - d.start_ns
     )
-    con.register("nsys_rows", nsys)
-    con.execute(
-        "INSERT INTO kernels (report_id, name, start_ns, end_ns, duration_ns) "
-        "SELECT 1, name, start_ns, end_ns, duration_ns FROM nsys_rows"
-    )
+    insert(con, "kernels", [dict(report_id=1, name=n, start_ns=int(s), end_ns=int(e), duration_ns=int(e - s)) for n, s, e in rows])
     # all 7 distinct ncu kernel names find their nsys kernel
     matched = con.execute(
         "SELECT count(DISTINCT name) FROM ncu_kernels WHERE nsa_kernel_key(name) IN "

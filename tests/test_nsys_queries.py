@@ -15,6 +15,7 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics import queries
+from rows import insert
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 NSYS = REALDATA / "nsys"
@@ -30,9 +31,7 @@ def _real(name: str) -> Path:
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:
-    for row in rows:
-        cols = ", ".join(row)
-        con.execute(f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    insert(con, table, rows)
 
 
 def _rows(con, name: str, **params) -> list[tuple]:

@@ -9,6 +9,7 @@ import pytest
 import nsight_analytics as nsa
 from nsight_analytics import schema
 from nsight_analytics.rules import run_rules
+from rows import insert
 from rules.cases import CASES
 
 
@@ -17,11 +18,7 @@ def _insert(con, table: str, rows: list[dict]) -> None:
     for row in rows:
         unknown = set(row) - set(cols)
         assert not unknown, f"{table} has no columns {unknown}"
-        names = list(row)
-        con.execute(
-            f'INSERT INTO "{table}" ({", ".join(names)}) VALUES ({", ".join("?" for _ in names)})',
-            [row[n] for n in names],
-        )
+    insert(con, table, rows)
 
 
 def load_case(con, rows: dict[str, list[dict]]) -> None:

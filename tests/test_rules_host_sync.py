@@ -30,8 +30,8 @@ def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
 def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
     rnd = random.Random(seed)
     con = duckdb.connect()
-    for t in schema.TABLES:
-        con.execute(t.ddl())
+    for stmt in schema.ddl_statements():
+        con.execute(stmt)
     install_macros(con)
     act: list[tuple[int, int, int, int, int]] = []  # report, device, pid, start, end
     for table in ("kernels", "memcpy", "memset"):
@@ -39,8 +39,9 @@ def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
             start, dur = rnd.randint(0, 100) * 2, rnd.choice([0, rnd.randint(0, 40)])  # even: ties
             row = (rnd.randint(1, 2), rnd.randint(0, 1), rnd.choice([5, 6]), start, start + dur)
             act.append(row)
-            con.execute(f"INSERT INTO {table} (report_id, device_id, pid, start_ns, end_ns, duration_ns) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", [*row, dur])
+            con.execute(f"INSERT INTO {'kernel_rows' if table == 'kernels' else table} "
+                        "(report_id, device_id, pid, start_ns, end_ns, duration_ns) VALUES (?, ?, ?, ?, ?, ?)",
+                        [*row, dur])
     calls = []
     for _ in range(rnd.randint(1, 15)):
         start, dur = rnd.randint(0, 110) * 2, rnd.choice([0, rnd.randint(0, 60)])

@@ -8,12 +8,12 @@ canonical table has one SELECT builder here; nothing else in nsa knows nsys tabl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import duckdb
 
-from .. import schema
+from .. import params, schema
 from ..errors import InputError
 from .sqlite_source import EXPORT_HINT
 
@@ -124,49 +124,89 @@ def _host_side(src: Source, table: str, a: str) -> dict[str, str]:
     }
 
 
-def kernels_sql(src: Source) -> str | None:
-    if not src.has(KERNEL):
-        return None
-    t, a = KERNEL, "k"
-    demangled, j1 = _name(src, t, "demangledName", a, "dn")
-    short, j2 = _name(src, t, "shortName", a, "sn")
-    cols = {
-        **_device_side(src, t, a),
-        "name": f"coalesce({demangled}, {short})",
-        "short_name": short,
+def _name_id(src: Source, a: str) -> str:
+    cols = [f'{a}."{c}"' for c in ("demangledName", "shortName") if c in src.tables[KERNEL]]
+    return f"coalesce({', '.join(cols)})" if len(cols) > 1 else (cols[0] if cols else "NULL")
+
+
+def _launch(src: Source, a: str) -> dict[str, str]:
+    t = KERNEL
+    return {
         **{f"grid_{d}": src.col(t, f"grid{d.upper()}", a) for d in "xyz"},
         **{f"block_{d}": src.col(t, f"block{d.upper()}", a) for d in "xyz"},
         "registers_per_thread": src.col(t, "registersPerThread", a),
         "static_smem_bytes": src.col(t, "staticSharedMemory", a),
         "dynamic_smem_bytes": src.col(t, "dynamicSharedMemory", a),
-        "correlation_id": src.col(t, "correlationId", a),
         "launch_type": src.col(t, "launchType", a),
         "graph_node_id": src.col(t, "graphNodeId", a),
     }
-    return _select(cols, "kernels", f"FROM {src.ref(t)} {a}{j1}{j2}")
 
 
-def kernel_names_sql(src: Source) -> str | None:
-    """Distinct kernel name ids first (one integer scan), then their strings."""
+def kernel_rows_sql(src: Source, launch: bool = True) -> str | None:
+    """Kernels as integers only: names stay StringIds ids (kernel_names resolves them once per
+    name, not per row). Without `launch`, the 11 launch-configuration columns are left NULL for
+    kernel_launch_sql to fill: reading them from SQLite is half the cost of the copy."""
     if not src.has(KERNEL):
         return None
     t, a = KERNEL, "k"
-    ids = [c for c in ("demangledName", "shortName", "mangledName") if c in src.tables[t]]
-    if not ids:
+    launch_cols = _launch(src, a) if launch else {c: "NULL" for c in _launch(src, a)}
+    cols = {
+        **_device_side(src, t, a),
+        "name_id": _name_id(src, a),
+        "correlation_id": src.col(t, "correlationId", a),
+        **launch_cols,
+        "source_row": f"{a}.rowid",
+    }
+    return _select(cols, "kernel_rows", f"FROM {src.ref(t)} {a}")
+
+
+def kernel_launch_sql(src: Source) -> str | None:
+    """Fill a report's deferred launch-configuration columns, matching rows on the SQLite rowid."""
+    if not src.has(KERNEL):
         return None
-    demangled, j1 = _name(src, t, "demangledName", a, "dn")
-    short, j2 = _name(src, t, "shortName", a, "sn")
-    mangled, j3 = _name(src, t, "mangledName", a, "mn")
+    a = "k"
+    launch = _launch(src, a)
+    sets = ", ".join(f'"{c}" = s."{c}"' for c in launch)
+    body = ", ".join(f'{expr} AS "{c}"' for c, expr in launch.items())
+    return (
+        f"UPDATE kernel_rows SET {sets} "
+        f"FROM (SELECT {a}.rowid AS source_row, {body} FROM {src.ref(KERNEL)} {a}) AS s "
+        "WHERE kernel_rows.report_id = $rid AND kernel_rows.source_row = s.source_row"
+    )
+
+
+def kernel_names_sql(src: Source, rows: Sequence[int] = ()) -> str | None:
+    """Each name id of the report's kernel_rows (copied first), its count, and the short and
+    mangled ids of one of its rows, `rows` (one source_row per name id), read back from SQLite
+    by rowid: a few dozen lookups instead of scanning a million rows again. A name id decides
+    its short and mangled forms (checked on every real export)."""
+    if not src.has(KERNEL):
+        return None
+    t, a = KERNEL, "r"
+    ids = ", ".join(src.col(t, c, "k") for c in ("shortName", "mangledName"))
+    lookup = (
+        f"SELECT * FROM sqlite_query('{src.alias}', 'SELECT k.rowid, {ids} FROM \"{t}\" k "
+        f"WHERE k.rowid IN ({', '.join(str(int(r)) for r in rows) or 'NULL'})') AS q(source_row, short_id, mangled_id)"
+    )
     cols = {
         "report_id": "$rid",
-        "name": f"coalesce({demangled}, {short})",
-        "short_name": short,
-        "mangled_name": mangled,
+        "name_id": f"{a}.name_id",
+        "name": "dn.value",
+        "short_name": "sn.value",
+        "mangled_name": "mn.value",
         "kernels": f"{a}.n",
     }
-    distinct = ", ".join(f'"{c}"' for c in ids)
-    inner = f"(SELECT {distinct}, count(*) AS n FROM {src.ref(t)} GROUP BY ALL)"
-    return _select(cols, "kernel_names", f"FROM {inner} {a}{j1}{j2}{j3}")
+    reps = (
+        "(SELECT name_id, count(*) AS n, min(source_row) AS source_row FROM kernel_rows "
+        "WHERE report_id = $rid GROUP BY name_id)"
+    )
+    joins = (
+        f" LEFT JOIN ({lookup}) AS q ON CAST(q.source_row AS BIGINT) = {a}.source_row"
+        f" LEFT JOIN {STRINGS} dn ON dn.id = {a}.name_id"
+        f" LEFT JOIN {STRINGS} sn ON sn.id = CAST(q.short_id AS BIGINT)"
+        f" LEFT JOIN {STRINGS} mn ON mn.id = CAST(q.mangled_id AS BIGINT)"
+    )
+    return _select(cols, "kernel_names", f"FROM {reps} {a}{joins}")
 
 
 def _kind(src: Source, table: str, col: str, a: str, mapping: dict[int, str]) -> str:
@@ -313,8 +353,9 @@ def processes_sql(src: Source) -> str | None:
 
 # Canonical table -> (SELECT builder, activity kind it evidences).
 LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
-    "kernels": (kernels_sql, "kernel"),
+    "kernel_rows": (kernel_rows_sql, "kernel"),
     "kernel_names": (kernel_names_sql, "kernel"),
+    "kernel_launch": (kernel_launch_sql, "kernel"),
     "memcpy": (memcpy_sql, "memcpy"),
     "memset": (memset_sql, "memset"),
     "cuda_api": (cuda_api_sql, "cuda_api"),
@@ -325,10 +366,11 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
     "processes": (processes_sql, "processes"),
 }
 
-# Host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows at 1M
-# kernels): copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the
-# GPU timeline. Measured in benchmarks/README.md.
-DEFERRABLE = ("cuda_api", "nvtx_ranges", "osrt_api")
+# Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
+# timeline: the host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows
+# at 1M kernels), and the kernels' launch configuration (11 of their 21 columns, no query in
+# the library reads them). Measured in benchmarks/README.md.
+DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "osrt_api")
 
 
 def validate(src: Source, path: object) -> None:
@@ -375,11 +417,28 @@ def prepare_strings(con: duckdb.DuckDBPyConnection, src: Source) -> None:
         con.execute(f"CREATE TEMP TABLE {STRINGS} (id BIGINT, value VARCHAR, api_name VARCHAR)")
 
 
-def load_table(con: duckdb.DuckDBPyConnection, src: Source, table: str, report_id: int) -> int:
-    """Copy one canonical table for one report; returns rows written (0 when the export lacks it)."""
-    sql = LOADERS[table][0](src)
+def load_table(
+    con: duckdb.DuckDBPyConnection, src: Source, table: str, report_id: int, launch: bool = True
+) -> int:
+    """Copy one canonical table for one report; returns rows written (0 when the export lacks it).
+
+    `kernel_launch` is not a table: it fills the launch columns of rows `kernel_rows` copied
+    without them (launch=False)."""
+    if table == "kernel_launch":
+        sql = kernel_launch_sql(src)
+        row = params.execute(con, sql, {"rid": report_id}).fetchone() if sql else None
+        return int(row[0]) if row else 0
+    if table == "kernel_rows":
+        sql = kernel_rows_sql(src, launch)
+    elif table == "kernel_names":  # after kernel_rows: one row of each name for SQLite to look up
+        reps = params.execute(
+            con, "SELECT min(source_row) FROM kernel_rows WHERE report_id = $rid GROUP BY name_id", {"rid": report_id}
+        ).fetchall()
+        sql = kernel_names_sql(src, [r[0] for r in reps if r[0] is not None])
+    else:
+        sql = LOADERS[table][0](src)
     if sql is None:
         return 0
     cols = ", ".join(f'"{c}"' for c in schema.BY_NAME[table].col_names)
-    row = con.execute(f'INSERT INTO "{table}" ({cols}) {sql}', {"rid": report_id}).fetchone()
+    row = params.execute(con, f'INSERT INTO "{table}" ({cols}) {sql}', {"rid": report_id}).fetchone()
     return int(row[0]) if row else 0

@@ -11,18 +11,24 @@ from .model import Finding, rule, severity_for
 from .units import count, dur, pct
 
 _TOP_SMALL = """
-SELECT report_id, coalesce(short_name, name) AS short_name, count(DISTINCT name) AS variants,
-       min(name) AS name, count(*) AS launches, avg(duration_ns) AS avg_ns, sum(duration_ns) AS total_ns
-FROM kernels
-WHERE ($rid IS NULL OR report_id = $rid) AND duration_ns < $small
+SELECT c.report_id, coalesce(n.short_name, n.name) AS short_name, count(DISTINCT n.name) AS variants,
+       min(n.name) AS name, sum(c.launches) AS launches, sum(c.total_ns) / sum(c.launches) AS avg_ns,
+       sum(c.total_ns) AS total_ns
+FROM (
+    SELECT report_id, name_id, count(*) AS launches, sum(duration_ns) AS total_ns
+    FROM kernel_rows
+    WHERE ($rid IS NULL OR report_id = $rid) AND duration_ns < $small
+    GROUP BY ALL
+) AS c
+LEFT JOIN kernel_names AS n USING (report_id, name_id)
 GROUP BY ALL
-ORDER BY report_id, launches DESC, short_name
+ORDER BY c.report_id, launches DESC, short_name
 """
 
 
 _KERNEL_SPAN = """
 SELECT report_id, device_id, max(end_ns) - min(start_ns) AS span_ns
-FROM kernels WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
+FROM kernel_rows WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
 """
 
 

@@ -28,11 +28,15 @@
 -- col stall_ns BIGINT: nsys_total_ns times share_pct: timeline time attributed to the reason (ns).
 WITH nsys_names AS (
     -- Aggregate by name first: the key's regexes then run once per distinct name, not per launch.
-    SELECT report_id, name, count(*) AS launches, sum(duration_ns) AS total_ns
-    FROM kernels
-    WHERE ($nsys_report_id IS NULL OR report_id = $nsys_report_id)
-      AND name IS NOT NULL
-    GROUP BY ALL
+    SELECT c.report_id, n.name, c.launches, c.total_ns
+    FROM (
+        SELECT report_id, name_id, count(*) AS launches, sum(duration_ns) AS total_ns
+        FROM kernel_rows
+        WHERE ($nsys_report_id IS NULL OR report_id = $nsys_report_id)
+        GROUP BY ALL
+    ) AS c
+    JOIN kernel_names AS n USING (report_id, name_id)
+    WHERE n.name IS NOT NULL
 ),
 nsys AS (
     SELECT

@@ -7,10 +7,11 @@
 -- 'memset'). Rows without a start or with end < start are dropped: they cannot be placed on a
 -- timeline.
 CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
-    SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
-           'kernel' AS kind, coalesce(name, short_name, '(unnamed kernel)') AS label
-    FROM kernels
-    WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    SELECT k.report_id, k.device_id, k.pid, k.stream_id, k.correlation_id, k.start_ns, k.end_ns,
+           'kernel' AS kind, coalesce(n.name, n.short_name, '(unnamed kernel)') AS label
+    FROM kernel_rows AS k
+    LEFT JOIN kernel_names AS n USING (report_id, name_id)
+    WHERE (nsa_rid IS NULL OR k.report_id = nsa_rid) AND k.start_ns IS NOT NULL AND k.end_ns >= k.start_ns
     UNION ALL
     SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
            'memcpy' AS kind, 'memcpy ' || coalesce(copy_kind, 'Unknown') AS label

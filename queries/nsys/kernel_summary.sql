@@ -15,10 +15,12 @@
 -- col max_ns BIGINT: longest execution (ns).
 -- col stddev_ns DOUBLE: sample standard deviation of the execution time (ns).
 -- col time_pct DOUBLE: share of the report's summed kernel time (%).
+-- Grouped on the name id (one integer per name), named afterwards: the same groups, since an
+-- export's StringIds hold each string once.
 WITH s AS (
     SELECT
         report_id,
-        name,
+        name_id,
         count(*) AS instances,
         sum(duration_ns) AS total_ns,
         avg(duration_ns) AS avg_ns,
@@ -26,13 +28,13 @@ WITH s AS (
         min(duration_ns) AS min_ns,
         max(duration_ns) AS max_ns,
         stddev_samp(duration_ns) AS stddev_ns
-    FROM kernels
+    FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id)
     GROUP BY ALL
 )
 SELECT
-    report_id,
-    name,
+    s.report_id,
+    n.name,
     CAST(instances AS BIGINT) AS instances,
     CAST(total_ns AS BIGINT) AS total_ns,
     CAST(avg_ns AS DOUBLE) AS avg_ns,
@@ -42,5 +44,6 @@ SELECT
     CAST(coalesce(stddev_ns, 0) AS DOUBLE) AS stddev_ns,
     CAST(CASE WHEN sum(total_ns) OVER r > 0 THEN 100.0 * total_ns / sum(total_ns) OVER r END AS DOUBLE) AS time_pct
 FROM s
-WINDOW r AS (PARTITION BY report_id)
-ORDER BY report_id, total_ns DESC, instances, name
+LEFT JOIN kernel_names AS n USING (report_id, name_id)
+WINDOW r AS (PARTITION BY s.report_id)
+ORDER BY s.report_id, s.total_ns DESC, s.instances, n.name

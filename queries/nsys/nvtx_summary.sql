@@ -24,7 +24,7 @@
 -- col kernel_ns BIGINT: summed GPU time of those kernels (ns).
 WITH launches AS (
     SELECT c.report_id, c.pid, c.tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
-    FROM kernels AS k
+    FROM kernel_rows AS k
     JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
     WHERE ($report_id IS NULL OR k.report_id = $report_id) AND ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL

@@ -25,12 +25,12 @@
 WITH k AS (
     SELECT
         report_id, device_id, start_ns, end_ns, duration_ns,
-        rowid AS kernel_row,
+        name_id,
         duration_ns < $max_kernel_ns AS tiny,
         max(end_ns) OVER prev AS prev_end,
         lag(duration_ns < $max_kernel_ns) OVER ord AS prev_tiny,
         row_number() OVER ord AS pos
-    FROM kernels
+    FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
     WINDOW
         ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
@@ -47,7 +47,7 @@ flagged AS (
 ),
 numbered AS (
     SELECT
-        report_id, device_id, start_ns, end_ns, duration_ns, kernel_row, prev_end, first_of_storm, pos,
+        report_id, device_id, start_ns, end_ns, duration_ns, name_id, prev_end, first_of_storm, pos,
         sum(CAST(first_of_storm AS INTEGER)) OVER (
             PARTITION BY report_id, device_id ORDER BY pos ROWS UNBOUNDED PRECEDING
         ) AS storm
@@ -78,7 +78,7 @@ top AS (
     SELECT n.report_id, n.device_id, n.storm, mode(kn.name ORDER BY n.start_ns, n.end_ns, kn.name) AS top_name
     FROM numbered AS n
     JOIN kept AS s ON s.report_id = n.report_id AND s.device_id IS NOT DISTINCT FROM n.device_id AND s.storm = n.storm
-    JOIN kernels AS kn ON kn.rowid = n.kernel_row
+    LEFT JOIN kernel_names AS kn ON kn.report_id = n.report_id AND kn.name_id = n.name_id
     GROUP BY ALL
 )
 SELECT

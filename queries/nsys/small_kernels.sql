@@ -17,9 +17,9 @@
 -- col launches_per_s DOUBLE: small kernels per second of the report's kernel span (1/s).
 -- col top_names VARCHAR: the top_n most frequent small kernels, 'name (count)' joined by '; '.
 WITH k AS (
-    SELECT report_id, pid, correlation_id, name, start_ns, end_ns, duration_ns,
+    SELECT report_id, pid, correlation_id, name_id, start_ns, end_ns, duration_ns,
            duration_ns < $max_kernel_ns AS small
-    FROM kernels
+    FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id)
 ),
 per_report AS (
@@ -41,11 +41,10 @@ launch AS (
     GROUP BY ALL
 ),
 names AS (
-    SELECT report_id, name, count(*) AS n
-    FROM k
-    WHERE small
-    GROUP BY report_id, name
-    QUALIFY row_number() OVER (PARTITION BY report_id ORDER BY count(*) DESC, name) <= $top_n
+    SELECT c.report_id, kn.name, c.n
+    FROM (SELECT report_id, name_id, count(*) AS n FROM k WHERE small GROUP BY ALL) AS c
+    LEFT JOIN kernel_names AS kn USING (report_id, name_id)
+    QUALIFY row_number() OVER (PARTITION BY c.report_id ORDER BY c.n DESC, kn.name) <= $top_n
 ),
 top AS (
     SELECT report_id, string_agg(name || ' (' || n || ')', '; ' ORDER BY n DESC, name) AS top_names

@@ -1,0 +1,48 @@
+"""Rows for hand-built workspaces: `insert(con, "kernels", [{...}])` writes what an ingest would.
+
+`kernels` is a view (kernel_rows joined with kernel_names), so a kernel given with its `name`
+(and `short_name`) becomes a kernel_rows row with a name id plus, once per distinct name and
+report, a kernel_names row. Every other table takes the dicts as they are.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+NAME_COLS = ("name", "short_name", "mangled_name")
+
+
+def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> None:
+    for row in rows:
+        if table == "kernels":
+            row = _kernel_row(con, row)
+            table_ = "kernel_rows"
+        else:
+            table_ = table
+        cols = ", ".join(f'"{c}"' for c in row)
+        con.execute(f'INSERT INTO "{table_}" ({cols}) VALUES ({", ".join("?" * len(row))})', list(row.values()))
+    if table == "kernels":
+        con.execute(
+            "UPDATE kernel_names SET kernels = (SELECT count(*) FROM kernel_rows k "
+            "WHERE k.report_id = kernel_names.report_id AND k.name_id = kernel_names.name_id)"
+        )
+
+
+def _kernel_row(con: duckdb.DuckDBPyConnection, row: dict) -> dict:
+    names = {c: row.get(c) for c in NAME_COLS}
+    rest = {k: v for k, v in row.items() if k not in NAME_COLS}
+    if not any(names.values()):
+        return rest
+    rid = row["report_id"]
+    found = con.execute(
+        "SELECT name_id FROM kernel_names WHERE report_id = ? AND name IS NOT DISTINCT FROM ?",
+        [rid, names["name"]],
+    ).fetchone()
+    if found:
+        return {**rest, "name_id": found[0]}
+    nid = con.execute("SELECT coalesce(max(name_id), 0) + 1 FROM kernel_names WHERE report_id = ?", [rid]).fetchone()[0]
+    con.execute(
+        "INSERT INTO kernel_names (report_id, name_id, name, short_name, mangled_name, kernels) VALUES (?, ?, ?, ?, ?, 0)",
+        [rid, nid, names["name"], names["short_name"], names["mangled_name"]],
+    )
+    return {**rest, "name_id": nid}
