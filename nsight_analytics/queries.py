@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from .errors import QueryError
+from .params import sql as params_sql
 
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
@@ -209,6 +210,6 @@ def run(
     """Run a library query; the caller turns the relation into a DataFrame, Arrow or rows."""
     q = get(name)
     try:
-        return con.sql(q.sql, params=q.bind(params))
+        return params_sql(con, q.sql, q.bind(params))
     except duckdb.Error as exc:
         raise QueryError(f"query {q.name} failed: {str(exc).splitlines()[0]}") from exc
