@@ -3,6 +3,7 @@ independent computations (sqlite3 + Python) and, when installed, with `nsys stat
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import shutil
@@ -187,11 +188,15 @@ def test_small_kernel_storms_golden(workspace) -> None:
         _k(1, 90_000, 91_000, "t"), _k(1, 91_500, 92_500, "t"),  # only 2 before a long pause
         _k(1, 200_000, 201_000, "t"),
     ])  # fmt: skip
+    # idle: the four 4 us pauses between the five storm kernels
     assert _rows(workspace, "small_kernel_storms", min_kernels=3) == [
-        (1, 0, 0, 21_000, 21_000, 5, 5000, pytest.approx(100 * 5 / 21), 1000.0, pytest.approx(5 / 21e-6), "t"),
+        (1, 0, 0, 21_000, 21_000, 5, 5000, pytest.approx(100 * 5 / 21), 1000.0, pytest.approx(5 / 21e-6), "t", 16_000),
     ]
     assert _rows(workspace, "small_kernel_storms", min_kernels=3, max_busy_pct=20.0) == []
     assert _rows(workspace, "small_kernel_storms") == []  # default min_kernels 100
+    # a copy inside a pause is GPU activity: 1 us less idle
+    _insert(workspace, "memcpy", [_cp(1, 2000, 3000)])
+    assert _rows(workspace, "small_kernel_storms", min_kernels=3)[0][-1] == 15_000
 
 
 def test_nvtx_summary_golden(workspace) -> None:
@@ -344,6 +349,43 @@ def test_gaps_idle_fixture_causes(tmp_path) -> None:
     assert {(r[7], r[8]) for r in waits} == {("sync", "cudaStreamSynchronize")}
     storms = _rows(con, "small_kernel_storms", report_id=rid)
     assert sum(r[5] for r in storms) >= 2500  # most of the 3000 tiny mul_ kernels
+    con.close()
+
+
+def _idle_in_storms(gaps: list[tuple], storms: list[tuple], max_gap_ns: int) -> dict[int, int]:
+    """Per device, the reference: every gap of the `gaps` query up to max_gap_ns whose window is
+    the storm starting last at or before it, if it ends inside that window."""
+    out: dict[int, int] = {}
+    for dev in {s[1] for s in storms}:
+        st = sorted((s[2], s[3]) for s in storms if s[1] == dev)
+        starts = [s for s, _ in st]
+        total = 0
+        for g in gaps:
+            if g[1] == dev and g[4] <= max_gap_ns:
+                i = bisect.bisect_right(starts, g[2]) - 1
+                total += g[4] if i >= 0 and g[3] <= st[i][1] else 0
+        out[dev] = total
+    return out
+
+
+@pytest.mark.parametrize("max_kernel_ns, max_gap_ns, min_kernels", [(10_000, 50_000, 5), (100_000, 200_000, 3)])
+def test_storm_idle_matches_the_gaps_query(tmp_path, max_kernel_ns, max_gap_ns, min_kernels) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    checked = 0
+    for path in [IDLE_GAPS, NSYS / "h100_nsys2025.3_transformer_train.sqlite", NSYS / "h100x2_nsys2026.2_train_before.sqlite"]:
+        if not path.exists():
+            continue
+        rid = nsa.ingest(con, path).report_id
+        storms = _rows(con, "small_kernel_storms", report_id=rid, max_kernel_ns=max_kernel_ns,
+                       max_gap_ns=max_gap_ns, min_kernels=min_kernels, max_busy_pct=100.0)  # fmt: skip
+        got: dict[int, int] = {}
+        for s in storms:
+            got[s[1]] = got.get(s[1], 0) + s[-1]
+        expected = _idle_in_storms(_rows(con, "gaps", report_id=rid, min_gap_ns=1), storms, max_gap_ns)
+        assert got == expected
+        checked += sum(expected.values()) > 0
+    if not checked:
+        pytest.skip("no capture with storms available")
     con.close()
 
 

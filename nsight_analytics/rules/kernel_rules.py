@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import bisect
 
-import pandas as pd
 
 from .context import Context
 from .model import Finding, rule, severity_for
@@ -34,22 +32,6 @@ FROM kernel_rows WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
 
 def _short(name: str, width: int = 50) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _idle_in_windows(gaps: pd.DataFrame, storms: pd.DataFrame, max_gap_ns: int) -> dict[int, int]:
-    """Per device: idle time (nothing at all running) in short gaps inside storm windows."""
-    out: dict[int, int] = {}
-    for dev, st in storms.groupby("device_id"):
-        st = st.sort_values("start_ns")
-        starts, ends = st["start_ns"].tolist(), st["end_ns"].tolist()
-        g = gaps[(gaps["device_id"] == dev) & (gaps["gap_ns"] <= max_gap_ns)]
-        total = 0
-        for s, e, n in zip(g["gap_start_ns"], g["gap_end_ns"], g["gap_ns"]):
-            i = bisect.bisect_right(starts, s) - 1
-            if i >= 0 and e <= ends[i]:
-                total += int(n)
-        out[int(dev)] = total
-    return out
 
 
 @rule(
@@ -90,10 +72,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     storms = ctx.query(
         "small_kernel_storms", rid, max_kernel_ns=int(small), max_gap_ns=int(ctx["storm_max_gap_ns"]),
     )
-    idle: dict[int, int] = {}
-    if not storms.empty:
-        gaps = ctx.query("gaps", rid, min_gap_ns=1)
-        idle = _idle_in_windows(gaps, storms, int(ctx["storm_max_gap_ns"]))
+    idle = {int(d): int(n) for d, n in storms.groupby("device_id")["idle_ns"].sum().items()}
     savings = max(idle.values()) if idle else 0
     worst_dev = max(idle, key=idle.get) if idle else None
     gap_share = savings / dev_span.get(worst_dev, span) if worst_dev is not None and span else 0.0

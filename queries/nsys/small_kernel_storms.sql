@@ -3,7 +3,7 @@
 -- each starts at most max_gap_ns after the previous kernel on the device ended, and the GPU was
 -- busy at most max_busy_pct of the window: the GPU mostly waits for the host to launch the next
 -- tiny kernel. A larger kernel or a longer pause ends a storm. busy_ns is the union of the
--- storm's kernels (overlaps once); memcpy/memset are not considered.
+-- storm's kernels (overlaps once); memcpy/memset are not considered, except by idle_ns.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param max_kernel_ns BIGINT = 10000: kernels shorter than this are tiny (ns).
 -- param max_gap_ns BIGINT = 50000: longest pause between kernels inside a storm (ns).
@@ -20,6 +20,7 @@
 -- col avg_kernel_ns DOUBLE: mean kernel duration (ns).
 -- col launches_per_s DOUBLE: kernels per second of window (1/s).
 -- col top_name VARCHAR: most frequent kernel name in the storm.
+-- col idle_ns BIGINT: time nothing ran on the device (no kernel, memcpy or memset) in pauses of at most max_gap_ns inside the window: what fusing the storm or a CUDA graph could win (ns).
 -- The device order is (start_ns, end_ns): sorting on integers only. Kernels tied on both have the
 -- same duration, so the same `tiny`, and all land in one storm, whatever their order.
 WITH k AS (
@@ -72,6 +73,32 @@ kept AS (
     FROM storms
     WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
 ),
+-- the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns, in one sorted
+-- pass like `gaps`; each is credited to the storm starting last at or before it, if it ends
+-- inside that storm's window
+act AS (
+    SELECT
+        report_id, device_id, start_ns,
+        max(end_ns) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS prev_end
+    FROM nsa_gpu_activity($report_id)
+    WHERE EXISTS (SELECT 1 FROM kept)
+),
+pauses AS (
+    SELECT report_id, device_id, prev_end AS pause_start_ns, start_ns AS pause_end_ns
+    FROM act
+    WHERE start_ns > prev_end AND start_ns - prev_end <= $max_gap_ns
+),
+idle AS (
+    SELECT s.report_id, s.device_id, s.storm, sum(p.pause_end_ns - p.pause_start_ns) AS idle_ns
+    FROM pauses AS p
+    ASOF JOIN kept AS s
+        ON s.report_id = p.report_id AND s.device_id = p.device_id AND p.pause_start_ns >= s.start_ns
+    WHERE p.pause_end_ns <= s.end_ns
+    GROUP BY ALL
+),
 -- kernel names only for the storms reported (names are long strings: kept out of the sorts);
 -- mode breaks ties by first occurrence, fed in (start_ns, end_ns, name) order
 top AS (
@@ -92,7 +119,9 @@ SELECT
     CAST(CASE WHEN s.end_ns > s.start_ns THEN 100.0 * s.busy_ns / (s.end_ns - s.start_ns) END AS DOUBLE) AS busy_pct,
     CAST(s.avg_kernel_ns AS DOUBLE) AS avg_kernel_ns,
     CAST(CASE WHEN s.end_ns > s.start_ns THEN s.kernels * 1e9 / (s.end_ns - s.start_ns) END AS DOUBLE) AS launches_per_s,
-    t.top_name
+    t.top_name,
+    CAST(coalesce(i.idle_ns, 0) AS BIGINT) AS idle_ns
 FROM kept AS s
 LEFT JOIN top AS t ON t.report_id = s.report_id AND t.device_id IS NOT DISTINCT FROM s.device_id AND t.storm = s.storm
+LEFT JOIN idle AS i ON i.report_id = s.report_id AND i.device_id = s.device_id AND i.storm = s.storm
 ORDER BY s.report_id, s.device_id, s.start_ns
