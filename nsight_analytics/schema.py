@@ -282,7 +282,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "nvtx_ranges",
         "NVTX push/pop and start/end ranges (nsys NVTX_EVENTS types 59/60). A range never "
-        "closed has NULL end_ns and duration_ns.",
+        "closed has NULL end_ns and duration_ns. Copied on first use; `kernels` and `kernel_ns` "
+        "are computed then, from the report's CUDA API calls and kernels.",
         (
             RID,
             PID,
@@ -295,6 +296,14 @@ TABLES: tuple[Table, ...] = (
             _c("domain", "VARCHAR", "", "NVTX domain name; NULL for the default domain."),
             _c("range_kind", "VARCHAR", "", "'push_pop' or 'start_end'."),
             _c("category", "BIGINT", "", "NVTX category id."),
+            _c(
+                "kernels",
+                "BIGINT",
+                "count",
+                "Kernels launched inside the range: by CUDA API calls of the same thread "
+                "(global_tid) starting between start_ns and end_ns, both included; NULL while open.",
+            ),
+            _c("kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels (their duration_ns)."),
         ),
         "nsys",
     ),

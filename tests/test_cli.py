@@ -197,6 +197,35 @@ def test_workspace_with_a_kernels_table_is_upgraded(tmp_path: Path) -> None:
     assert (kinds["kernels"], kinds["kernel_rows"]) == ("view", "table")
 
 
+@pytest.mark.parametrize("api_copied", [True, False])
+def test_old_nvtx_ranges_gain_their_kernels(tmp_path: Path, api_copied: bool) -> None:
+    # NVTX ranges copied before nvtx_ranges.kernels existed: filled from the report's API calls
+    # when those are in the workspace, else copied again (with kernels) on next use
+    import duckdb
+
+    src = realdata("nsys", "h100x2_nsys2026.2_train_before.sqlite")
+    path = tmp_path / "old.duckdb"
+    assert invoke("ingest", "--db", str(path), str(src)).exit_code == EXIT_OK
+    assert invoke("sql", "--db", str(path), "SELECT count(*) FROM nvtx_ranges").exit_code == EXIT_OK
+    with duckdb.connect(str(path)) as con:
+        con.execute("ALTER TABLE nvtx_ranges DROP COLUMN kernel_ns")
+        con.execute("ALTER TABLE nvtx_ranges DROP COLUMN kernels")
+        if not api_copied:  # as an older nsa could leave it: ranges copied, API calls not
+            con.execute("DELETE FROM cuda_api")
+            con.execute("UPDATE reports SET deferred_tables = list_append(deferred_tables, 'cuda_api')")
+    res = invoke("query", "nvtx_summary", "--db", str(path), "--format", "csv")
+    assert res.exit_code == EXIT_OK, res.output
+    got = sum(int(r["kernel_ns"]) for r in csv.DictReader(io.StringIO(res.output)))
+    with sqlite3.connect(src) as db:
+        (expected,) = db.execute("""
+            SELECT sum(k."end" - k.start) FROM NVTX_EVENTS e
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = e.globalTid AND r.start BETWEEN e.start AND e."end"
+            JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+                 AND k.globalPid / 16777216 = r.globalTid / 16777216
+            WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL""").fetchone()
+    assert got == expected > 0
+
+
 def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:
     from nsight_analytics import queries
 

@@ -169,8 +169,7 @@ def _ingest_nsys(
 ) -> IngestResult:
     tables = sqlite_source.attach(con, path)
     src = nsys.Source(tables)
-    # Canonical tables promise no row order; not keeping the export's order makes copies ~1.3x faster.
-    con.execute("SET preserve_insertion_order = false")
+    previous = _copy_settings(con)
     try:
         nsys.validate(src, path)
         meta = nsys.metadata(con, src)
@@ -216,7 +215,7 @@ def _ingest_nsys(
                 raise _read_error(path, exc) from exc
             raise
     finally:
-        con.execute("RESET preserve_insertion_order")
+        _restore(con, previous)
         sqlite_source.detach(con)
     if progress:
         progress("done", len(steps), len(steps))
@@ -228,6 +227,25 @@ def _ingest_nsys(
             "can be said about GPU use. Profile again with `nsys profile -t cuda` using a current nsys."
         )
     return result
+
+
+# While copying: canonical tables promise no row order, and not keeping the export's order
+# makes copies ~1.3x faster; DuckDB's memory is capped so the largest step (5M NVTX ranges and
+# their kernels, first use) stays near 1 GB instead of growing to 2.2 GB at 600 MB input; it
+# spills to disk beyond that (benchmarks/README.md).
+COPY_SETTINGS = {"preserve_insertion_order": "false", "memory_limit": "'1GB'"}
+
+
+def _copy_settings(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    previous = {k: str(con.execute(f"SELECT current_setting('{k}')").fetchone()[0]) for k in COPY_SETTINGS}
+    for key, value in COPY_SETTINGS.items():
+        con.execute(f"SET {key} = {value}")
+    return previous
+
+
+def _restore(con: duckdb.DuckDBPyConnection, previous: dict[str, str]) -> None:
+    for key, value in previous.items():
+        con.execute(f"SET {key} = {params.literal(value)}")
 
 
 def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
@@ -296,6 +314,8 @@ def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[
     tables = set(tables)
     if "kernels" in tables:  # the view shows the launch columns kernel_rows may still lack
         tables.add("kernel_launch")
+    if "nvtx_ranges" in tables:  # copying ranges computes their kernels from the API calls
+        tables.add("cuda_api")
     wanted = [t for t in tables if t in nsys.DEFERRABLE]
     if not wanted:
         return []
@@ -303,7 +323,8 @@ def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[
         "SELECT report_id, source_path, unnest(deferred_tables) AS t FROM reports "
         "WHERE len(deferred_tables) > 0"
     ).fetchall()
-    return [(rid, src, t) for rid, src, t in rows if t in wanted]
+    todo = [(rid, src, t) for rid, src, t in rows if t in wanted]
+    return sorted(todo, key=lambda r: (r[0], nsys.DEFERRABLE.index(r[2])))  # cuda_api before nvtx
 
 
 def ensure_loaded(
@@ -323,7 +344,7 @@ def ensure_loaded(
         if progress:
             progress(f"{table} (report {rid})", i, len(todo))
         src = nsys.Source(sqlite_source.attach(con, path))
-        con.execute("SET preserve_insertion_order = false")
+        previous = _copy_settings(con)
         try:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -343,6 +364,6 @@ def ensure_loaded(
                     raise _read_error(path, exc) from exc
                 raise
         finally:
-            con.execute("RESET preserve_insertion_order")
+            _restore(con, previous)
             sqlite_source.detach(con)
     return len(todo)

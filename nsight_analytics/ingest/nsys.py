@@ -305,8 +305,70 @@ def nvtx_ranges_sql(src: Source) -> str | None:
         "range_kind": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
         "category": src.col(t, "category", a),
     }
-    frm = f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
+    # each range's kernels, from a second, narrow scan (integers only: the ASOF sorts stay small)
+    # joined back on the SQLite rowid
+    cols |= {"kernels": "p.kernels", "kernel_ns": "p.kernel_ns"}
+    keys = (
+        f"SELECT {a}.rowid AS src_row, $rid AS report_id, {gtid} AS global_tid, {a}.start AS start_ns, "
+        f'{a}."end" AS end_ns FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})'
+    )
+    projection = NVTX_KERNELS.format(keys=keys, where="k.report_id = $rid AND c.report_id = $rid")
+    frm = (
+        f"FROM {src.ref(t)} {a}{join}{djoin} LEFT JOIN ({projection}) AS p ON p.src_row = {a}.rowid "
+        f"WHERE {a}.eventType IN ({types})"
+    )
     return _select(cols, "nvtx_ranges", frm)
+
+
+# Each range's kernels: the report's launches (kernels joined to their CUDA API call) summed
+# per call start and thread, as running totals; a range's share is the total at its end minus
+# the total before its start, two ASOF joins on the thread's one key, global_tid (one sorted
+# pass each, not a join of every range with every launch). Needs cuda_api and kernel_rows of
+# the report loaded first. `{keys}` yields (src_row, report_id, global_tid, start_ns, end_ns)
+# per range; the result is (src_row, kernels, kernel_ns).
+NVTX_KERNELS = """
+WITH launches AS (
+    SELECT c.report_id, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
+    FROM kernel_rows AS k
+    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
+    WHERE {where}
+    GROUP BY ALL
+),
+running AS (
+    SELECT
+        report_id, global_tid, start_ns,
+        sum(kernels) OVER w AS cum_kernels,
+        sum(kernel_ns) OVER w AS cum_kernel_ns
+    FROM launches
+    WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+),
+r AS ({keys})
+SELECT
+    r.src_row,
+    CASE WHEN r.end_ns IS NOT NULL THEN coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) END AS kernels,
+    CASE WHEN r.end_ns IS NOT NULL THEN coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) END AS kernel_ns
+FROM r
+ASOF LEFT JOIN running AS e ON e.report_id = r.report_id AND e.global_tid = r.global_tid AND r.end_ns >= e.start_ns
+ASOF LEFT JOIN running AS b ON b.report_id = r.report_id AND b.global_tid = r.global_tid AND r.start_ns > b.start_ns
+"""
+
+
+def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int) -> None:
+    """Compute `kernels` / `kernel_ns` of NVTX ranges already in the workspace (copied by an
+    older nsa, or written by hand), the way the copy does; ranges sharing thread, start and end
+    get the same numbers."""
+    rid = int(report_id)
+    keys = f"SELECT rowid AS src_row, report_id, global_tid, start_ns, end_ns FROM nvtx_ranges WHERE report_id = {rid}"
+    where = f"k.report_id = {rid} AND c.report_id = {rid}"
+    # rewritten rather than UPDATEd: DuckDB deletes and appends millions of rows far faster
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _nsa_nvtx AS SELECT n.* EXCLUDE (kernels, kernel_ns), p.kernels, p.kernel_ns "
+        f"FROM nvtx_ranges AS n LEFT JOIN ({NVTX_KERNELS.format(keys=keys, where=where)}) AS p ON p.src_row = n.rowid "
+        f"WHERE n.report_id = {rid}"
+    )
+    con.execute(f"DELETE FROM nvtx_ranges WHERE report_id = {rid}")
+    con.execute("INSERT INTO nvtx_ranges BY NAME SELECT * FROM _nsa_nvtx")
+    con.execute("DROP TABLE _nsa_nvtx")
 
 
 def osrt_api_sql(src: Source) -> str | None:
