@@ -18,6 +18,7 @@ from . import api, queries, schema
 from . import output as out
 from .errors import NsaError
 from .ingest import IngestResult, ensure_loaded, ingest_file
+from .ingest.nsys import DERIVED
 from .workspace import ENV_DB, open_workspace
 
 EXIT_OK = 0
@@ -100,8 +101,9 @@ def _describe(r: IngestResult) -> str:
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
     verb = "replaced" if r.status == "replaced" else "ingested"
     text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
-    if r.deferred:
-        text += f"; {', '.join(r.deferred)} copied on first use (--full copies now)"
+    copied_later = [t for t in r.deferred if t not in DERIVED]  # derived steps follow their tables
+    if copied_later:
+        text += f"; {', '.join(copied_later)} copied on first use (--full copies now)"
     return text + "."
 
 

@@ -107,7 +107,8 @@ TABLES: tuple[Table, ...] = (
                 "deferred_tables",
                 "VARCHAR[]",
                 "",
-                "Canonical tables not copied yet: loaded from source_path on first use.",
+                "Canonical tables not copied yet, and `kernel_launch` while the kernels' launch "
+                "columns are not: loaded from source_path on first use.",
             ),
         ),
         "workspace",

@@ -112,7 +112,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             if (table.name, col.name) not in have:
                 con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
     if ("nvtx_ranges", "name") in have and ("nvtx_ranges", "kernels") not in have:
-        _fill_nvtx_kernels(con)
+        _defer_nvtx_kernels(con)
     views = dict(
         con.execute(
             "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
@@ -125,25 +125,14 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("COMMIT")
 
 
-def _fill_nvtx_kernels(con: duckdb.DuckDBPyConnection) -> None:
-    """NVTX ranges copied by an nsa that did not store each range's kernels: compute them now
-    from the report's CUDA API calls, or, where those were never copied, copy the ranges again
-    on their next use (the copy computes them)."""
-    from .ingest.nsys import fill_nvtx_kernels
-
-    reports = con.execute(
-        "SELECT report_id, list_contains(deferred_tables, 'cuda_api') FROM reports "
-        "WHERE report_id IN (SELECT DISTINCT report_id FROM nvtx_ranges)"
-    ).fetchall()
-    for rid, api_deferred in reports:
-        if api_deferred:
-            con.execute(f"DELETE FROM nvtx_ranges WHERE report_id = {int(rid)}")
-            con.execute(
-                "UPDATE reports SET deferred_tables = list_append(deferred_tables, 'nvtx_ranges') "
-                f"WHERE report_id = {int(rid)} AND NOT list_contains(deferred_tables, 'nvtx_ranges')"
-            )
-            continue
-        fill_nvtx_kernels(con, int(rid))
+def _defer_nvtx_kernels(con: duckdb.DuckDBPyConnection) -> None:
+    """NVTX ranges copied by an nsa that did not store each range's kernels: computed on the
+    ranges' next use, like for a new report whose ranges were just copied."""
+    con.execute(
+        "UPDATE reports SET deferred_tables = list_append(deferred_tables, 'nvtx_kernels') "
+        "WHERE report_id IN (SELECT DISTINCT report_id FROM nvtx_ranges) "
+        "AND NOT list_contains(deferred_tables, 'nvtx_kernels')"
+    )
 
 
 def _bare(sql: str) -> str:

@@ -174,6 +174,10 @@ def _ingest_nsys(
         nsys.validate(src, path)
         meta = nsys.metadata(con, src)
         steps = list(nsys.LOADERS)
+        # Derived columns (the NVTX ranges' kernels) are computed on first use even after --full:
+        # they need no source file, cost seconds at millions of ranges, and UPDATE rows by rowid,
+        # which DuckDB does slowly on rows the same transaction inserted.
+        defer = defer | set(nsys.DERIVED)
         deferred = [t for t in steps if t in defer and nsys.LOADERS[t][0](src) is not None]
         con.execute("BEGIN TRANSACTION")
         try:
@@ -186,7 +190,8 @@ def _ingest_nsys(
                     progress(table, i, len(steps))
                 if table not in deferred and table != "kernel_launch":
                     n = nsys.load_table(con, src, table, rid, launch=launch)
-                    rows["kernels" if table == "kernel_rows" else table] = n
+                    if table not in nsys.DERIVED:
+                        rows["kernels" if table == "kernel_rows" else table] = n
             sha = hasher.result()
             kinds = _activity_kinds(src, rows)
             _insert_report(
@@ -310,12 +315,13 @@ def _ingest_ncu(
 
 
 def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[tuple[int, str, str]]:
-    """(report_id, source_path, table) still waiting to be copied, for the given tables."""
+    """(report_id, source_path, table) still waiting to be copied, for the given tables, in the
+    order they must be copied."""
     tables = set(tables)
     if "kernels" in tables:  # the view shows the launch columns kernel_rows may still lack
         tables.add("kernel_launch")
-    if "nvtx_ranges" in tables:  # copying ranges computes their kernels from the API calls
-        tables.add("cuda_api")
+    if tables & {"nvtx_ranges", "nvtx_kernels"}:  # the ranges' kernels come from the API calls
+        tables |= {"nvtx_ranges", "nvtx_kernels", "cuda_api"}
     wanted = [t for t in tables if t in nsys.DEFERRABLE]
     if not wanted:
         return []
@@ -328,27 +334,33 @@ def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[
 
 
 def ensure_loaded(
-    con: duckdb.DuckDBPyConnection, tables: Iterable[str], progress: Progress | None = None
+    con: duckdb.DuckDBPyConnection,
+    tables: Iterable[str],
+    progress: Progress | None = None,
 ) -> int:
-    """Copy deferred tables from their source files; returns how many report tables were loaded."""
+    """Copy deferred tables from their source files (and compute derived columns); returns how
+    many report tables were loaded."""
     todo = deferred_for(con, tables)
     for i, (rid, source, table) in enumerate(todo):
-        path = Path(source)
-        sha = params.execute(con, "SELECT sha256 FROM reports WHERE report_id = $rid", {"rid": rid}).fetchone()[0]
-        if not path.exists() or sha256_file(path) != sha:
-            state = "is gone" if not path.exists() else "has changed since"
-            raise NsaError(
-                f"report {rid}'s {table} were left in {path} at ingest, and that file {state}; "
-                f"re-ingest it with `nsa ingest --replace --full FILE`."
-            )
         if progress:
             progress(f"{table} (report {rid})", i, len(todo))
-        src = nsys.Source(sqlite_source.attach(con, path))
+        path = Path(source)
+        derived = table in nsys.DERIVED  # computed from the workspace: no source file needed
+        if not derived:
+            sha = params.execute(con, "SELECT sha256 FROM reports WHERE report_id = $rid", {"rid": rid}).fetchone()[0]
+            if not path.exists() or sha256_file(path) != sha:
+                state = "is gone" if not path.exists() else "has changed since"
+                raise NsaError(
+                    f"report {rid}'s {table} were left in {path} at ingest, and that file {state}; "
+                    f"re-ingest it with `nsa ingest --replace --full FILE`."
+                )
+        src = nsys.Source({}) if derived else nsys.Source(sqlite_source.attach(con, path))
         previous = _copy_settings(con)
         try:
             con.execute("BEGIN TRANSACTION")
             try:
-                nsys.prepare_strings(con, src)
+                if not derived:
+                    nsys.prepare_strings(con, src)
                 nsys.load_table(con, src, table, rid)
                 params.execute(
                     con,
@@ -365,5 +377,6 @@ def ensure_loaded(
                 raise
         finally:
             _restore(con, previous)
-            sqlite_source.detach(con)
+            if not derived:
+                sqlite_source.detach(con)
     return len(todo)
