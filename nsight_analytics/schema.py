@@ -60,6 +60,10 @@ CORR = _c(
     "CUPTI correlation id; joins GPU work to the API call that issued it (same pid).",
 )
 GRAPH = _c("graph_node_id", "BIGINT", "", "CUDA graph node id when launched from a graph, else NULL.")
+# The first columns of every table of GPU activity.
+DEVICE_TIMELINE = (RID, DEV, CTX, STREAM, PID, GPID, START, END, DUR)
+NAME = _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name).")
+SHORT_NAME = _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries.")
 NAME_ID = _c(
     "name_id", "BIGINT", "", "The name's id in the export's StringIds; joins `kernel_names` on (report_id, name_id)."
 )
@@ -122,15 +126,7 @@ TABLES: tuple[Table, ...] = (
         "is read (`nsa ingest --full`: at ingest); until then they are NULL here and the report "
         "lists `kernel_launch` in `reports.deferred_tables`.",
         (
-            RID,
-            DEV,
-            CTX,
-            STREAM,
-            PID,
-            GPID,
-            START,
-            END,
-            DUR,
+            *DEVICE_TIMELINE,
             NAME_ID,
             CORR,
             *LAUNCH,
@@ -146,8 +142,8 @@ TABLES: tuple[Table, ...] = (
         (
             RID,
             NAME_ID,
-            _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
-            _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
+            NAME,
+            SHORT_NAME,
             _c("mangled_name", "VARCHAR", "", "Mangled name when the export has it."),
             _c("kernels", "BIGINT", "count", "Kernel executions with this name."),
         ),
@@ -158,17 +154,9 @@ TABLES: tuple[Table, ...] = (
         "GPU kernel executions (nsys CUPTI_ACTIVITY_KIND_KERNEL) with their names: a view of "
         "`kernel_rows` joined with `kernel_names`.",
         (
-            RID,
-            DEV,
-            CTX,
-            STREAM,
-            PID,
-            GPID,
-            START,
-            END,
-            DUR,
-            _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name)."),
-            _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries."),
+            *DEVICE_TIMELINE,
+            NAME,
+            SHORT_NAME,
             *LAUNCH[:9],
             CORR,
             *LAUNCH[9:],
@@ -185,15 +173,7 @@ TABLES: tuple[Table, ...] = (
         "memcpy",
         "GPU memory copies (nsys CUPTI_ACTIVITY_KIND_MEMCPY).",
         (
-            RID,
-            DEV,
-            CTX,
-            STREAM,
-            PID,
-            GPID,
-            START,
-            END,
-            DUR,
+            *DEVICE_TIMELINE,
             _c("bytes", "BIGINT", "byte", "Bytes copied."),
             _c(
                 "copy_kind",
@@ -221,15 +201,7 @@ TABLES: tuple[Table, ...] = (
         "memset",
         "GPU memsets (nsys CUPTI_ACTIVITY_KIND_MEMSET).",
         (
-            RID,
-            DEV,
-            CTX,
-            STREAM,
-            PID,
-            GPID,
-            START,
-            END,
-            DUR,
+            *DEVICE_TIMELINE,
             _c("bytes", "BIGINT", "byte", "Bytes set."),
             _c("value", "BIGINT", "", "Value written."),
             _c("mem_kind", "VARCHAR", "", "Memory kind, same values as memcpy.src_kind."),
@@ -259,15 +231,7 @@ TABLES: tuple[Table, ...] = (
         "sync_events",
         "CUDA synchronisation activity seen by CUPTI (nsys CUPTI_ACTIVITY_KIND_SYNCHRONIZATION).",
         (
-            RID,
-            DEV,
-            CTX,
-            STREAM,
-            PID,
-            GPID,
-            START,
-            END,
-            DUR,
+            *DEVICE_TIMELINE,
             _c(
                 "sync_type",
                 "VARCHAR",

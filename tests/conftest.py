@@ -20,6 +20,17 @@ def realdata(*parts: str) -> Path:
     return path
 
 
+# The GPU time of the kernels launched inside closed NVTX ranges, summed over the ranges (nested
+# ranges each count a kernel): a range join on the export itself, independent of nsa's running
+# totals and ASOF joins.
+NVTX_KERNEL_NS_SQL = """
+    SELECT sum(k."end" - k.start) FROM NVTX_EVENTS e
+    JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = e.globalTid AND r.start BETWEEN e.start AND e."end"
+    JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+         AND k.globalPid / 16777216 = r.globalTid / 16777216
+    WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL"""
+
+
 @pytest.fixture
 def workspace(tmp_path: Path):
     """A fresh writable workspace connection."""

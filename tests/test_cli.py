@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, realdata
+from conftest import NVTX_KERNEL_NS_SQL, ROOT, realdata
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 
 
@@ -217,12 +217,7 @@ def test_old_nvtx_ranges_gain_their_kernels(tmp_path: Path, api_copied: bool) ->
     assert res.exit_code == EXIT_OK, res.output
     got = sum(int(r["kernel_ns"]) for r in csv.DictReader(io.StringIO(res.output)))
     with sqlite3.connect(src) as db:
-        (expected,) = db.execute("""
-            SELECT sum(k."end" - k.start) FROM NVTX_EVENTS e
-            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = e.globalTid AND r.start BETWEEN e.start AND e."end"
-            JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
-                 AND k.globalPid / 16777216 = r.globalTid / 16777216
-            WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL""").fetchone()
+        (expected,) = db.execute(NVTX_KERNEL_NS_SQL).fetchone()
     assert got == expected > 0
 
 

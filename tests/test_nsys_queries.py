@@ -17,6 +17,7 @@ import pytest
 import nsight_analytics as nsa
 from nsight_analytics import queries
 from nsight_analytics.ingest.nsys import fill_nvtx_kernels
+from conftest import NVTX_KERNEL_NS_SQL
 from rows import insert
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
@@ -405,12 +406,7 @@ def test_nvtx_summary_matches_sqlite(nsys_real_workspace) -> None:
         acc[1] += r[5] or 0
     assert {n: tuple(v) for n, v in got.items()} == expected
     # kernel projection, independently: a SQLite range join on the file itself
-    (proj,) = src.execute("""
-        SELECT sum(k."end" - k.start) FROM NVTX_EVENTS e
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = e.globalTid AND r.start BETWEEN e.start AND e."end"
-        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
-             AND k.globalPid / 16777216 = r.globalTid / 16777216
-        WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL""").fetchone()
+    (proj,) = src.execute(NVTX_KERNEL_NS_SQL).fetchone()
     assert sum(r[11] for r in _rows(con, "nvtx_summary", report_id=ids[name])) == proj > 0
 
 
