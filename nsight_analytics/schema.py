@@ -111,8 +111,9 @@ TABLES: tuple[Table, ...] = (
                 "deferred_tables",
                 "VARCHAR[]",
                 "",
-                "Canonical tables not copied yet, and `kernel_launch` while the kernels' launch "
-                "columns are not: loaded from source_path on first use.",
+                "Canonical tables not copied yet from source_path (plus `kernel_launch`: the "
+                "kernels' launch columns), and `nvtx_kernels` while nvtx_ranges.kernels is not "
+                "computed (even after --full): all done on first use.",
             ),
         ),
         "workspace",
