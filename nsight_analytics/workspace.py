@@ -98,15 +98,9 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("BEGIN TRANSACTION")
     if needs_upgrade(con):
         _kernels_table_to_rows(con)
-    for stmt in schema.ddl_statements():
-        if not stmt.startswith("CREATE OR REPLACE VIEW"):
-            con.execute(stmt)
-    have = set(
-        con.execute(
-            "SELECT table_name, column_name FROM duckdb_columns() "
-            "WHERE database_name = current_database() AND schema_name = 'main'"
-        ).fetchall()
-    )
+    for table in schema.STORED:
+        con.execute(table.ddl())
+    have = _columns(con)
     for table in schema.STORED:
         for col in table.cols:
             if (table.name, col.name) not in have:
@@ -135,6 +129,16 @@ def _defer_nvtx_kernels(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
+    """(table, column) of every table and view in the workspace."""
+    return set(
+        con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() "
+            "WHERE database_name = current_database() AND schema_name = 'main'"
+        ).fetchall()
+    )
+
+
 def _bare(sql: str) -> str:
     """SQL without whitespace and quotes: DuckDB stores a view's text re-quoted on one line."""
     return re.sub(r'[\s"]', "", sql)
@@ -152,10 +156,9 @@ def needs_upgrade(con: duckdb.DuckDBPyConnection) -> bool:
 def _kernels_table_to_rows(con: duckdb.DuckDBPyConnection) -> None:
     """Move the rows of an old `kernels` table to kernel_rows, naming each distinct name with
     an id of its own (the export's StringIds ids were not kept), and rebuild kernel_names."""
-    cols = {r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'kernels'").fetchall()}
-    old_names = {
-        r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'kernel_names'").fetchall()
-    }
+    have = _columns(con)
+    cols = {c for t, c in have if t == "kernels"}
+    old_names = {c for t, c in have if t == "kernel_names"}
     if "mangled_name" in old_names and "name_id" not in old_names:
         mangled = "(SELECT min(o.mangled_name) FROM kernel_names o WHERE o.report_id = k.report_id AND o.name = k.name)"
     elif "mangled_name" in cols:
@@ -169,7 +172,7 @@ def _kernels_table_to_rows(con: duckdb.DuckDBPyConnection) -> None:
         f"{mangled} AS mangled_name, count(*) AS kernels FROM kernels k GROUP BY k.report_id, k.name)"
     )
     rows = schema.BY_NAME["kernel_rows"]
-    con.execute(f"DROP TABLE IF EXISTS kernel_names")
+    con.execute("DROP TABLE IF EXISTS kernel_names")
     con.execute(rows.ddl())
     con.execute(schema.BY_NAME["kernel_names"].ddl())
     picked = ", ".join(

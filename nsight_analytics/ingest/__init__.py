@@ -189,9 +189,7 @@ def _ingest_nsys(
                 if progress:
                     progress(table, i, len(steps))
                 if table not in deferred and table != "kernel_launch":
-                    n = nsys.load_table(con, src, table, rid, launch=launch)
-                    if table not in nsys.DERIVED:
-                        rows["kernels" if table == "kernel_rows" else table] = n
+                    rows[table] = nsys.load_table(con, src, table, rid, launch=launch)
             sha = hasher.result()
             kinds = _activity_kinds(src, rows)
             _insert_report(
@@ -224,7 +222,9 @@ def _ingest_nsys(
         sqlite_source.detach(con)
     if progress:
         progress("done", len(steps), len(steps))
-    result = IngestResult(rid, path, "nsys", status, rows, deferred)
+    # users know the kernels by the view's name
+    counts = {("kernels" if t == "kernel_rows" else t): n for t, n in rows.items()}
+    result = IngestResult(rid, path, "nsys", status, counts, deferred)
     if not {"kernel", "memcpy", "memset"} & set(kinds):
         result.warnings.append(
             f"report {rid} ({path.name}) has no kernel, memcpy or memset records: CUDA "
@@ -255,8 +255,7 @@ def _restore(con: duckdb.DuckDBPyConnection, previous: dict[str, str]) -> None:
 def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
     kinds = []
     for table, (builder, kind) in nsys.LOADERS.items():
-        key = "kernels" if table == "kernel_rows" else table
-        present = rows.get(key, 0) > 0 if key in rows else builder(src) is not None
+        present = rows.get(table, 0) > 0 if table in rows else builder(src) is not None
         if present and kind not in kinds:
             kinds.append(kind)
     return kinds

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from .context import Context
 from .model import Finding, rule, severity_for
 from .units import count, dur, pct

@@ -3,9 +3,9 @@
 -- time of the kernels launched inside them. A kernel belongs to a range when the API call that
 -- launched it (cuda_api row with the kernel's report_id, pid and correlation_id) was made on the
 -- range's thread (global_tid) at a start time inside [range start, range end]; nested ranges
--- each count the kernel. That projection is computed once per range when NVTX ranges are first
--- copied into the workspace (nvtx_ranges.kernels / kernel_ns, by running totals and two ASOF
--- joins, linear in ranges + calls), so this query is one aggregation.
+-- each count the kernel. That projection is computed once per range, the first time a report's
+-- NVTX ranges are read (nvtx_ranges.kernels / kernel_ns, by running totals and two ASOF joins,
+-- linear in ranges + calls), so this query is one aggregation.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).
