@@ -16,6 +16,7 @@ import duckdb
 
 from . import api, queries, schema
 from . import output as out
+from . import params as sql_params
 from .errors import NsaError
 from .ingest import IngestResult, ensure_loaded, ingest_file
 from .ingest.nsys import DERIVED
@@ -297,8 +298,8 @@ def findings(
         config = _rules_config(config_path, sets)
         con = api.reader(db, needs=set(DEFERRED_TABLES_READ))
         try:
-            if report_id is not None and not con.execute(
-                "SELECT count(*) FROM reports WHERE report_id = ?", [report_id]
+            if report_id is not None and not sql_params.execute(
+                con, "SELECT count(*) FROM reports WHERE report_id = $rid", {"rid": report_id}
             ).fetchone()[0]:
                 raise NsaClickError(f"no report {report_id} in the workspace; `nsa reports` lists them.")
             found = run_rules(con, report_id=report_id, config=config)

@@ -47,12 +47,17 @@ def test_execute_binds_named_parameters_and_relations_rerun() -> None:
     assert rel.fetchall() == rel.fetchall() == [(2, "", False, "$a")]
 
 
-def test_cli_query_and_ingest_do_not_import_pandas(tmp_path) -> None:
-    # DuckDB imports pandas (~0.35 s) when it binds a Python value; nsa binds literals instead
+def test_cli_query_ingest_and_findings_do_not_import_pandas(tmp_path) -> None:
+    # DuckDB imports pandas (~0.35 s) when it binds a Python value; nsa binds literals instead,
+    # and the timeline rules read plain rows (this export has copy and host-sync findings)
     src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    runs = [
+        ["ingest", str(src)], ["query", "gaps", "-p", "min_gap_ns=1000"], ["query", "kernel_summary", "--report", "1"],
+        ["findings"], ["findings", "--report", "1", "--format", "json"],
+    ]
     script = (
         "import sys\nfrom nsight_analytics.cli import main\n"
-        f"for args in (['ingest', {str(src)!r}], ['query', 'gaps', '-p', 'min_gap_ns=1000'], ['query', 'kernel_summary', '--report', '1']):\n"
+        f"for args in {runs!r}:\n"
         f"    try: main([*args, '--db', {str(tmp_path / 'w.duckdb')!r}])\n"
         "    except SystemExit as e: assert e.code in (0, None), e.code\n"
         "assert 'pandas' not in sys.modules, 'pandas was imported'\n"

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The engine imports the rule modules and pandas (0.4 s): only when rules are run or listed,
-    # not when `nsa query` merely parses `-p name=value` with config.parse_assignments.
+    # The engine imports every rule module: only when rules are run or listed, not when
+    # `nsa query` merely parses `-p name=value` with config.parse_assignments.
     if name in ("rank_key", "rules", "run_rules"):
         from . import engine
 

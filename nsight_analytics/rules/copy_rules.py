@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 from .context import Context
 from .model import Finding, rule, severity_for
@@ -12,36 +14,64 @@ HOST_DEVICE = ("HtoD", "DtoH")
 MIN_BANDWIDTH_BYTES = 1 << 20  # average copy size below which a copy group measures no bandwidth
 
 
-def _memory(row: pd.Series) -> str:
+def _memory(row: Any) -> str:
     """The host side of a copy: 'pageable' or 'pinned' (or whatever the export says)."""
-    host = row["src_kind"] if row["copy_kind"] == "HtoD" else row["dst_kind"]
-    return str(host) if host is not None and not pd.isna(host) else "unknown"
+    host = row.src_kind if row.copy_kind == "HtoD" else row.dst_kind
+    return str(host) if host is not None else "unknown"
 
 
-def _phrase(row: pd.Series) -> str:
-    prep = "from" if row["copy_kind"] == "HtoD" else "into"
-    return f"{row['copy_kind']} copies {prep} {_memory(row)} memory"
+def _phrase(row: Any) -> str:
+    prep = "from" if row.copy_kind == "HtoD" else "into"
+    return f"{row.copy_kind} copies {prep} {_memory(row)} memory"
 
 
-def _pinned_gbps(copies: pd.DataFrame, direction: str) -> tuple[float | None, str]:
+@dataclass
+class CopyGroup:
+    """memcpy_summary rows of one (copy kind, source, destination memory), all devices summed."""
+
+    copy_kind: str | None
+    src_kind: str | None
+    dst_kind: str | None
+    copies: int = 0
+    bytes: int = 0
+    total_ns: int = 0
+    busy_ns: int = 0
+    apis: set[str] = field(default_factory=set)
+
+
+def _groups(rows: Iterable[Any], order_by: str) -> list[CopyGroup]:
+    """Copy groups, `order_by` largest first (ties: copy kind, source, destination; NULL last)."""
+    groups: dict[tuple[Any, ...], CopyGroup] = {}
+    for r in rows:
+        g = groups.setdefault((r.copy_kind, r.src_kind, r.dst_kind), CopyGroup(r.copy_kind, r.src_kind, r.dst_kind))
+        g.copies += r.copies
+        g.bytes += r.bytes
+        g.total_ns += r.total_ns
+        g.busy_ns += r.busy_ns
+        g.apis |= set(filter(None, (r.launch_apis or "").split(",")))
+    by_key = sorted(groups.items(), key=lambda kv: [(v is None, v or "") for v in kv[0]])
+    return sorted((g for _, g in by_key), key=lambda g: getattr(g, order_by), reverse=True)
+
+
+def _pinned_gbps(copies: Iterable[Any], direction: str) -> tuple[float | None, str]:
     """Measured pinned bandwidth in this report: same direction first, else the other one."""
-    if copies.empty:
-        return None, ""
-    pinned = copies[copies.apply(_memory, axis=1) == "pinned"]
     # tiny copies measure latency, not bandwidth
-    pinned = pinned[pinned["bytes"] >= MIN_BANDWIDTH_BYTES * pinned["copies"]]
-    for scope, rows in (("same direction", pinned[pinned["copy_kind"] == direction]), ("other direction", pinned)):
-        b, ns = rows["bytes"].sum(), rows["total_ns"].sum()
+    pinned = [r for r in copies if _memory(r) == "pinned" and r.bytes >= MIN_BANDWIDTH_BYTES * r.copies]
+    for scope, rows in (("same direction", [r for r in pinned if r.copy_kind == direction]), ("other direction", pinned)):
+        b, ns = sum(r.bytes for r in rows), sum(r.total_ns for r in rows)
         if ns > 0 and b > 0:
             return float(b / ns), scope
     return None, ""
 
 
-def pinning_savings(copies: pd.DataFrame) -> tuple[dict[int, int], dict[str, float]]:
+def pinning_savings(copies: Iterable[Any]) -> tuple[dict[int, int], dict[str, float]]:
     """Per device: time the pageable host<->device copies would save at this report's pinned rate."""
+    copies = list(copies)
     per_device: dict[int, int] = {}
     rates: dict[str, float] = {}
-    for r in copies[copies["pageable"] & copies["copy_kind"].isin(HOST_DEVICE)].itertuples():
+    for r in copies:
+        if not (r.pageable and r.copy_kind in HOST_DEVICE):
+            continue
         gbps, _ = _pinned_gbps(copies, r.copy_kind)
         if gbps is None:
             continue
@@ -77,40 +107,34 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
     """
     util = ctx.query("utilization", rid)
     copies = ctx.query("memcpy_summary", rid)
-    hd = copies[copies["copy_kind"].isin(HOST_DEVICE)]
-    if util.empty or hd.empty:
+    hd = copies.where(lambda r: r.copy_kind in HOST_DEVICE)
+    if not util or not hd:
         return []
-    span = int(util["span_ns"].sum())
-    kernel = int(util["kernel_busy_ns"].sum())
-    hd_busy = int(hd["busy_ns"].sum())
+    span = int(util.total("span_ns"))
+    kernel = int(util.total("kernel_busy_ns"))
+    hd_busy = int(hd.total("busy_ns"))
     share = min(1.0, hd_busy / span) if span else 0.0
     kernel_share = kernel / span if span else 0.0
     if share < ctx["copy_share_warning"] or kernel_share >= ctx["copy_kernel_share_max"]:
         return []
     severity = "critical" if share >= ctx["copy_share_critical"] else "warning"
-    groups = (
-        hd.groupby(["copy_kind", "src_kind", "dst_kind"], dropna=False)
-        .agg(copies=("copies", "sum"), bytes=("bytes", "sum"), total_ns=("total_ns", "sum"),
-             busy_ns=("busy_ns", "sum"), pageable=("pageable", "max"))
-        .reset_index()
-        .sort_values("busy_ns", ascending=False)
-    )
-    top = groups.iloc[0]
-    top_share = top["busy_ns"] / span
+    groups = _groups(hd, "busy_ns")
+    top = groups[0]
+    top_share = top.busy_ns / span
     devices = len(util)
     where = f" on {devices} GPUs" if devices > 1 else ""
     parts = [
-        f"{_phrase(g)}: {size(g['bytes'])} in {count(g['copies'])} copies, {dur(g['total_ns'])} at "
-        f"{bw(g['bytes'], g['total_ns'])} ({pct(g['busy_ns'] / span)} of the span)"
-        for i, (_, g) in enumerate(groups.head(3).iterrows())
-        if i == 0 or g["busy_ns"] >= 0.01 * span
+        f"{_phrase(g)}: {size(g.bytes)} in {count(g.copies)} copies, {dur(g.total_ns)} at "
+        f"{bw(g.bytes, g.total_ns)} ({pct(g.busy_ns / span)} of the span)"
+        for i, g in enumerate(groups[:3])
+        if i == 0 or g.busy_ns >= 0.01 * span
     ]
     message = (
         f"Host<->device copies ran {pct(share)} of the {dur(span)} GPU span{where}; kernels only "
         f"{pct(kernel_share)}. " + "; ".join(parts) + "."
     )
     overlap: dict[int, int] = {}
-    for r in util.itertuples():
+    for r in util:
         hidden = r.copy_busy_ns - r.copy_only_ns
         overlap[r.device_id] = int(max(0, min(r.copy_only_ns, r.kernel_busy_ns - hidden)))
     pin, rates = pinning_savings(copies)
@@ -118,17 +142,17 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
     savings = max(per_device.values()) if per_device else None
     memory = _memory(top)
     if memory == "pageable":
-        rate = rates.get(str(top["copy_kind"]))
+        rate = rates.get(str(top.copy_kind))
         recommendation = (
-            f"Allocate the host buffers of these {top['copy_kind']} copies as pinned memory (cudaHostAlloc / "
+            f"Allocate the host buffers of these {top.copy_kind} copies as pinned memory (cudaHostAlloc / "
             f"cudaHostRegister; PyTorch: tensor.pin_memory(), DataLoader(pin_memory=True)): pageable copies "
-            f"are staged by the driver and ran at {bw(top['bytes'], top['total_ns'])}"
+            f"are staged by the driver and ran at {bw(top.bytes, top.total_ns)}"
             + (f" where pinned copies in this run reached {rate:.3g} GB/s" if rate else "")
             + ". Then send less data per step and overlap the copies with compute on a second stream."
         )
     else:
         recommendation = (
-            f"The {top['copy_kind']} copies already use {memory} memory at {bw(top['bytes'], top['total_ns'])}: "
+            f"The {top.copy_kind} copies already use {memory} memory at {bw(top.bytes, top.total_ns)}: "
             "the win is moving fewer bytes. Keep tensors resident on the GPU across steps instead of re-sending "
             "them, send only what changed or in lower precision (bf16/fp16/int8), and overlap what remains with "
             "compute (cudaMemcpyAsync on a side stream, double buffering; PyTorch: non_blocking=True)."
@@ -137,7 +161,7 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         # the same win pageable-memcpy reports: say so, so nobody adds the two estimates
         message += (f" Pinning the pageable buffers would save about {dur(savings)}: the same saving as the "
                     "pageable-memcpy finding, not in addition to it.")
-    title = f"{_phrase(top)} fill {pct(top_share)} of the GPU span ({bw(top['bytes'], top['total_ns'])}){where}"
+    title = f"{_phrase(top)} fill {pct(top_share)} of the GPU span ({bw(top.bytes, top.total_ns)}){where}"
     ev = {
         "span_ns": span,
         "copy_busy_ns": hd_busy,
@@ -146,9 +170,9 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         "kernel_share": kernel_share,
         "devices": devices,
         "dominant": {
-            "copy_kind": str(top["copy_kind"]), "host_memory": memory, "copies": int(top["copies"]),
-            "bytes": int(top["bytes"]), "total_ns": int(top["total_ns"]), "busy_ns": int(top["busy_ns"]),
-            "share": float(top_share), "gb_per_s": float(top["bytes"] / top["total_ns"]) if top["total_ns"] else None,
+            "copy_kind": str(top.copy_kind), "host_memory": memory, "copies": int(top.copies),
+            "bytes": int(top.bytes), "total_ns": int(top.total_ns), "busy_ns": int(top.busy_ns),
+            "share": float(top_share), "gb_per_s": float(top.bytes / top.total_ns) if top.total_ns else None,
         },
         "overlap_savings_ns": max(overlap.values()) if overlap else 0,
         "pinning_savings_ns": max(pin.values()) if pin else None,
@@ -181,60 +205,54 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
     """
     copies = ctx.query("memcpy_summary", rid)
     util = ctx.query("utilization", rid)
-    pg = copies[copies["pageable"]]
-    if pg.empty or util.empty:
+    pg = copies.where(lambda r: r.pageable)
+    if not pg or not util:
         return []
-    total_ns = int(pg["total_ns"].sum())
+    total_ns = int(pg.total("total_ns"))
     if total_ns < ctx["pageable_min_ns"]:
         return []
-    span = int(util["span_ns"].sum())
-    busy = int(pg["busy_ns"].sum())
+    span = int(util.total("span_ns"))
+    busy = int(pg.total("busy_ns"))
     share = busy / span if span else 0.0
     severity = severity_for(share, ctx["pageable_share_warning"], ctx["pageable_share_critical"])
-    groups = (
-        pg.groupby(["copy_kind", "src_kind", "dst_kind"], dropna=False)
-        .agg(copies=("copies", "sum"), bytes=("bytes", "sum"), total_ns=("total_ns", "sum"),
-             busy_ns=("busy_ns", "sum"), apis=("launch_apis", lambda s: ",".join(sorted({x for v in s.dropna() for x in v.split(",")}))))
-        .reset_index()
-        .sort_values("total_ns", ascending=False)
-    )
+    groups = _groups(pg, "total_ns")
     pin, rates = pinning_savings(copies)
     parts = []
-    for _, g in groups.iterrows():
-        text = (f"{_phrase(g)}: {count(g['copies'])} copies, {size(g['bytes'])} in {dur(g['total_ns'])} at "
-                f"{bw(g['bytes'], g['total_ns'])}")
-        if g["copy_kind"] in rates:
-            text += f" (pinned: {rates[g['copy_kind']]:.3g} GB/s)"
+    for g in groups:
+        text = (f"{_phrase(g)}: {count(g.copies)} copies, {size(g.bytes)} in {dur(g.total_ns)} at "
+                f"{bw(g.bytes, g.total_ns)}")
+        if g.copy_kind in rates:
+            text += f" (pinned: {rates[g.copy_kind]:.3g} GB/s)"
         parts.append(text)
-    apis = sorted({a for v in groups["apis"] for a in v.split(",") if a})
+    apis = sorted(set().union(*(g.apis for g in groups)))
     async_note = ""
     if any("Async" in a for a in apis):
         async_note = " They were issued with " + ", ".join(apis) + ", which blocks the host for pageable memory."
+    n_copies = int(pg.total("copies"))
     message = (
-        f"{count(pg['copies'].sum())} copies touched pageable host memory for {dur(total_ns)} "
+        f"{count(n_copies)} copies touched pageable host memory for {dur(total_ns)} "
         f"({pct(share)} of the GPU span): " + "; ".join(parts) + "." + async_note
     )
     savings = max(pin.values()) if pin else None
     if savings is not None:
         message += f" At the pinned bandwidth measured in this run they would take {dur(savings)} less."
-    top = groups.iloc[0]
-    title = f"{count(pg['copies'].sum())} copies use pageable host memory ({dur(total_ns)}, {_phrase(top)} worst)"
+    title = f"{count(n_copies)} copies use pageable host memory ({dur(total_ns)}, {_phrase(groups[0])} worst)"
     recommendation = (
         "Allocate the host side of these copies as pinned memory: cudaHostAlloc / cudaMallocHost, or "
         "cudaHostRegister on existing buffers; in PyTorch tensor.pin_memory() or DataLoader(pin_memory=True), "
         "then .to('cuda', non_blocking=True). Reuse the pinned buffers across steps: pinning is expensive."
     )
     ev = {
-        "copies": int(pg["copies"].sum()),
-        "bytes": int(pg["bytes"].sum()),
+        "copies": n_copies,
+        "bytes": int(pg.total("bytes")),
         "total_ns": total_ns,
         "busy_ns": busy,
         "span_share": share,
         "groups": [
-            {"copy_kind": str(g["copy_kind"]), "src_kind": str(g["src_kind"]), "dst_kind": str(g["dst_kind"]),
-             "copies": int(g["copies"]), "bytes": int(g["bytes"]), "total_ns": int(g["total_ns"]),
-             "gb_per_s": float(g["bytes"] / g["total_ns"]) if g["total_ns"] else None}
-            for _, g in groups.iterrows()
+            {"copy_kind": str(g.copy_kind), "src_kind": str(g.src_kind), "dst_kind": str(g.dst_kind),
+             "copies": int(g.copies), "bytes": int(g.bytes), "total_ns": int(g.total_ns),
+             "gb_per_s": float(g.bytes / g.total_ns) if g.total_ns else None}
+            for g in groups
         ],
         "launch_apis": apis,
         "pinned_gb_per_s": rates or None,

@@ -56,7 +56,7 @@ def run_rules(
     selected = [r for r in rules() if only is None or r.id in only]
     found: list[Finding] = []
     for kind in ("nsys", "ncu"):
-        for rid in ctx.reports(kind)["report_id"].tolist():
+        for rid in ctx.reports(kind).values("report_id"):
             for r in selected:
                 if r.kind == kind:
                     found.extend(r.check(ctx, int(rid)))

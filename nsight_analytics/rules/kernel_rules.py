@@ -58,40 +58,38 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     """
     small = ctx["small_kernel_ns"]
     summary = ctx.query("small_kernels", rid, max_kernel_ns=int(small))
-    if summary.empty:
+    if not summary:
         return []
-    s = summary.iloc[0]
-    n_small = int(s["small_kernels"])
+    s = summary[0]
+    n_small = int(s.small_kernels)
     if n_small < ctx["storm_min_kernels"]:
         return []
-    spans = ctx.sql("kernel_span", _KERNEL_SPAN, rid)
-    dev_span = {int(r.device_id): int(r.span_ns) for r in spans.itertuples()}
+    dev_span = {r.device_id: int(r.span_ns) for r in ctx.sql("kernel_span", _KERNEL_SPAN, rid)}
     span = max(dev_span.values()) if dev_span else 0
     storms = ctx.query(
         "small_kernel_storms", rid, max_kernel_ns=int(small), max_gap_ns=int(ctx["storm_max_gap_ns"]),
     )
-    idle = {int(d): int(n) for d, n in storms.groupby("device_id")["idle_ns"].sum().items()}
-    savings = max(idle.values()) if idle else 0
-    worst_dev = max(idle, key=idle.get) if idle else None
+    idle = storms.sum_by("device_id", "idle_ns", nulls=True)  # the worst device first
+    worst_dev, savings = idle[0] if idle else (None, 0)
     gap_share = savings / dev_span.get(worst_dev, span) if worst_dev is not None and span else 0.0
     severity = severity_for(gap_share, ctx["storm_gap_share_warning"], ctx["storm_gap_share_critical"])
-    top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small)).head(int(ctx["top_kernels"]))
+    top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small))[: int(ctx["top_kernels"])]
     named = "; ".join(
         f"{_short(r.short_name)} x{count(r.launches)} (avg {dur(r.avg_ns)}"
         + (f", {r.variants} template variants)" if r.variants > 1 else ")")
-        for r in top.itertuples()
+        for r in top
     )
     message = (
-        f"{count(n_small)} of {count(s['kernels'])} kernels ({pct(s['launch_pct'] / 100)}) ran shorter than "
-        f"{dur(small)}, {dur(s['small_kernel_ns'])} of GPU time in total, launched by {dur(s['launch_api_ns'])} "
+        f"{count(n_small)} of {count(s.kernels)} kernels ({pct(s.launch_pct / 100)}) ran shorter than "
+        f"{dur(small)}, {dur(s.small_kernel_ns)} of GPU time in total, launched by {dur(s.launch_api_ns)} "
         f"of host launch calls. Most frequent: {named}."
     )
-    if storms.empty:
+    if not storms:
         message += " No storm window (a run of tiny kernels with the GPU mostly waiting) was found."
     else:
         message += (
-            f" {count(len(storms))} storm windows ({count(storms['kernels'].sum())} kernels, GPU busy "
-            f"{storms['busy_ns'].sum() / max(1, storms['window_ns'].sum()) * 100:.0f}% inside them) left the GPU "
+            f" {count(len(storms))} storm windows ({count(storms.total('kernels'))} kernels, GPU busy "
+            f"{storms.total('busy_ns') / max(1, storms.total('window_ns')) * 100:.0f}% inside them) left the GPU "
             f"idle {dur(savings)} in launch gaps ({pct(gap_share)} of the span from first to last kernel)."
         )
     recommendation = (
@@ -101,23 +99,23 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         "operations so each kernel does more work."
     )
     title = (
-        f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top.iloc[0]['short_name']} at "
-        f"{dur(top.iloc[0]['avg_ns'])} avg" if not top.empty else f"{count(n_small)} tiny kernels"
+        f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top[0].short_name} at "
+        f"{dur(top[0].avg_ns)} avg" if top else f"{count(n_small)} tiny kernels"
     )
     ev = {
         "small_kernel_ns": int(small),
-        "kernels": int(s["kernels"]),
+        "kernels": int(s.kernels),
         "small_kernels": n_small,
-        "small_kernel_time_ns": int(s["small_kernel_ns"]),
-        "launch_api_ns": int(s["launch_api_ns"]),
+        "small_kernel_time_ns": int(s.small_kernel_ns),
+        "launch_api_ns": int(s.launch_api_ns),
         "storm_windows": int(len(storms)),
         "storm_idle_ns": int(savings),
         "storm_idle_share": gap_share,
         "top_kernels": [
             {"short_name": r.short_name, "example_name": r.name, "variants": int(r.variants),
              "launches": int(r.launches), "avg_ns": float(r.avg_ns)}
-            for r in top.itertuples()
+            for r in top
         ],
     }
     return [Finding("small-kernel-storm", severity, rid, title, message, recommendation, ev,
-                    None if storms.empty else savings)]
+                    None if not storms else savings)]

@@ -10,11 +10,14 @@ what a kernel-level fix gains depends on the fix.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .context import Context
 from .model import Finding, rule
 from .units import dur, pct
+
+if TYPE_CHECKING:  # pandas is imported when an ncu rule runs, not when the rules are loaded
+    import pandas as pd
 
 # One row per ncu report and kernel name: launches, ncu time, and the nsys match with the most time.
 _WEIGHTS = """
@@ -76,7 +79,7 @@ _STALL_FIX = {
 
 
 def _weights(ctx: Context, rid: int) -> pd.DataFrame:
-    w = ctx.sql("ncu_weights", _WEIGHTS, rid).copy()
+    w = ctx.sql_df("ncu_weights", _WEIGHTS, rid).copy()
     w["time_at_stake_ns"] = w["nsys_ns"].where(w["nsys_ns"].notna(), w["ncu_ns"]).astype("int64")
     w["share"] = w["ncu_ns"] / w["report_ncu_ns"].where(w["report_ncu_ns"] > 0)
     return w
@@ -91,6 +94,8 @@ def _heavy(ctx: Context, rid: int) -> pd.DataFrame:
 
 def _stake(row: pd.Series) -> tuple[str, dict[str, object]]:
     """The sentence and evidence describing the kernel's weight."""
+    import pandas as pd
+
     ev: dict[str, object] = {
         "kernel": row["name"], "ncu_launches": int(row["launches"]), "ncu_ns": int(row["ncu_ns"]),
         "time_at_stake_ns": int(row["time_at_stake_ns"]),
@@ -110,7 +115,7 @@ def _short(name: str, width: int = 90) -> str:
 
 def _launch_weights(ctx: Context, rid: int) -> pd.DataFrame:
     """Per ncu row: duration and the launches it stands for (invocations of a summary row, else 1)."""
-    return ctx.query("speed_of_light", rid)[["report_id", "launch_id", "duration_ns", "invocations"]]
+    return ctx.query_df("speed_of_light", rid)[["report_id", "launch_id", "duration_ns", "invocations"]]
 
 
 def _weighted(df: pd.DataFrame, value: str, weights: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +146,9 @@ def stall_dominated(ctx: Context, rid: int) -> list[Finding]:
     est_savings_ns: None. The time attributed to the reason (time at stake x share) is in the
     evidence as an upper bound, not an estimate: stalls overlap with other warps' issue.
     """
-    stalls = ctx.query("stalls", rid)
+    import pandas as pd
+
+    stalls = ctx.query_df("stalls", rid)
     if stalls.empty:
         return []
     sol = _launch_weights(ctx, rid)
@@ -221,7 +228,7 @@ def latency_bound(ctx: Context, rid: int) -> list[Finding]:
 
 
 def _bound_rule(ctx: Context, rid: int, bound: str) -> list[Finding]:
-    sol = ctx.query("speed_of_light", rid, busy_pct=float(ctx["sol_busy_pct"]))
+    sol = ctx.query_df("speed_of_light", rid, busy_pct=float(ctx["sol_busy_pct"]))
     sol = sol[sol["compute_pct"].notna() & sol["memory_pct"].notna()]
     if sol.empty:
         return []
@@ -286,7 +293,9 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
 
     est_savings_ns: None (more occupancy helps only latency-bound kernels).
     """
-    occ = ctx.query("occupancy", rid)
+    import pandas as pd
+
+    occ = ctx.query_df("occupancy", rid)
     occ = occ[occ["achieved_pct"].notna()]
     if occ.empty:
         return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-
+from typing import Any
 
 from .context import Context
 from .model import Finding, rule
@@ -63,25 +63,28 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     side by side. None when the dominant cause is `unknown` (no honest fix to estimate).
     """
     util = ctx.query("utilization", rid)
-    if util.empty:
+    if not util:
         return []
     gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["min_gap_ns"]))
-    first = ctx.sql("first_kernel", _FIRST_KERNEL, rid)
-    gaps = gaps.merge(first, on=["report_id", "device_id"], how="left")
-    startup_mask = gaps["first_kernel_ns"].isna() | (gaps["gap_end_ns"] <= gaps["first_kernel_ns"])
-    startup = gaps[startup_mask]
-    steady = gaps[~startup_mask]
-    startup_ns = int(startup["gap_ns"].sum())
-    span = int(util["span_ns"].sum()) - startup_ns
-    idle = int(util["idle_ns"].sum()) - startup_ns
+    first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.sql("first_kernel", _FIRST_KERNEL, rid)}
+
+    def at_startup(g: Any) -> bool:
+        first_ns = first.get((g.report_id, g.device_id))
+        return first_ns is None or g.gap_end_ns <= first_ns
+
+    startup = gaps.where(at_startup)
+    steady = gaps.where(lambda g: not at_startup(g))
+    startup_ns = int(startup.total("gap_ns"))
+    span = int(util.total("span_ns")) - startup_ns
+    idle = int(util.total("idle_ns")) - startup_ns
     if span <= 0 or span < ctx["idle_min_span_ns"]:
         return []
     share = idle / span
     if share < ctx["idle_share_warning"]:
         return []
     severity = "critical" if share >= ctx["idle_share_critical"] else "warning"
-    by_cause = steady.groupby("cause")["gap_ns"].sum().sort_values(ascending=False)
-    gap_total = int(steady["gap_ns"].sum())
+    by_cause = steady.sum_by("cause", "gap_ns")
+    gap_total = int(steady.total("gap_ns"))
     devices = len(util)
     where = f" on {devices} GPUs" if devices > 1 else ""
     ev = {
@@ -89,48 +92,48 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         "idle_ns": idle,
         "idle_share": share,
         "devices": devices,
-        "gaps": int(len(steady)),
+        "gaps": len(steady),
         "gap_ns": gap_total,
         "min_gap_ns": int(ctx["min_gap_ns"]),
         "startup_idle_ns": startup_ns,
-        "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause.items()},
+        "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause},
     }
     message = (
         f"The GPU was idle {dur(idle)} of its {dur(span)} span{where} ({pct(share)}); "
         f"{count(len(steady))} gaps of at least {dur(ctx['min_gap_ns'])} hold {dur(gap_total)}."
     )
     savings = None
-    if by_cause.empty:
+    if not by_cause:
         recommendation = (
             "The idle time is spread over gaps shorter than min_gap_ns: the GPU waits on launch latency "
             "between short kernels; see small-kernel-storm, fuse kernels or use CUDA graphs."
         )
     else:
-        cause = str(by_cause.index[0])
-        cause_gaps = steady[steady["cause"] == cause]
-        detail = cause_gaps.groupby("cause_detail")["gap_ns"].sum().sort_values(ascending=False)
-        detail_name = str(detail.index[0]) if len(detail) else "the call"
-        ev.update(dominant_cause=cause, dominant_detail=detail_name if len(detail) else None)
-        cause_share = by_cause.iloc[0] / gap_total if gap_total else 0.0
+        cause, cause_ns = by_cause[0]
+        cause_gaps = steady.where(lambda g: g.cause == cause)
+        detail = cause_gaps.sum_by("cause_detail", "gap_ns")
+        detail_name = str(detail[0][0]) if detail else "the call"
+        ev.update(dominant_cause=cause, dominant_detail=detail_name if detail else None)
+        cause_share = cause_ns / gap_total if gap_total else 0.0
         message += (
-            f" {pct(cause_share)} of that gap time ({dur(by_cause.iloc[0])}, {count(len(cause_gaps))} gaps): "
+            f" {pct(cause_share)} of that gap time ({dur(cause_ns)}, {count(len(cause_gaps))} gaps): "
             f"{_CAUSE_WORDS.get(cause, cause)}"
-            + (f", mostly {detail_name}" if len(detail) else "")
+            + (f", mostly {detail_name}" if detail else "")
             + "."
         )
-        for other, other_ns in by_cause.iloc[1:].items():
+        for other, other_ns in by_cause[1:]:
             if gap_total and other_ns / gap_total >= 0.05:  # a second cause worth naming
-                others = steady[steady["cause"] == other]
-                top = others.groupby("cause_detail")["gap_ns"].sum().sort_values(ascending=False)
+                others = steady.where(lambda g, other=other: g.cause == other)
+                top = others.sum_by("cause_detail", "gap_ns")
                 message += (
                     f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {count(len(others))} gaps): "
                     f"{_CAUSE_WORDS.get(str(other), str(other))}"
-                    + (f", mostly {top.index[0]}" if len(top) else "")
+                    + (f", mostly {top[0][0]}" if top else "")
                     + "."
                 )
         recommendation = _CAUSE_FIX.get(cause, _CAUSE_FIX["unknown"]).format(detail=detail_name)
         if cause != "unknown":
-            savings = int(cause_gaps.groupby("device_id")["gap_ns"].sum().max())
+            savings = int(cause_gaps.sum_by("device_id", "gap_ns", nulls=True)[0][1])
     if startup_ns:
         message += f" Not counted: {dur(startup_ns)} idle before the first kernel (start-up)."
         recommendation += (
@@ -238,33 +241,36 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
     Severity follows that share of the process's run; an info finding notes a large blocked
     share when the GPU was busy throughout.
     """
-    df = ctx.sql("sync_beyond", _SYNC_BEYOND, rid)
-    if df.empty:
+    calls = ctx.sql("sync_beyond", _SYNC_BEYOND, rid)
+    per_pid: dict[Any, dict[str, Any]] = {}
+    for r in sorted((r for r in calls if r.pid is not None), key=lambda r: r.pid):
+        p = per_pid.setdefault(r.pid, {"blocked_ns": 0, "beyond_ns": 0, "span_ns": None})
+        p["blocked_ns"] += r.blocked_ns
+        p["beyond_ns"] += r.beyond_ns
+        if r.pid_span_ns is not None and (p["span_ns"] is None or r.pid_span_ns > p["span_ns"]):
+            p["span_ns"] = r.pid_span_ns
+    per_pid = {pid: p for pid, p in per_pid.items() if p["span_ns"] is not None and p["span_ns"] > 0}
+    if not per_pid:
         return []
-    per_pid = df.groupby("pid").agg(
-        blocked_ns=("blocked_ns", "sum"), beyond_ns=("beyond_ns", "sum"), calls=("calls", "sum"),
-        span_ns=("pid_span_ns", "max"),
-    )
-    per_pid = per_pid[per_pid["span_ns"] > 0]
-    if per_pid.empty:
-        return []
-    per_pid["share"] = per_pid["blocked_ns"] / per_pid["span_ns"]
-    per_pid["beyond_share"] = per_pid["beyond_ns"] / per_pid["span_ns"]
-    worst_pid = per_pid["beyond_share"].idxmax()
-    w = per_pid.loc[worst_pid]
+    for p in per_pid.values():
+        p["share"] = p["blocked_ns"] / p["span_ns"]
+        p["beyond_share"] = p["beyond_ns"] / p["span_ns"]
+    worst_pid = max(per_pid, key=lambda pid: per_pid[pid]["beyond_share"])  # first of equals
+    w = per_pid[worst_pid]
     if w["beyond_share"] >= ctx["sync_share_critical"]:
         severity = "critical"
     elif w["beyond_share"] >= ctx["sync_share_warning"]:
         severity = "warning"
     else:
-        worst_pid = per_pid["share"].idxmax()
-        w = per_pid.loc[worst_pid]
+        worst_pid = max(per_pid, key=lambda pid: per_pid[pid]["share"])
+        w = per_pid[worst_pid]
         if w["share"] < ctx["sync_share_info"]:
             return []
         severity = "info"
-    calls = df[df["pid"] == worst_pid].sort_values("blocked_ns", ascending=False)
-    top = calls.iloc[0]
-    names = ", ".join(f"{r.name} {dur(r.blocked_ns)} in {count(r.calls)} calls" for r in calls.head(3).itertuples())
+    # the query lists each process's calls by blocked time, most first
+    mine = [r for r in calls if r.pid == worst_pid]
+    top = mine[0]
+    names = ", ".join(f"{r.name} {dur(r.blocked_ns)} in {count(r.calls)} calls" for r in mine[:3])
     procs = f" (worst of {len(per_pid)} processes)" if len(per_pid) > 1 else ""
     ev = {
         "pid": int(worst_pid),
@@ -273,8 +279,8 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
         "process_span_ns": int(w["span_ns"]),
         "blocked_share": float(w["share"]),
         "beyond_gpu_share": float(w["beyond_share"]),
-        "calls": {str(r.name): {"calls": int(r.calls), "blocked_ns": int(r.blocked_ns)} for r in calls.itertuples()},
-        "processes": int(len(per_pid)),
+        "calls": {str(r.name): {"calls": int(r.calls), "blocked_ns": int(r.blocked_ns)} for r in mine},
+        "processes": len(per_pid),
     }
     message = (
         f"Process {int(worst_pid)}{procs} spent {dur(w['blocked_ns'])} of its {dur(w['span_ns'])} run "
@@ -282,21 +288,26 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
         f"{dur(w['beyond_ns'])} of that ({pct(w['beyond_share'])} of the run)."
     )
     if severity == "info":
-        title = f"Host blocked {pct(w['share'])} of the run in {top['name']}, while the GPU was busy"
+        title = f"Host blocked {pct(w['share'])} of the run in {top.name}, while the GPU was busy"
         recommendation = (
             "The waits cover GPU work, so they are not the bottleneck today; but a host that waits cannot "
             "queue ahead. Once the GPU work shrinks, replace per-step synchronisation with events or "
             "synchronise every N steps."
         )
     else:
-        title = f"Host blocked in {top['name']} while the GPU idles: {pct(w['beyond_share'])} of the run"
+        title = f"Host blocked in {top.name} while the GPU idles: {pct(w['beyond_share'])} of the run"
         recommendation = (
-            f"Remove {top['name']} from the hot loop or make it rarer: synchronise every N steps, express "
+            f"Remove {top.name} from the hot loop or make it rarer: synchronise every N steps, express "
             "dependencies with cudaEventRecord + cudaStreamWaitEvent, use cudaMemcpyAsync into pinned "
             "buffers and consume results one step later (PyTorch: avoid .item()/.cpu()/print per step)."
         )
     savings = int(w["beyond_ns"])  # the process the finding names, so message and estimate agree
     return [Finding("host-sync", severity, rid, title, message, recommendation, ev, savings)]
+
+
+_API_ROWS = """
+SELECT report_id, count(*) AS calls FROM cuda_api WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
+"""
 
 
 @rule("no-gpu-activity", kind="nsys", severities=("warning",))
@@ -310,14 +321,13 @@ def no_gpu_activity(ctx: Context, rid: int) -> list[Finding]:
     Fix: profile again with `nsys profile -t cuda,nvtx,osrt` using an nsys that supports the
     installed driver. est_savings_ns: None (nothing measured).
     """
-    rep = ctx.reports("nsys")
-    row = rep[rep["report_id"] == rid]
-    if row.empty:
+    row = next((r for r in ctx.reports("nsys") if r.report_id == rid), None)
+    if row is None:
         return []
-    kinds = [str(k) for k in (row["activity_kinds"].iloc[0] if row["activity_kinds"].iloc[0] is not None else [])]
-    if bool(row["has_kernels"].iloc[0]) or any(k in kinds for k in ("kernel", "memcpy", "memset")):
+    kinds = [str(k) for k in (row.activity_kinds or [])]
+    if row.has_kernels or any(k in kinds for k in ("kernel", "memcpy", "memset")):
         return []
-    api_rows = int(ctx.con.execute("SELECT count(*) FROM cuda_api WHERE report_id = ?", [rid]).fetchone()[0])
+    api_rows = int(ctx.sql("cuda_api_rows", _API_ROWS, rid).total("calls"))
     captured = ", ".join(k for k in kinds if k != "processes") or "nothing"
     message = (
         f"{ctx.report_file(rid)} has no kernel, memcpy or memset records (it holds: {captured}; "
