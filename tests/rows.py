@@ -1,4 +1,5 @@
-"""Rows for hand-built workspaces: `insert(con, "kernels", [{...}])` writes what an ingest would.
+"""Rows for hand-built workspaces: `insert(con, "kernels", [{...}])` writes what an ingest would;
+and `union_within`, interval arithmetic to check the timeline queries against.
 
 `kernels` is a view (kernel_rows joined with kernel_names), so a kernel given with its `name`
 (and `short_name`) becomes a kernel_rows row with a name id plus, once per distinct name and
@@ -46,3 +47,15 @@ def _kernel_row(con: duckdb.DuckDBPyConnection, row: dict) -> dict:
         [rid, nid, names["name"], names["short_name"], names["mangled_name"]],
     )
     return {**rest, "name_id": nid}
+
+
+def union_within(intervals: list[tuple[int, int]], lo: float = float("-inf"), hi: float = float("inf")) -> int:
+    """Length of the union of intervals clipped to [lo, hi], by sort and merge."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
+        if cur_e is None or s > cur_e:
+            total += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return int(total + (0 if cur_e is None else cur_e - cur_s))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import random
 import shutil
 import sqlite3
 import statistics
@@ -18,7 +19,7 @@ import nsight_analytics as nsa
 from nsight_analytics import queries
 from nsight_analytics.ingest.nsys import fill_nvtx_kernels
 from conftest import NVTX_KERNEL_NS_SQL
-from rows import insert
+from rows import insert, union_within
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 NSYS = REALDATA / "nsys"
@@ -90,6 +91,34 @@ def test_utilization_golden(workspace) -> None:
         (1, 0, 600, 250, 160, 450, 150, 150),
         (1, 1, 10, 0, 0, 10, 0, 0),
     ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_utilization_matches_interval_arithmetic(workspace, seed: int) -> None:
+    # many rows starting together across kernels, copies and memsets (even starts, zero lengths),
+    # overlapping streams, two devices: the unions do not depend on the order of tied rows
+    rnd = random.Random(seed)
+    acts: list[tuple[str, int, int, int]] = []
+    for table, make in (("kernels", _k), ("memcpy", _cp), ("memset", _ms)):
+        rows = []
+        for _ in range(rnd.randint(0, 40)):
+            dev, start = rnd.randint(0, 1), rnd.randint(0, 60) * 2
+            end = start + rnd.choice([0, 2, rnd.randint(0, 30)])
+            rows.append(make(1, start, end, dev=dev) if table != "kernels" else make(1, start, end, "k", dev=dev))
+            acts.append((table, dev, start, end))
+        _insert(workspace, table, rows)
+    expected = []
+    for dev in sorted({a[1] for a in acts}):
+        mine = [a for a in acts if a[1] == dev]
+
+        def union(*tables: str, mine=mine) -> int:
+            return union_within([(s, e) for t, _, s, e in mine if t in tables])
+
+        kernel, copy, kc = union("kernels"), union("memcpy"), union("kernels", "memcpy")
+        busy = union("kernels", "memcpy", "memset")
+        span = max(e for *_, e in mine) - min(s for _, _, s, _ in mine)
+        expected.append((1, dev, span, kernel, copy, busy, span - busy, kc - kernel))
+    assert _rows(workspace, "utilization") == expected
 
 
 def _gap_fixture(con) -> None:

@@ -10,20 +10,9 @@ import pytest
 from nsight_analytics import schema
 from nsight_analytics.queries import install_macros
 from nsight_analytics.rules.nsys_rules import _SYNC_BEYOND
+from rows import union_within
 
 SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
-
-
-def _union_within(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
-    """Length of the union of intervals clipped to [lo, hi], by sort and merge."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
-        if cur_e is None or s > cur_e:
-            total += 0 if cur_e is None else cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (0 if cur_e is None else cur_e - cur_s)
 
 
 @pytest.mark.parametrize("seed", range(25))
@@ -55,7 +44,7 @@ def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
             continue
         devices = {d for r, d, p, _, _ in act if r == rid and p == pid}
         # busy: the most any GPU of the process was busy (any process's work) during the call
-        busy = max((_union_within([(a, b) for r, d, _, a, b in act if r == rid and d == dev], s, e)
+        busy = max((union_within([(a, b) for r, d, _, a, b in act if r == rid and d == dev], s, e)
                     for dev in devices), default=0)
         agg = expected.setdefault((rid, pid, name), [0, 0, 0])
         agg[0] += 1
