@@ -28,13 +28,19 @@ _NUMERIC_TYPES = {
 }  # fmt: skip
 
 
+# Types whose Python values the csv module already writes as nsa does (None as an empty cell).
+_CSV_AS_IS = _NUMERIC_TYPES - {"FLOAT", "DOUBLE"} | {"VARCHAR", "BOOLEAN"}
+
+
 @dataclass(frozen=True)
 class Result:
-    """Column names, which columns are numbers (right-aligned in tables), and the rows."""
+    """Column names, which columns are numbers (right-aligned in tables), and the rows; `types`
+    are the DuckDB column types when the rows came from DuckDB."""
 
     columns: list[str]
     numeric: list[bool]
     rows: list[tuple[Any, ...]]
+    types: list[str] | None = None
 
     @classmethod
     def of(cls, rel: duckdb.DuckDBPyRelation | None) -> Result:
@@ -43,7 +49,7 @@ class Result:
             return cls([], [], [])
         types = [str(t) for t in rel.types]
         numeric = [t in _NUMERIC_TYPES or t.startswith("DECIMAL") for t in types]
-        return cls(list(rel.columns), numeric, rel.fetchall())
+        return cls(list(rel.columns), numeric, rel.fetchall(), types)
 
     @classmethod
     def of_records(cls, records: Sequence[dict[str, Any]]) -> Result:
@@ -92,11 +98,21 @@ def _csv_cell(value: Any) -> Any:
     return "" if value is None else value
 
 
+def _not_nan(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
 def to_csv(res: Result) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(res.columns)
-    w.writerows([_csv_cell(v) for v in row] for row in res.rows)
+    # Converting only the columns that need it: 16k rows of nvtx_summary in 0.03 s, not 0.18 s.
+    types = res.types or [""] * len(res.columns)
+    convert = [None if t in _CSV_AS_IS else _not_nan if t in ("DOUBLE", "FLOAT") else _csv_cell for t in types]
+    if not any(convert):
+        w.writerows(res.rows)
+    else:
+        w.writerows([v if c is None else c(v) for c, v in zip(convert, row, strict=True)] for row in res.rows)
     return buf.getvalue()
 
 
