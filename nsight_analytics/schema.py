@@ -115,6 +115,14 @@ TABLES: tuple[Table, ...] = (
                 "kernels' launch columns), and `nvtx_kernels` while nvtx_ranges.kernels is not "
                 "computed (even after --full): all done on first use.",
             ),
+            _c(
+                "source_mtime_ns",
+                "BIGINT",
+                "ns",
+                "Modification time of source_path when the ingest began (ns since the Unix epoch). "
+                "A deferred table is copied without hashing the file again while its size and "
+                "mtime are unchanged; otherwise the file must still have `sha256`.",
+            ),
         ),
         "workspace",
     ),

@@ -182,3 +182,41 @@ def test_deferred_table_whose_source_is_gone(tmp_path: Path) -> None:
     assert "is gone" in res.output and "--full" in res.output
     res = run("query", "--db", db, "kernel_summary", "--format", "csv")
     assert res.exit_code == 0 and res.output.count("\n") == 3  # header + the 2 kernels' names
+
+
+def _ingest_copy(tmp_path: Path) -> tuple[Path, str, int]:
+    """A copy of a small export ingested with its host-side tables deferred: (file, db, mtime)."""
+    src = tmp_path / "copy.sqlite"
+    shutil.copy(realdata("nsys", "tiny_nsys2026.1.sqlite"), src)
+    db = str(tmp_path / "w.duckdb")
+    assert run("ingest", "--db", db, str(src)).exit_code == 0
+    return src, db, src.stat().st_mtime_ns
+
+
+def test_deferred_table_whose_source_changed(tmp_path: Path) -> None:
+    """Same path and size, other bytes: the first use of a deferred table refuses to mix them in."""
+    src, db, mtime = _ingest_copy(tmp_path)
+    data = bytearray(src.read_bytes())
+    data[100] ^= 0xFF  # inside the SQLite header's reserved space: still the same size
+    src.write_bytes(bytes(data))
+    os.utime(src, ns=(mtime + 10**9, mtime + 10**9))
+    res = run("query", "--db", db, "sync_calls")  # reads cuda_api
+    assert res.exit_code == 2
+    assert "has changed since" in res.output and "--replace" in res.output
+
+
+def test_deferred_table_of_a_touched_source_checks_the_bytes(tmp_path: Path, monkeypatch) -> None:
+    """A new mtime alone (touch, a copy) costs one hash; an unchanged size and mtime cost none."""
+    ingest = sys.modules["nsight_analytics.ingest"]  # the module: `nsight_analytics.ingest` is also a function
+    src, db, mtime = _ingest_copy(tmp_path)
+    hashed: list[Path] = []
+    real_hash = ingest.sha256_file
+    monkeypatch.setattr(ingest, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
+    os.utime(src, ns=(mtime + 10**9, mtime + 10**9))
+    res = run("query", "--db", db, "sync_calls", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    assert hashed == [src]  # cuda_api: mtime differs, bytes the same
+    os.utime(src, ns=(mtime, mtime))
+    res = run("sql", "--db", db, "SELECT count(grid_x) AS n FROM kernels", "--format", "csv")  # launch columns
+    assert res.exit_code == 0 and res.output == "n\n2\n", res.output
+    assert hashed == [src]  # same size and mtime as at ingest: not read again
