@@ -25,3 +25,20 @@ def test_rows_from_duckdb_keep_column_names_and_filter() -> None:
     two = rows.where(lambda r: r.report_id == 2)
     assert [r.n for r in two] == [7] and two.columns == rows.columns
     assert not rows.where(lambda r: False)
+
+
+def test_context_keeps_rows_and_dataframes_of_one_query_apart(tmp_path) -> None:
+    import pandas as pd
+
+    import nsight_analytics as nsa
+    from nsight_analytics.rules.context import Context
+
+    ctx = Context(nsa.connect(tmp_path / "w.duckdb"), {}, None)
+    for rows, frame in (
+        (ctx.query("kernel_summary"), ctx.query_df("kernel_summary")),
+        (ctx.sql("k", "SELECT 1 AS report_id, $rid AS r"), ctx.sql_df("k", "SELECT 1 AS report_id, $rid AS r")),
+    ):
+        assert isinstance(rows, Rows) and isinstance(frame, pd.DataFrame)
+        assert list(frame.columns) == list(rows.columns)
+    assert ctx.sql("k", "SELECT 1 AS report_id, $rid AS r", report_id=1)[0].r is None
+    assert ctx.reports().columns[:2] == ("report_id", "kind") and not ctx.reports("nsys")

@@ -11,6 +11,7 @@ DataFrames (`query_df`, `sql_df`); pandas is imported only when one of them runs
 
 from __future__ import annotations
 
+import copy
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from .. import queries
+from ..params import sql as params_sql
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,6 +30,7 @@ class Rows(Sequence[Any]):
 
     def __init__(self, columns: Sequence[str], rows: Sequence[tuple[Any, ...]] = ()) -> None:
         self.columns = tuple(columns)
+        # a column name that is no identifier (`count(*)`) raises here: name it in the SQL
         self._type = namedtuple("Row", self.columns)  # type: ignore[misc]
         self._rows = [self._type._make(r) for r in rows]
 
@@ -48,7 +51,7 @@ class Rows(Sequence[Any]):
         return f"Rows({list(self.columns)}, {len(self)} rows)"
 
     def where(self, keep: Callable[[Any], bool]) -> Rows:
-        out = Rows(self.columns)
+        out = copy.copy(self)  # same columns and row type
         out._rows = [r for r in self._rows if keep(r)]
         return out
 
@@ -86,15 +89,14 @@ class Context:
 
     def reports(self, kind: str | None = None) -> Rows:
         """The reports of this run (one, or all in the workspace)."""
-        key = ("reports",)
-        if key not in self._cache:
-            self._cache[key] = self._fetch(
-                "SELECT report_id, kind, activity_kinds, has_kernels, has_memcpy, has_cuda_api, "
-                "regexp_extract(source_path, '[^/]+$') AS file FROM reports "
-                "WHERE $rid IS NULL OR report_id = $rid ORDER BY report_id",
-                {"rid": self.report_id},
-            )
-        rows: Rows = self._cache[key]
+        rows: Rows = self._run_sql(
+            "reports",
+            "SELECT report_id, kind, activity_kinds, has_kernels, has_memcpy, has_cuda_api, "
+            "regexp_extract(source_path, '[^/]+$') AS file FROM reports "
+            "WHERE $rid IS NULL OR report_id = $rid ORDER BY report_id",
+            {},
+            as_df=False,
+        )
         return rows if kind is None else rows.where(lambda r: r.kind == kind)
 
     def report_file(self, report_id: int) -> str:
@@ -105,39 +107,38 @@ class Context:
 
     def query(self, name: str, report_id: int | None = None, **params: Any) -> Rows:
         """A library query's rows for one report, computed once for all reports of the run."""
-        return self._rows(self._run_query(name, params, Rows.of), report_id)
+        return self._rows(self._run_query(name, params, as_df=False), report_id)
 
     def sql(self, key: str, sql: str, report_id: int | None = None, **params: Any) -> Rows:
         """Rows of a rule's own SQL (named parameters; $rid is the run's report filter)."""
-        ck = ("sql", key, tuple(sorted(params.items())))
-        if ck not in self._cache:
-            self._cache[ck] = self._fetch(sql, {"rid": self.report_id, **params})
-        return self._rows(self._cache[ck], report_id)
+        return self._rows(self._run_sql(key, sql, params, as_df=False), report_id)
 
     def query_df(self, name: str, report_id: int | None = None, **params: Any) -> pd.DataFrame:
         """`query` as a pandas DataFrame (imports pandas)."""
-        return self._frame(self._run_query(name, params, lambda rel: rel.df()), report_id)
+        return self._frame(self._run_query(name, params, as_df=True), report_id)
 
     def sql_df(self, key: str, sql: str, report_id: int | None = None, **params: Any) -> pd.DataFrame:
         """`sql` as a pandas DataFrame (imports pandas)."""
-        ck = ("sql_df", key, tuple(sorted(params.items())))
-        if ck not in self._cache:
-            self._cache[ck] = self.con.execute(sql, {"rid": self.report_id, **params}).df()
-        return self._frame(self._cache[ck], report_id)
+        return self._frame(self._run_sql(key, sql, params, as_df=True), report_id)
 
-    def _run_query(self, name: str, params: dict[str, Any], convert: Callable[[Any], Any]) -> Any:
-        key = ("q", name, tuple(sorted(params.items())), convert is Rows.of)
+    def _run_query(self, name: str, params: dict[str, Any], as_df: bool) -> Any:
+        key = ("q", name, tuple(sorted(params.items())), as_df)
         if key not in self._cache:
             q = queries.get(name)
             if any(p.name == "report_id" for p in q.params):
                 params = {"report_id": self.report_id, **params}
-            self._cache[key] = convert(queries.run(self.con, name, params))
+            self._cache[key] = self._convert(queries.run(self.con, name, params), as_df)
         return self._cache[key]
 
-    def _fetch(self, sql: str, values: dict[str, Any]) -> Rows:
-        from ..params import sql as params_sql
+    def _run_sql(self, key: str, sql: str, params: dict[str, Any], as_df: bool) -> Any:
+        ck = ("sql", key, tuple(sorted(params.items())), as_df)
+        if ck not in self._cache:
+            self._cache[ck] = self._convert(params_sql(self.con, sql, {"rid": self.report_id, **params}), as_df)
+        return self._cache[ck]
 
-        return Rows.of(params_sql(self.con, sql, values))
+    @staticmethod
+    def _convert(rel: duckdb.DuckDBPyRelation, as_df: bool) -> Any:
+        return rel.df() if as_df else Rows.of(rel)
 
     @staticmethod
     def _rows(rows: Rows, report_id: int | None) -> Rows:
