@@ -71,7 +71,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     )
     idle = storms.sum_by("device_id", "idle_ns", nulls=True)  # the worst device first
     worst_dev, savings = idle[0] if idle else (None, 0)
-    gap_share = savings / dev_span.get(worst_dev, span) if worst_dev is not None and span else 0.0
+    gap_share = savings / dev_span.get(worst_dev, span) if idle and span else 0.0
     severity = severity_for(gap_share, ctx["storm_gap_share_warning"], ctx["storm_gap_share_critical"])
     top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small))[: int(ctx["top_kernels"])]
     named = "; ".join(

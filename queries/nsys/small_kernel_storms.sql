@@ -94,8 +94,11 @@ pauses AS (
 idle AS (
     SELECT s.report_id, s.device_id, s.storm, sum(p.pause_end_ns - p.pause_start_ns) AS idle_ns
     FROM pauses AS p
+    -- an ASOF join never matches NULL keys, not even with IS NOT DISTINCT FROM: exports without
+    -- deviceId have one NULL device, keyed -1 here (CUDA device ids are never negative)
     ASOF JOIN kept AS s
-        ON s.report_id = p.report_id AND s.device_id = p.device_id AND p.pause_start_ns >= s.start_ns
+        ON s.report_id = p.report_id AND coalesce(s.device_id, -1) = coalesce(p.device_id, -1)
+        AND p.pause_start_ns >= s.start_ns
     WHERE p.pause_end_ns <= s.end_ns
     GROUP BY ALL
 ),
@@ -123,5 +126,5 @@ SELECT
     CAST(coalesce(i.idle_ns, 0) AS BIGINT) AS idle_ns
 FROM kept AS s
 LEFT JOIN top AS t ON t.report_id = s.report_id AND t.device_id IS NOT DISTINCT FROM s.device_id AND t.storm = s.storm
-LEFT JOIN idle AS i ON i.report_id = s.report_id AND i.device_id = s.device_id AND i.storm = s.storm
+LEFT JOIN idle AS i ON i.report_id = s.report_id AND i.device_id IS NOT DISTINCT FROM s.device_id AND i.storm = s.storm
 ORDER BY s.report_id, s.device_id, s.start_ns

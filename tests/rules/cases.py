@@ -129,6 +129,10 @@ CASES: list[dict[str, Any]] = [
     {"id": "storm-critical", "rules": ["small-kernel-storm"], "rows": _storm(600),
      "expect": [("small-kernel-storm", "critical")]},
     {"id": "few-small-kernels-pass", "rules": ["small-kernel-storm"], "rows": _storm(100), "expect": []},
+    # trimmed exports carry no deviceId: the kernels' device is NULL and still one device
+    {"id": "storm-without-device-ids", "rules": ["small-kernel-storm"],
+     "rows": {**_storm(600), "kernels": [{**k, "device_id": None} for k in _storm(600)["kernels"]]},
+     "expect": [("small-kernel-storm", "critical")]},
     {"id": "storm-threshold-lowered", "rules": ["small-kernel-storm"], "config": {"small_kernel_ns": 1000},
      "rows": _storm(600), "expect": []},
     # no-gpu-activity
