@@ -12,10 +12,14 @@ Unknown names are errors (a typo must not silently keep the default).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomllib is new in 3.11; tomli is the same parser.
+    import tomli as tomllib  # type: ignore[no-redef]  # a dependency on 3.10 only (pyproject.toml)
 
 from ..errors import NsaError
 
