@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from . import queries, schema
+from . import params, queries
+from .errors import QueryError
 from .ingest import IngestResult, deferred_for, ensure_loaded, ingest_file
 from .workspace import open_workspace, resolve_db_path
 
@@ -29,12 +31,23 @@ def connect(
     return con
 
 
-def reader(db: str | os.PathLike[str] | None = None, needs: set[str] | None = None) -> duckdb.DuckDBPyConnection:
+def reader(
+    db: str | os.PathLike[str] | None = None,
+    needs: set[str] | None = None,
+    check: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+) -> duckdb.DuckDBPyConnection:
     """A read-only connection for answering questions, so several can run side by side.
 
-    When a needed table was deferred at ingest, a short writable session copies it first.
+    When a needed table was deferred at ingest, a short writable session copies it first;
+    `check` runs before that, so a request it rejects changes nothing in the workspace.
     """
     con = open_workspace(db, read_only=True)
+    if check is not None:
+        try:
+            check(con)
+        except BaseException:
+            con.close()
+            raise
     if needs and deferred_for(con, needs):
         con.close()
         writer = open_workspace(db)
@@ -49,7 +62,7 @@ def reader(db: str | os.PathLike[str] | None = None, needs: set[str] | None = No
 def tables_needed(sql: str) -> set[str]:
     """Canonical tables a statement reads, directly or through library query macros."""
     words = set(re.findall(r"[A-Za-z_]\w*", sql))
-    needs = {t for t in schema.BY_NAME if t in words}
+    needs = queries.tables_read(sql, exact=False)
     for name, q in queries.library().items():
         if name in words:
             needs |= q.tables()
@@ -95,10 +108,20 @@ def ingest(con: duckdb.DuckDBPyConnection, path: str | Path, **options: Any) -> 
 def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.DuckDBPyRelation:
     """Run a library query by name with bound parameters; `.df()`, `.to_arrow_table()`, `.fetchall()`."""
     q = queries.get(name)
-    needs = q.tables()
+    q.bind(params)  # a rejected parameter must not copy deferred tables first
     if not is_read_only(con):
-        ensure_loaded(con, needs)
+        ensure_loaded(con, q.tables())
     return queries.run(con, name, params)
+
+
+def require_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int | None]) -> None:
+    """Raise QueryError unless every report id given (None: all reports) is in the workspace."""
+    for rid in report_ids:
+        if rid is None:
+            continue
+        found = params.execute(con, "SELECT count(*) FROM reports WHERE report_id = $rid", {"rid": rid})
+        if not found.fetchone()[0]:
+            raise QueryError(f"no report {rid} in the workspace; `nsa reports` lists them.")
 
 
 def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:

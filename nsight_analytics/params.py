@@ -60,8 +60,8 @@ def sql(
     con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[str, Any] | None = None
 ) -> duckdb.DuckDBPyRelation:
     """`con.sql(statement, params=params)` for named parameters, without importing pandas."""
-    if not params:
-        return con.sql(statement)
+    if not params or not set(_USES.findall(statement)) & set(params):
+        return con.sql(statement)  # nothing to bind (EXECUTE name() is a syntax error)
     return con.sql(_prepared(con, statement, params))
 
 

@@ -14,6 +14,7 @@ SQL. Files whose name starts with `_` hold shared macros and are not queries.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +30,8 @@ from .params import sql as params_sql
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
 _USES = re.compile(r"\$(\w+)")
+_INTEGER_TYPES = {"INTEGER", "BIGINT", "INT", "HUGEINT", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER"}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -39,22 +42,52 @@ class Param:
     doc: str
 
     def convert(self, value: Any) -> Any:
-        """CLI values arrive as text; turn them into what the declared type binds as."""
-        if value is None or not isinstance(value, str):
-            return value
-        if value.upper() == "NULL":
-            return None
-        t = self.type.upper()
-        try:
-            if t in {"INTEGER", "BIGINT", "INT", "HUGEINT", "SMALLINT"}:
-                return int(float(value)) if re.fullmatch(r"[\d.eE+-]+", value) else int(value)
-            if t in {"DOUBLE", "FLOAT", "REAL"}:
-                return float(value)
-            if t == "BOOLEAN":
-                return value.lower() in {"1", "true", "yes", "on"}
-        except ValueError as exc:
-            raise QueryError(f"parameter {self.name} wants a {self.type}, got {value!r}.") from exc
+        """CLI values arrive as text; turn them into what the declared type binds as, and
+        check the value is one the parameter can mean (`lowest`)."""
+        if isinstance(value, str):
+            value = None if value.upper() == "NULL" else self._parse(value)
+        low = self.lowest()
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if low is not None and number and (math.isnan(value) or value < low):
+            raise QueryError(
+                f"parameter {self.name} must be {'at least 1' if low else '0 or more'}"
+                f" ({self.doc.rstrip('.')}), got {value!r}."
+            )
         return value
+
+    def _parse(self, value: str) -> Any:
+        t = self.type.upper()
+        if t in _INTEGER_TYPES:
+            try:
+                number = int(value) if re.fullmatch(r"\s*[+-]?\d+\s*", value) else float(value)
+                if isinstance(number, float) and not number.is_integer():
+                    raise ValueError(value)
+                return int(number)
+            except (ValueError, OverflowError) as exc:
+                raise QueryError(f"parameter {self.name} wants an integer, got {value!r}.") from exc
+        if t in {"DOUBLE", "FLOAT", "REAL"} or t.startswith("DECIMAL"):
+            try:
+                return float(value)
+            except ValueError as exc:
+                raise QueryError(f"parameter {self.name} wants a number, got {value!r}.") from exc
+        if t == "BOOLEAN":
+            word = value.strip().lower()
+            if word not in _TRUE | _FALSE:
+                raise QueryError(f"parameter {self.name} wants true or false, got {value!r}.")
+            return word in _TRUE
+        return value
+
+    def lowest(self) -> int | None:
+        """The smallest value a numeric parameter takes, by naming convention: `top_*` counts
+        are at least 1; `min_*`, `max_*`, `*_ns` and `*_pct` limits are 0 or more; others are
+        unchecked (a report id that does not exist is the caller's check)."""
+        if self.type.upper() not in _INTEGER_TYPES | {"DOUBLE", "FLOAT", "REAL"}:
+            return None
+        if self.name.startswith("top_"):
+            return 1
+        if self.name.startswith(("min_", "max_")) or self.name.endswith(("_ns", "_pct")):
+            return 0
+        return None
 
     def default_value(self) -> Any:
         if self.default is None or self.default.upper() == "NULL":
@@ -97,9 +130,9 @@ class Query:
         return {k: v for k, v in bound.items() if k in used}
 
     def tables(self) -> set[str]:
-        from .schema import BY_NAME
-
-        return {t for t in BY_NAME if re.search(rf"\b{t}\b", self.sql)}
+        """Canonical tables the query reads, directly or through the shared macros it calls
+        (comments are not read: a word in a comment is no dependency)."""
+        return tables_read(self.sql)
 
 
 def parse(path: Path, name: str | None = None) -> Query:
@@ -164,6 +197,42 @@ def get(name: str) -> Query:
 
 def macro_files() -> list[Path]:
     return sorted(query_root().rglob("_*.sql"))
+
+
+_COMMENT = re.compile(r"--[^\n]*")
+_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\s+(\w+)", re.I)
+
+
+@cache
+def _macro_bodies() -> dict[str, str]:
+    """Each shared macro's SQL, comments removed: {name: body}."""
+    bodies: dict[str, str] = {}
+    for path in macro_files():
+        text = _COMMENT.sub("", path.read_text(encoding="utf-8"))
+        starts = list(_MACRO.finditer(text))
+        for m, nxt in zip(starts, [*starts[1:], None]):
+            bodies[m[1]] = text[m.end() : nxt.start() if nxt else len(text)]
+    return bodies
+
+
+def tables_read(sql: str, *, exact: bool = True) -> set[str]:
+    """Canonical tables a statement reads, and those of the shared macros it reads from,
+    transitively; comments are left out. `exact`: only names after FROM or JOIN count (the
+    library's own queries, where a column named like a table, nvtx_ranges.kernels, is no read);
+    else every word does (users' SQL, which may list tables after commas)."""
+    from .schema import BY_NAME
+
+    macros = _macro_bodies()
+    tables: set[str] = set()
+    todo, seen = [_COMMENT.sub("", sql)], set()
+    pattern = r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)" if exact else r"([A-Za-z_]\w*)"
+    while todo:
+        words = set(re.findall(pattern, todo.pop(), flags=re.I))
+        tables |= {t for t in BY_NAME if t in words}
+        for name in (words & set(macros)) - seen:
+            seen.add(name)
+            todo.append(macros[name])
+    return tables
 
 
 def macro_param_name(param: str, q: Query) -> str:

@@ -100,7 +100,7 @@ TABLES: tuple[Table, ...] = (
                 "VARCHAR[]",
                 "",
                 "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
-                "sync, nvtx, osrt, gpu_info, ncu_metrics, ncu_rules.",
+                "graph (CUDA graph executions or events), sync, nvtx, osrt, gpu_info, ncu_metrics, ncu_rules.",
             ),
             _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
             _c("has_memcpy", "BOOLEAN", "", "The export holds memcpy records."),
@@ -112,8 +112,9 @@ TABLES: tuple[Table, ...] = (
                 "VARCHAR[]",
                 "",
                 "Canonical tables not copied yet from source_path (plus `kernel_launch`: the "
-                "kernels' launch columns), and `nvtx_kernels` while nvtx_ranges.kernels is not "
-                "computed (even after --full): all done on first use.",
+                "kernels' launch columns; `steps`: the steps and host_waits, found together), and "
+                "`nvtx_kernels` while nvtx_ranges.kernels is not computed (even after --full): all "
+                "done on first use.",
             ),
             _c(
                 "source_mtime_ns",
@@ -131,9 +132,10 @@ TABLES: tuple[Table, ...] = (
         "The storage behind `kernels`: one row per GPU kernel execution (nsys "
         "CUPTI_ACTIVITY_KIND_KERNEL) with its name as an id into `kernel_names`, so a million "
         "rows carry no strings. Library queries read it; `kernels` is the same rows with names. "
-        "The launch configuration columns are copied from the export the first time `kernels` "
-        "is read (`nsa ingest --full`: at ingest); until then they are NULL here and the report "
-        "lists `kernel_launch` in `reports.deferred_tables`.",
+        "The launch configuration columns (all but graph_node_id, which comes with the rows) are "
+        "copied from the export the first time `kernels` is read (`nsa ingest --full`: at "
+        "ingest); until then they are NULL here and the report lists `kernel_launch` in "
+        "`reports.deferred_tables`.",
         (
             *DEVICE_TIMELINE,
             NAME_ID,
@@ -220,6 +222,78 @@ TABLES: tuple[Table, ...] = (
         "nsys",
     ),
     Table(
+        "graph_executions",
+        "CUDA graph executions on the GPU (nsys CUPTI_ACTIVITY_KIND_GRAPH_TRACE, written by the "
+        "default `--cuda-graph-trace=graph`): one row per replay of a graph, its kernels not listed "
+        "apart. GPU work like a kernel: every timeline query counts it as busy. With "
+        "`--cuda-graph-trace=node` nsys lists the graph's kernels instead (kernel_rows with a "
+        "graph_node_id) and this table is empty.",
+        (
+            *DEVICE_TIMELINE,
+            _c("graph_id", "BIGINT", "", "Id of the graph (as created or captured)."),
+            _c("graph_exec_id", "BIGINT", "", "Id of the executable graph instance that ran."),
+            CORR,
+        ),
+        "nsys",
+    ),
+    Table(
+        "graph_events",
+        "Host-side CUDA graph events (nsys CUDA_GRAPH_EVENTS and CUDA_GRAPH_NODE_EVENTS): graph "
+        "and graph-node creation, with the ids that tie nodes to the kernels they ran.",
+        (
+            RID,
+            PID,
+            TID,
+            GTID,
+            START,
+            END,
+            DUR,
+            _c("name", "VARCHAR", "", "Event name as nsys writes it ('Graph Creation', 'Graph Node Creation')."),
+            _c("graph_id", "BIGINT", "", "Graph id (graph events)."),
+            _c("original_graph_id", "BIGINT", "", "The graph this one was cloned from, when cloned."),
+            _c("graph_exec_id", "BIGINT", "", "Executable graph id, when the event concerns one."),
+            _c("graph_node_id", "BIGINT", "", "Graph node id (node events); joins kernel_rows.graph_node_id."),
+            _c("original_graph_node_id", "BIGINT", "", "The node this one was cloned from, when cloned."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "steps",
+        "Iterations of the program's main loop (training steps, batches, decode steps), found "
+        "the first time a query or rule needs them: NVTX ranges of one repeating family "
+        "(`step N`, `train_step_N`, `ProfilerStep#N`, `iteration`, `batch_N`...), else the "
+        "repeating kernel pattern on each GPU. The steps before the loop settles (warm-up: "
+        "module loading, first allocations, autotuning) are flagged `steady = false`: "
+        "start-up is what comes before the first steady step, the steady state the rest of the "
+        "capture (query macro `nsa_steady`).",
+        (
+            RID,
+            _c("step", "INTEGER", "", "0-based position of the step in its series (time order)."),
+            _c("name", "VARCHAR", "", "NVTX range name, or the marker kernel's name for kernel-pattern steps."),
+            _c("number", "BIGINT", "", "The step number in the range name (`step 12` -> 12), else NULL."),
+            _c("source", "VARCHAR", "", "'nvtx' (host time of the ranges) or 'kernels' (GPU time of the pattern)."),
+            _c(
+                "series",
+                "BIGINT",
+                "",
+                "What the steps repeat on: the NVTX range's global_tid, or the device id for kernel steps.",
+            ),
+            _c("pid", "BIGINT", "", "Process of the NVTX range (NULL for kernel-pattern steps)."),
+            _c("device_id", "INTEGER", "", "GPU of kernel-pattern steps (NULL for NVTX steps)."),
+            START,
+            END,
+            DUR,
+            _c(
+                "steady",
+                "BOOLEAN",
+                "",
+                "false for warm-up steps: every step before the first one no longer than 1.5x the "
+                "median step of its series (of two steps, step 0 when 1.5x step 1); true after.",
+            ),
+        ),
+        "nsys",
+    ),
+    Table(
         "cuda_api",
         "CUDA runtime and driver API calls on the host (nsys CUPTI_ACTIVITY_KIND_RUNTIME).",
         (
@@ -256,8 +330,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "nvtx_ranges",
         "NVTX push/pop and start/end ranges (nsys NVTX_EVENTS types 59/60). A range never "
-        "closed has NULL end_ns and duration_ns. Copied on first use; `kernels` and `kernel_ns` "
-        "are computed then, from the report's CUDA API calls and kernels.",
+        "closed has NULL end_ns and duration_ns. Copied on first use; `kernels`, `kernel_ns` and "
+        "their `process_` forms are computed then, from the report's CUDA API calls and kernels.",
         (
             RID,
             PID,
@@ -267,6 +341,14 @@ TABLES: tuple[Table, ...] = (
             END,
             DUR,
             _c("name", "VARCHAR", "", "Range text: `text`, else the registered string `textId`."),
+            _c(
+                "base_name",
+                "VARCHAR",
+                "",
+                "`name` without the per-call suffixes PyTorch's emit_nvtx appends (`, seq = N`, "
+                "`, op_id = N`, then `, sizes = [...]` / `, input_op_ids = [...]`): "
+                "'aten::to, seq = 12, op_id = 345' -> 'aten::to'. Equal to `name` otherwise.",
+            ),
             _c("domain", "VARCHAR", "", "NVTX domain name; NULL for the default domain."),
             _c("range_kind", "VARCHAR", "", "'push_pop' or 'start_end'."),
             _c("category", "BIGINT", "", "NVTX category id."),
@@ -275,9 +357,21 @@ TABLES: tuple[Table, ...] = (
                 "BIGINT",
                 "count",
                 "Kernels launched inside the range: by CUDA API calls of the same thread "
-                "(global_tid) starting between start_ns and end_ns, both included; NULL while open.",
+                "(global_tid) starting between start_ns and end_ns, both included; NULL while open "
+                "(nsys's definition: `nsys stats -r nvtx_kern_sum`, formerly nvtxkernsum).",
             ),
             _c("kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels (their duration_ns)."),
+            _c(
+                "process_kernels",
+                "BIGINT",
+                "count",
+                "Kernels launched inside the range by any thread of its process (same pid): CUDA "
+                "API calls starting between start_ns and end_ns, both included; NULL while open. "
+                "Counts the work worker threads launch (PyTorch's autograd thread under a "
+                "`backward` range pushed on the main thread), and also unrelated work other "
+                "threads launch meanwhile.",
+            ),
+            _c("process_kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels (their duration_ns)."),
         ),
         "nsys",
     ),
@@ -285,6 +379,25 @@ TABLES: tuple[Table, ...] = (
         "osrt_api",
         "OS runtime calls (nsys OSRT_API): sleeps, locks, I/O waits on the host.",
         (RID, PID, TID, GTID, START, END, DUR, _c("name", "VARCHAR", "", "libc/pthread function.")),
+        "nsys",
+    ),
+    Table(
+        "host_waits",
+        "Host threads waiting (found with the steps, on first use): NVTX ranges of communication libraries "
+        "(`MPI_*`, `nccl*`, `ucp_*`, `shmem_*`, `gloo`, `c10d::`) and blocking OS runtime calls "
+        "(sleeps, condition variables, semaphores, locks, poll/select, reads and receives). A "
+        "GPU idle gap while the thread that launches the next work sits in one is that wait's.",
+        (
+            RID,
+            PID,
+            TID,
+            GTID,
+            START,
+            END,
+            DUR,
+            _c("name", "VARCHAR", "", "Range name (MPI_Recv) or libc/pthread function (pthread_cond_wait)."),
+            _c("source", "VARCHAR", "", "'nvtx' or 'osrt'."),
+        ),
         "nsys",
     ),
     Table(

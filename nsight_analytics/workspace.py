@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import schema
+from . import params, schema
 from .errors import WorkspaceError
 
 DEFAULT_DB = "nsa.duckdb"
@@ -82,7 +82,7 @@ def open_workspace(
     con.execute("SET autoload_known_extensions = false")
     if not read_only:
         ensure_schema(con)
-    elif needs_upgrade(con):
+    elif needs_upgrade(con) or (_lacks_columns(con) and os.access(path, os.W_OK)):
         # Made by an older nsa: upgrade it once in a short writable session, then read.
         con.close()
         open_workspace(path).close()
@@ -98,15 +98,31 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("BEGIN TRANSACTION")
     if needs_upgrade(con):
         _kernels_table_to_rows(con)
+    before = {t for t, _ in _columns(con)}
     for table in schema.STORED:
         con.execute(table.ddl())
+    if "reports" in before:
+        # nsys reports ingested by an nsa that did not read these: from their source on first use
+        for new_table in ("graph_executions", "graph_events", "steps"):  # steps: host_waits too
+            if new_table not in before:
+                params.execute(
+                    con,
+                    "UPDATE reports SET deferred_tables = list_append(deferred_tables, $t) "
+                    "WHERE kind = 'nsys' AND NOT list_contains(deferred_tables, $t)",
+                    {"t": new_table},
+                )
     have = _columns(con)
     for table in schema.STORED:
         for col in table.cols:
             if (table.name, col.name) not in have:
                 con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
-    if ("nvtx_ranges", "name") in have and ("nvtx_ranges", "kernels") not in have:
+    nvtx = {c for t, c in have if t == "nvtx_ranges"}
+    if "name" in nvtx and not {"kernels", "process_kernels"} <= nvtx:
         _defer_nvtx_kernels(con)
+    if "name" in nvtx and "base_name" not in nvtx:
+        from .ingest.nsys import base_name_sql  # the expression the copy uses
+
+        con.execute(f"UPDATE nvtx_ranges SET base_name = {base_name_sql('name')}")
     views = dict(
         con.execute(
             "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
@@ -120,13 +136,22 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _defer_nvtx_kernels(con: duckdb.DuckDBPyConnection) -> None:
-    """NVTX ranges copied by an nsa that did not store each range's kernels: computed on the
-    ranges' next use, like for a new report whose ranges were just copied."""
+    """NVTX ranges copied by an nsa that did not store each range's kernels (or only the
+    same-thread ones, not process_kernels): computed on the ranges' next use, like for a new
+    report whose ranges were just copied."""
     con.execute(
         "UPDATE reports SET deferred_tables = list_append(deferred_tables, 'nvtx_kernels') "
         "WHERE report_id IN (SELECT DISTINCT report_id FROM nvtx_ranges) "
         "AND NOT list_contains(deferred_tables, 'nvtx_kernels')"
     )
+
+
+def _lacks_columns(con: duckdb.DuckDBPyConnection) -> bool:
+    """A table or column this nsa declares is missing (an older nsa made the workspace): read
+    only, queries would fail on it (nvtx_summary on nvtx_ranges.base_name) or see ranges whose
+    kernels an older nsa did not compute; ensure_schema adds it and defers what must be computed."""
+    have = _columns(con)
+    return any((t.name, c.name) not in have for t in schema.STORED for c in t.cols)
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:

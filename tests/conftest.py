@@ -59,3 +59,26 @@ def nsys_real_workspace(tmp_path_factory):
 
 
 # --- end of nsys query library fixtures ---
+
+
+@pytest.fixture(scope="session")
+def real_sqlite(tmp_path_factory):
+    """real_sqlite(name): a real nsys export as an SQLite path; `.sqlite.gz` files are unpacked
+    once per session (the test is skipped when ../shared/realdata is absent)."""
+    import gzip
+    import shutil
+
+    cache = tmp_path_factory.mktemp("realdata")
+
+    def get(name: str) -> Path:
+        plain = REALDATA / "nsys" / name
+        if plain.exists():
+            return plain
+        packed = realdata("nsys", name + ".gz")
+        out = cache / name
+        if not out.exists():
+            with gzip.open(packed) as src, out.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        return out
+
+    return get

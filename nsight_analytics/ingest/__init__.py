@@ -9,6 +9,7 @@ source file, in its own transaction, the first time a query or a user needs them
 from __future__ import annotations
 
 import hashlib
+import logging
 import mmap
 import os
 import threading
@@ -21,8 +22,10 @@ import duckdb
 
 from .. import params, schema
 from ..errors import InputError, NsaError
-from . import nsys, sqlite_source
+from ..timing import timed
+from . import formats, nsys, sqlite_source
 
+log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 
 REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports"]
@@ -81,8 +84,12 @@ def detect_kind(path: Path) -> str:
     """'nsys' or 'ncu', from the content: users rename files, and ncu writes .txt or .csv."""
     if not path.is_file():
         sqlite_source.check_sqlite_file(path)  # raises: missing file or a folder
-    with path.open("rb") as fh:
-        head = fh.read(65536)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(65536)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}).") from exc
+    formats.refuse_unsupported(path, head)  # empty files, .nsys-rep, .ncu-rep, gzip, PyTorch traces
     if head.startswith(sqlite_source.SQLITE_MAGIC):
         sqlite_source.check_sqlite_file(path)
         return "nsys"
@@ -191,7 +198,8 @@ def _ingest_nsys(
                 if progress:
                     progress(table, i, len(steps))
                 if table not in deferred and table != "kernel_launch":
-                    rows[table] = nsys.load_table(con, src, table, rid, launch=launch)
+                    with timed(log, f"ingest {path.name}: {table}"):
+                        rows[table] = nsys.load_table(con, src, table, rid, launch=launch)
             sha = hasher.result()
             kinds = _activity_kinds(src, rows)
             _insert_report(
@@ -228,7 +236,7 @@ def _ingest_nsys(
     # users know the kernels by the view's name
     counts = {("kernels" if t == "kernel_rows" else t): n for t, n in rows.items()}
     result = IngestResult(rid, path, "nsys", status, counts, deferred)
-    if not {"kernel", "memcpy", "memset"} & set(kinds):
+    if not {"kernel", "memcpy", "memset", "graph"} & set(kinds):
         result.warnings.append(
             f"report {rid} ({path.name}) has no kernel, memcpy or memset records: CUDA "
             "tracing was off or failed (for example an nsys too old for the driver), so nothing "
@@ -258,6 +266,8 @@ def _restore(con: duckdb.DuckDBPyConnection, previous: dict[str, str]) -> None:
 def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
     kinds = []
     for table, (builder, kind) in nsys.LOADERS.items():
+        if kind is None:
+            continue
         present = rows.get(table, 0) > 0 if table in rows else builder(src) is not None
         if present and kind not in kinds:
             kinds.append(kind)
@@ -324,7 +334,9 @@ def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[
         tables.add("kernel_launch")
     if tables & {"nvtx_ranges", "nvtx_kernels"}:  # the ranges' kernels come from the API calls
         tables |= {"nvtx_ranges", "nvtx_kernels", "cuda_api"}
-    wanted = [t for t in tables if t in nsys.DEFERRABLE]
+    if "host_waits" in tables:  # found with the steps, in one scan of the NVTX ranges
+        tables.add("steps")
+    wanted = [t for t in tables if t in nsys.LOADERS]
     if not wanted:
         return []
     rows = con.execute(
@@ -332,7 +344,8 @@ def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[
         "WHERE len(deferred_tables) > 0"
     ).fetchall()
     todo = [(rid, src, t) for rid, src, t in rows if t in wanted]
-    return sorted(todo, key=lambda r: (r[0], nsys.DEFERRABLE.index(r[2])))  # cuda_api before nvtx
+    order = list(nsys.LOADERS)  # kernels and cuda_api before the steps derived from them
+    return sorted(todo, key=lambda r: (r[0], order.index(r[2])))
 
 
 def _source_unchanged(con: duckdb.DuckDBPyConnection, report_id: int, path: Path) -> bool:
@@ -367,6 +380,12 @@ def ensure_loaded(
         derived = table in nsys.DERIVED  # computed from the workspace: no source file needed
         if not derived and not _source_unchanged(con, rid, path):
             state = "is gone" if not path.exists() else "has changed since"
+            if table in nsys.OPTIONAL:  # the answers fall back to the whole run, and say why
+                log.warning(
+                    "report %s's %s cannot be found: %s %s ingest; timeline findings judge its whole run "
+                    "(re-ingest it with `nsa ingest --replace FILE`).", rid, table, path, state
+                )
+                continue
             raise NsaError(
                 f"report {rid}'s {table} were left in {path} at ingest, and that file {state}; "
                 f"re-ingest it with `nsa ingest --replace --full FILE`."
@@ -378,7 +397,8 @@ def ensure_loaded(
             try:
                 if not derived:
                     nsys.prepare_strings(con, src)
-                nsys.load_table(con, src, table, rid)
+                with timed(log, f"report {rid}: loaded deferred {table}"):
+                    nsys.load_table(con, src, table, rid)
                 params.execute(
                     con,
                     "UPDATE reports SET deferred_tables = list_filter(deferred_tables, x -> x != $done) "

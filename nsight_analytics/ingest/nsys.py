@@ -16,12 +16,15 @@ import duckdb
 from .. import params, schema
 from ..errors import InputError
 from .sqlite_source import EXPORT_HINT
+from .steps import fill_steps
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_EVENTS = ("CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS")
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
 GPU = "TARGET_INFO_GPU"
@@ -144,12 +147,14 @@ def _launch(src: Source, a: str) -> dict[str, str]:
 
 def kernel_rows_sql(src: Source, launch: bool = True) -> str | None:
     """Kernels as integers only: names stay StringIds ids (kernel_names resolves them once per
-    name, not per row). Without `launch`, the 11 launch-configuration columns are left NULL for
+    name, not per row). Without `launch`, the 10 launch-configuration columns are left NULL for
     kernel_launch_sql to fill: reading them from SQLite is half the cost of the copy."""
     if not src.has(KERNEL):
         return None
     t, a = KERNEL, "k"
     launch_cols = _launch(src, a) if launch else {c: "NULL" for c in _launch(src, a)}
+    # graph_node_id always: the queries need it to tell graph kernels from launched ones
+    launch_cols["graph_node_id"] = src.col(t, "graphNodeId", a)
     cols = {
         **_device_side(src, t, a),
         "name_id": _name_id(src, a),
@@ -166,6 +171,7 @@ def kernel_launch_sql(src: Source) -> str | None:
         return None
     a = "k"
     launch = _launch(src, a)
+    del launch["graph_node_id"]  # copied with the rows
     sets = ", ".join(f'"{c}" = s."{c}"' for c in launch)
     body = ", ".join(f'{expr} AS "{c}"' for c, expr in launch.items())
     return (
@@ -262,6 +268,68 @@ def cuda_api_sql(src: Source) -> str | None:
     return _select(cols, "cuda_api", f"FROM {src.ref(t)} {a}{join}")
 
 
+# Some nsys 2022.x exports record a runtime call twice, one row nested inside the other on the
+# same thread with the same correlation id (`cudaMemcpy` around `cudaMemcpy_v3020`): joined to
+# the GPU work they issued, every copy or kernel would count twice. The inner row goes; rows with
+# the same interval keep the first. Only (thread, correlation id) pairs seen twice are examined.
+NESTED_DUPLICATES = """
+DELETE FROM cuda_api WHERE report_id = $rid AND rowid IN (
+    WITH dup AS (
+        SELECT global_tid, correlation_id FROM cuda_api
+        WHERE report_id = $rid AND correlation_id IS NOT NULL AND correlation_id <> 0
+        GROUP BY ALL HAVING count(*) > 1
+    ),
+    c AS (
+        SELECT a.rowid AS rid_, a.global_tid, a.correlation_id, a.start_ns, a.end_ns
+        FROM cuda_api AS a SEMI JOIN dup USING (global_tid, correlation_id)
+        WHERE a.report_id = $rid
+    )
+    SELECT i.rid_ FROM c AS i JOIN c AS o
+        ON o.global_tid = i.global_tid AND o.correlation_id = i.correlation_id AND o.rid_ <> i.rid_
+        AND o.start_ns <= i.start_ns AND o.end_ns >= i.end_ns
+        AND (o.start_ns < i.start_ns OR o.end_ns > i.end_ns OR o.rid_ < i.rid_)
+)
+"""
+
+
+def graph_executions_sql(src: Source) -> str | None:
+    if not src.has(GRAPH_TRACE):
+        return None
+    t, a = GRAPH_TRACE, "g"
+    cols = {
+        **_device_side(src, t, a),
+        "graph_id": src.col(t, "graphId", a),
+        "graph_exec_id": src.col(t, "graphExecId", a),
+        "correlation_id": src.col(t, "correlationId", a),
+    }
+    return _select(cols, "graph_executions", f"FROM {src.ref(t)} {a}")
+
+
+def graph_events_sql(src: Source) -> str | None:
+    parts = []
+    for t in GRAPH_EVENTS:
+        if not src.has(t):
+            continue
+        a = "e"
+        name, join = _name(src, t, "nameId", a, "s")
+        cols = {
+            **_host_side(src, t, a),
+            "name": name,
+            **{
+                c: src.col(t, raw, a)
+                for c, raw in (
+                    ("graph_id", "graphId"),
+                    ("original_graph_id", "originalGraphId"),
+                    ("graph_exec_id", "graphExecId"),
+                    ("graph_node_id", "graphNodeId"),
+                    ("original_graph_node_id", "originalGraphNodeId"),
+                )
+            },
+        }
+        parts.append(_select(cols, "graph_events", f"FROM {src.ref(t)} {a}{join}"))
+    return "\nUNION ALL\n".join(parts) or None
+
+
 def sync_events_sql(src: Source) -> str | None:
     if not src.has(SYNC):
         return None
@@ -273,6 +341,20 @@ def sync_events_sql(src: Source) -> str | None:
         "event_id": src.col(t, "eventId", a),
     }
     return _select(cols, "sync_events", f"FROM {src.ref(t)} {a}")
+
+
+# Per-call suffixes of PyTorch's emit_nvtx names, in the order it appends them (`, seq = N`,
+# `, op_id = N`, then the `, sizes = [...]` and `, input_op_ids = [...]` lists, which run to
+# the end): 'aten::to, seq = 12, op_id = 345' -> 'aten::to'. Every one contains ' = ', so
+# the regex runs only on names that do (all 16,782 ranges of a real FSDP capture, under 16,582
+# distinct names; none in a capture with hand-written ranges).
+NVTX_SUFFIXES = r"(, (seq|op_id) = [0-9]+|, (sizes|input_op_ids) = \[.*)+$"
+
+
+def base_name_sql(name: str) -> str:
+    """SQL for an NVTX range name without its per-call suffixes (NVTX_SUFFIXES)."""
+    stripped = f"regexp_replace({name}, '{NVTX_SUFFIXES}', '')"
+    return f"CASE WHEN contains({name}, ' = ') THEN {stripped} ELSE {name} END"
 
 
 def nvtx_ranges_sql(src: Source) -> str | None:
@@ -301,11 +383,13 @@ def nvtx_ranges_sql(src: Source) -> str | None:
     cols = {
         **_host_side(src, t, a),
         "name": name,
+        "base_name": base_name_sql(name),
         "domain": domain,
         "range_kind": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
         "category": src.col(t, "category", a),
     }
-    cols |= {"kernels": "NULL", "kernel_ns": "NULL"}  # the nvtx_kernels step: fill_nvtx_kernels
+    # the nvtx_kernels step: fill_nvtx_kernels
+    cols |= {"kernels": "NULL", "kernel_ns": "NULL", "process_kernels": "NULL", "process_kernel_ns": "NULL"}
     frm = f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
     return _select(cols, "nvtx_ranges", frm)
 
@@ -313,53 +397,110 @@ def nvtx_ranges_sql(src: Source) -> str | None:
 # Each range's kernels: the report's launches (kernels joined to their CUDA API call) summed
 # per call start and thread, as running totals; a range's share is the total at its end minus
 # the total before its start, two ASOF joins on the thread's one key, global_tid (one sorted
-# pass each, not a join of every range with every launch). Needs cuda_api and kernel_rows of
-# the report loaded first. `{keys}` yields (src_row, report_id, global_tid, start_ns, end_ns)
-# per range; the result is (src_row, kernels, kernel_ns).
-NVTX_KERNELS = """
+# pass each, not a join of every range with every launch). The process-wide share is the same
+# trick on a second running total per pid over the same rows (RANGE framing gives the calls of
+# several threads at one start_ns the same total, so whichever of them an ASOF join picks is
+# right), but only for the ranges where it can differ: when the range's thread is the only one
+# of its process that launches kernels, or the process launches none, it equals the
+# same-thread share. Needs cuda_api and kernel_rows of the report loaded first.
+# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running; then `{keys}`
+# yields (src_row, report_id, pid, global_tid, start_ns, end_ns) per range, and NVTX_KERNELS
+# gives (src_row, kernels, kernel_ns) for every range, NVTX_PROCESS_KERNELS (src_row,
+# process_kernels, process_kernel_ns) for those others.
+NVTX_RUNNING = """
 WITH launches AS (
-    SELECT c.report_id, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
+    SELECT c.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
     FROM kernel_rows AS k
     JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
     WHERE {where}
     GROUP BY ALL
-),
-running AS (
-    SELECT
-        report_id, global_tid, start_ns,
-        sum(kernels) OVER w AS cum_kernels,
-        sum(kernel_ns) OVER w AS cum_kernel_ns
-    FROM launches
-    WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
-),
-r AS ({keys})
+)
+SELECT
+    report_id, pid, global_tid, start_ns,
+    sum(kernels) OVER w AS cum_kernels,
+    sum(kernel_ns) OVER w AS cum_kernel_ns,
+    sum(kernels) OVER p AS cum_process_kernels,
+    sum(kernel_ns) OVER p AS cum_process_kernel_ns
+FROM launches
+WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING),
+    p AS (PARTITION BY report_id, pid ORDER BY start_ns RANGE UNBOUNDED PRECEDING)
+"""
+NVTX_KERNELS = """
+WITH r AS ({keys})
 SELECT
     r.src_row,
     CASE WHEN r.end_ns IS NOT NULL THEN coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) END AS kernels,
     CASE WHEN r.end_ns IS NOT NULL THEN coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) END AS kernel_ns
 FROM r
-ASOF LEFT JOIN running AS e ON e.report_id = r.report_id AND e.global_tid = r.global_tid AND r.end_ns >= e.start_ns
-ASOF LEFT JOIN running AS b ON b.report_id = r.report_id AND b.global_tid = r.global_tid AND r.start_ns > b.start_ns
+ASOF LEFT JOIN _nsa_running AS e
+    ON e.report_id = r.report_id AND e.global_tid = r.global_tid AND r.end_ns >= e.start_ns
+ASOF LEFT JOIN _nsa_running AS b
+    ON b.report_id = r.report_id AND b.global_tid = r.global_tid AND r.start_ns > b.start_ns
 """
+NVTX_PROCESS_KERNELS = """
+WITH launchers AS (
+    SELECT report_id, pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS global_tid
+    FROM _nsa_running GROUP BY ALL
+),
+r AS (
+    SELECT r.src_row, r.report_id, r.pid, r.start_ns, r.end_ns
+    FROM ({keys}) AS r JOIN launchers AS l ON l.report_id = r.report_id AND l.pid = r.pid
+    WHERE l.threads > 1 OR l.global_tid IS DISTINCT FROM r.global_tid
+)
+SELECT
+    r.src_row,
+    CASE WHEN r.end_ns IS NOT NULL
+        THEN coalesce(e.cum_process_kernels, 0) - coalesce(b.cum_process_kernels, 0)
+    END AS process_kernels,
+    CASE WHEN r.end_ns IS NOT NULL
+        THEN coalesce(e.cum_process_kernel_ns, 0) - coalesce(b.cum_process_kernel_ns, 0)
+    END AS process_kernel_ns
+FROM r
+ASOF LEFT JOIN _nsa_running AS e
+    ON e.report_id = r.report_id AND e.pid = r.pid AND r.end_ns >= e.start_ns
+ASOF LEFT JOIN _nsa_running AS b
+    ON b.report_id = r.report_id AND b.pid = r.pid AND r.start_ns > b.start_ns
+"""
+NVTX_TEMP = ("_nsa_running", "_nsa_nvtx", "_nsa_nvtx_process")
 
 
 def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
-    """Compute `kernels` / `kernel_ns` of a report's NVTX ranges in the workspace from its CUDA
-    API calls and kernels (both must be copied); returns the ranges updated. Matched on DuckDB
-    rowids, so call it inside one transaction with nothing deleted in between. Measured at 5.03M
-    ranges: 2.9 s for the projection, 1.0 s for the UPDATE, against 6-7 s more when the copy of
-    the ranges itself joined the projection in."""
+    """Compute `kernels` / `kernel_ns` and `process_kernels` / `process_kernel_ns` of a report's
+    NVTX ranges in the workspace from its CUDA API calls and kernels (both must be copied);
+    returns the ranges updated. Matched on DuckDB rowids, so call it inside one transaction with
+    nothing deleted in between. Measured at 5.03M ranges: 2.9 s for the projection, 1.0 s for
+    the UPDATE, against 6-7 s more when the copy of the ranges itself joined the projection in.
+    The process-wide pass apart from the same-thread one: both in one statement (four ASOF
+    joins) took 2.4x the memory (3.7 GB against 1.5 GB) and twice the time, though most ranges
+    (all in that benchmark) need no second pass; when all do, it adds ~2 s and peaks ~2.0 GB."""
     rid = int(report_id)
-    keys = f"SELECT rowid AS src_row, report_id, global_tid, start_ns, end_ns FROM nvtx_ranges WHERE report_id = {rid}"
+    keys = (
+        "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns "
+        f"FROM nvtx_ranges WHERE report_id = {rid}"
+    )
     where = f"k.report_id = {rid} AND c.report_id = {rid}"
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx AS {NVTX_KERNELS.format(keys=keys, where=where)}")
     try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(where=where)}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx AS {NVTX_KERNELS.format(keys=keys)}")
+        process = NVTX_PROCESS_KERNELS.format(keys=keys)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process AS {process}")
+        # process-wide = same-thread first (right where no other thread launches), then the rest
         row = con.execute(
-            "UPDATE nvtx_ranges SET kernels = p.kernels, kernel_ns = p.kernel_ns "
+            "UPDATE nvtx_ranges SET kernels = p.kernels, kernel_ns = p.kernel_ns, "
+            "process_kernels = p.kernels, process_kernel_ns = p.kernel_ns "
             "FROM _nsa_nvtx AS p WHERE nvtx_ranges.rowid = p.src_row"
         ).fetchone()
+        con.execute(
+            "UPDATE nvtx_ranges SET process_kernels = p.process_kernels, "
+            "process_kernel_ns = p.process_kernel_ns "
+            "FROM _nsa_nvtx_process AS p WHERE nvtx_ranges.rowid = p.src_row"
+        )
     finally:
-        con.execute("DROP TABLE IF EXISTS _nsa_nvtx")
+        for table in NVTX_TEMP:
+            try:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
+                break
     return int(row[0]) if row else 0
 
 
@@ -370,6 +511,30 @@ def osrt_api_sql(src: Source) -> str | None:
     name, join = _name(src, t, "nameId", a, "s")
     cols = {**_host_side(src, t, a), "name": name}
     return _select(cols, "osrt_api", f"FROM {src.ref(t)} {a}{join}")
+
+
+# Host waits that explain a GPU idle gap better than "late launch": communication libraries' NVTX
+# ranges (nsys' MPI/UCX tracing and NCCL write them) and OS runtime calls that block a thread.
+WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
+WAIT_CALLS = (
+    "sleep", "usleep", "nanosleep", "clock_nanosleep", "pthread_cond_wait", "pthread_cond_timedwait",
+    "pthread_cond_clockwait", "sem_wait", "sem_timedwait", "sem_clockwait", "pthread_join", "waitpid", "wait",
+    "wait4", "waitid", "futex", "pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock", "pthread_spin_lock", "poll", "ppoll", "select", "pselect", "pselect6",
+    "epoll_wait", "epoll_pwait", "recv", "recvfrom", "recvmsg", "read", "pread", "pread64", "readv", "fread",
+    "accept", "accept4", "connect",
+)  # fmt: skip
+
+
+def osrt_waits_sql(src: Source) -> str | None:
+    """host_waits rows of the blocking OS runtime calls (WAIT_CALLS)."""
+    if not src.has(OSRT):
+        return None
+    t, a = OSRT, "o"
+    name, join = _name(src, t, "nameId", a, "s")
+    calls = ", ".join(f"'{c}'" for c in WAIT_CALLS)
+    cols = {**_host_side(src, t, a), "name": name, "source": "'osrt'"}
+    return _select(cols, "host_waits", f"FROM {src.ref(t)} {a}{join} WHERE {name} IN ({calls})")
 
 
 def gpus_sql(src: Source) -> str | None:
@@ -405,13 +570,67 @@ def processes_sql(src: Source) -> str | None:
     return _select(cols, "processes", f"FROM {src.ref(t)} {a}")
 
 
-# Canonical table -> (SELECT builder, activity kind it evidences).
-LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
+# NVTX ranges that may be steps or host waits: the one scan of NVTX_EVENTS the `steps` step makes.
+MARK_WORDS = r"(?i)(step|iter|batch)|" + WAIT_RANGES
+
+
+def marker_ranges_sql(src: Source) -> str | None:
+    """The export's closed NVTX ranges whose names may be steps or waits, as (report_id, pid,
+    tid, global_tid, start_ns, end_ns, duration_ns, name), for fill_markers; when the export has
+    no NVTX but has kernels, a query of no rows (the steps then come from the kernel pattern)."""
+    if not src.has(NVTX):
+        if not src.has(KERNEL) and not src.has(OSRT):
+            return None
+        return (
+            "SELECT NULL::INTEGER AS report_id, NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS global_tid, "
+            "0::BIGINT AS start_ns, 0::BIGINT AS end_ns, 0::BIGINT AS duration_ns, ''::VARCHAR AS name WHERE false"
+        )
+    t, a = NVTX, "n"
+    text_id, join = _name(src, t, "textId", a, "s")
+    name = f"coalesce({src.col(t, 'text', a)}, {text_id})"
+    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
+    cols = {**_host_side(src, t, a), "name": name}
+    body = ",\n  ".join(f'{expr} AS "{c}"' for c, expr in cols.items())
+    return (
+        f"SELECT {body} FROM {src.ref(t)} {a}{join} "
+        f'WHERE {a}.eventType IN ({types}) AND {a}."end" IS NOT NULL AND regexp_matches({name}, {params.literal(MARK_WORDS)})'
+    )
+
+
+def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
+    """The `steps` step: one scan of the NVTX ranges fills `host_waits` (communication ranges, and
+    the blocking OS runtime calls) and `steps`; returns the steps found."""
+    marks = marker_ranges_sql(src)
+    if marks is None:
+        return 0
+    rid = {"rid": report_id}
+    # CREATE TABLE AS cannot be prepared: the report id goes in as a literal
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_marks AS {marks.replace('$rid', str(int(report_id)))}")
+    try:
+        cols = ", ".join(c for c in schema.BY_NAME["host_waits"].col_names if c != "source")
+        params.execute(
+            con,
+            f"INSERT INTO host_waits ({cols}, source) SELECT {cols}, 'nvtx' FROM _nsa_marks "
+            f"WHERE regexp_matches(name, {params.literal(WAIT_RANGES)})",
+        )
+        osrt = osrt_waits_sql(src)
+        if osrt:
+            cols = ", ".join(f'"{c}"' for c in schema.BY_NAME["host_waits"].col_names)
+            params.execute(con, f"INSERT INTO host_waits ({cols}) {osrt}", rid)
+        return fill_steps(con, report_id, "SELECT global_tid, pid, start_ns, end_ns, name FROM _nsa_marks")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _nsa_marks")
+
+
+# Canonical table -> (SELECT builder, activity kind it evidences; None: no activity of its own).
+LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "kernel_rows": (kernel_rows_sql, "kernel"),
     "kernel_names": (kernel_names_sql, "kernel"),
     "kernel_launch": (kernel_launch_sql, "kernel"),
     "memcpy": (memcpy_sql, "memcpy"),
     "memset": (memset_sql, "memset"),
+    "graph_executions": (graph_executions_sql, "graph"),
+    "graph_events": (graph_events_sql, "graph"),
     "cuda_api": (cuda_api_sql, "cuda_api"),
     "sync_events": (sync_events_sql, "sync"),
     "nvtx_ranges": (nvtx_ranges_sql, "nvtx"),
@@ -419,15 +638,23 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str]] = {
     "osrt_api": (osrt_api_sql, "osrt"),
     "gpus": (gpus_sql, "gpu_info"),
     "processes": (processes_sql, "processes"),
+    "steps": (marker_ranges_sql, None),  # fills host_waits too
 }
 
 # Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
 # timeline: the host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows
-# at 1M kernels), and the kernels' launch configuration (11 of their 21 columns, no query in
-# the library reads them). Measured in benchmarks/README.md.
-DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "nvtx_kernels", "osrt_api")
+# at 1M kernels), and the kernels' launch configuration (10 of their 21 columns, no query in
+# the library reads them); the steps and the host waits, found by one scan of the NVTX ranges
+# (and of the OS runtime calls). Measured in
+# benchmarks/README.md.
+DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "nvtx_kernels", "osrt_api", "steps")
 # Steps that derive columns from tables already in the workspace: they need no source file.
 DERIVED = ("nvtx_kernels",)
+# Found on first use from the source; when the source is gone, the answers do without them (the
+# timeline rules judge the whole run and say why) instead of failing.
+OPTIONAL = ("steps",)
+# Worked out on first use rather than copied: the ingest message does not list them.
+WORKED_OUT = (*DERIVED, "steps")
 
 
 def validate(src: Source, path: object) -> None:
@@ -480,13 +707,16 @@ def load_table(
     """Copy one canonical table for one report; returns rows written (0 when the export lacks it).
 
     Two steps are not tables: `kernel_launch` fills the launch columns of rows `kernel_rows`
-    copied without them (launch=False), `nvtx_kernels` computes nvtx_ranges.kernels/kernel_ns."""
+    copied without them (launch=False), `nvtx_kernels` computes nvtx_ranges.kernels/kernel_ns
+    and their process_ forms."""
     if table == "kernel_launch":
         sql = kernel_launch_sql(src)
         row = params.execute(con, sql, {"rid": report_id}).fetchone() if sql else None
         return int(row[0]) if row else 0
     if table == "nvtx_kernels":
         return fill_nvtx_kernels(con, report_id)
+    if table == "steps":
+        return fill_markers(con, src, report_id)
     if table == "kernel_rows":
         sql = kernel_rows_sql(src, launch)
     elif table == "kernel_names":  # after kernel_rows: one row of each name for SQLite to look up
@@ -500,4 +730,8 @@ def load_table(
         return 0
     cols = ", ".join(f'"{c}"' for c in schema.BY_NAME[table].col_names)
     row = params.execute(con, f'INSERT INTO "{table}" ({cols}) {sql}', {"rid": report_id}).fetchone()
-    return int(row[0]) if row else 0
+    n = int(row[0]) if row else 0
+    if table == "cuda_api" and n:
+        row = params.execute(con, NESTED_DUPLICATES, {"rid": report_id}).fetchone()
+        n -= int(row[0]) if row else 0
+    return n

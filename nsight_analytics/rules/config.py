@@ -1,13 +1,18 @@
 """Rule thresholds: documented defaults, changed by a TOML file and `name=value` overrides.
 
-A config file holds threshold names as top-level keys, or under a `[thresholds]` table:
+A config file (TOML) holds threshold names as top-level keys, under a `[thresholds]` table, or
+under a table named after the rule that uses them (`nsa rules` lists each rule's thresholds):
 
     # nsa-rules.toml
     [thresholds]
     small_kernel_ns = 5000
+
+    [gpu-idle]
     idle_share_warning = 0.10
 
-Unknown names are errors (a typo must not silently keep the default).
+Unknown names are errors (a typo must not silently keep the default). Thresholds are shared by
+the rules that list them (`heavy_kernel_share` by every ncu rule), so a threshold takes one value:
+setting it twice to different values is an error too.
 """
 
 from __future__ import annotations
@@ -44,11 +49,16 @@ DEFAULTS: dict[str, Threshold] = {
     t.name: t
     for t in (
         # gpu-idle
-        _t("idle_share_warning", 0.20, "fraction", "GPU idle share of the steady-state span that is a warning."),
+        _t("idle_share_warning", 0.20, "fraction",
+           "GPU idle share of the steady-state span (the whole span without steps) that is a warning."),
         _t("idle_share_critical", 0.50, "fraction", "GPU idle share of the steady-state span that is critical."),
         _t("min_gap_ns", 100_000, "ns", "Idle gaps shorter than this are not attributed to a cause (launch jitter)."),
         _t("idle_min_span_ns", 50_000_000, "ns",
            "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run)."),
+        # startup
+        _t("startup_share_info", 0.20, "fraction",
+           "Start-up (before the first steady step) share of the capture's GPU timeline worth an info finding."),
+        _t("startup_min_ns", 100_000_000, "ns", "Start-up shorter than this is not reported."),
         # copy-dominated / pageable-memcpy
         _t("copy_share_warning", 0.30, "fraction", "Host<->device copy share of the span that is a warning."),
         _t("copy_share_critical", 0.60, "fraction", "Host<->device copy share of the span that is critical."),
@@ -119,14 +129,61 @@ def load_config(
             raise ConfigError(f"cannot read rules config {p}: {exc.strerror or exc}.") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"rules config {p} is not valid TOML: {exc}.") from exc
-        table = data.get("thresholds", data)
-        if not isinstance(table, dict):
-            raise ConfigError(f"rules config {p}: [thresholds] must be a table.")
-        for k, v in table.items():
-            values[k] = _coerce(k, v)
+        values.update(_file_values(p, data))
     for k, v in (overrides or {}).items():
         values[k] = _coerce(k, v)
     return values
+
+
+def _file_values(path: Path, data: dict[str, Any]) -> dict[str, float | int]:
+    """The thresholds a parsed config file sets: top-level keys, `[thresholds]`, `[rule-id]`."""
+    found: dict[str, tuple[float | int, str]] = {}  # name -> (value, where it was set)
+
+    def put(name: str, value: Any, where: str) -> None:
+        try:
+            number = _coerce(name, value)
+        except ConfigError as exc:
+            raise ConfigError(f"rules config {path}{where}: {exc}") from exc
+        if name in found and found[name][0] != number:
+            raise ConfigError(
+                f"rules config {path} sets {name} twice ({found[name][1] or 'top level'} and "
+                f"{where.strip() or 'top level'}); thresholds are shared by the rules that use them, "
+                "so give it one value."
+            )
+        found[name] = (number, where.strip())
+
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            put(key, value, "")
+            continue
+        allowed = None if key == "thresholds" else _rule_thresholds(path, key)
+        for name, v in value.items():
+            if allowed is not None and name not in allowed:
+                raise ConfigError(
+                    f"rules config {path}: [{key}] has no threshold {name!r}; its thresholds: "
+                    f"{', '.join(allowed) or 'none'}{_owners(name)}."
+                )
+            put(name, v, f" [{key}]")
+    return {name: number for name, (number, _) in found.items()}
+
+
+def _rule_thresholds(path: Path, rule_id: str) -> tuple[str, ...]:
+    from .engine import rules  # registers every rule; only files with rule tables pay for it
+
+    by_id = {r.id: r for r in rules()}
+    if rule_id not in by_id:
+        raise ConfigError(
+            f"rules config {path}: [{rule_id}] is neither [thresholds] nor a rule; rule ids: "
+            f"{', '.join(by_id)}."
+        )
+    return by_id[rule_id].thresholds
+
+
+def _owners(name: str) -> str:
+    from .engine import rules
+
+    owners = [r.id for r in rules() if name in r.thresholds]
+    return f" ({name} belongs to {', '.join(f'[{o}]' for o in owners)})" if owners else ""
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -99,6 +99,23 @@ class Context:
         )
         return rows if kind is None else rows.where(lambda r: r.kind == kind)
 
+    def steady(self, report_id: int) -> Any:
+        """The report's steady-state window (nsa_steady: start_ns, end_ns, steps,
+        steady_steps, first_step, last_step, source), or None when it has no steps."""
+        rows = self._run_sql("steady", "SELECT * FROM nsa_steady($rid)", {}, as_df=False)
+        return next((r for r in rows if r.report_id == report_id), None)
+
+    def steps_unknown(self, report_id: int) -> bool:
+        """True when the report's steps could not be looked for (its export moved since ingest)."""
+        rows = self._run_sql(
+            "steps_pending",
+            "SELECT report_id FROM reports WHERE list_contains(deferred_tables, 'steps') "
+            "AND ($rid IS NULL OR report_id = $rid)",
+            {},
+            as_df=False,
+        )
+        return any(r.report_id == report_id for r in rows)
+
     def report_file(self, report_id: int) -> str:
         for r in self.reports():
             if r.report_id == report_id:
@@ -151,3 +168,24 @@ class Context:
         if report_id is None or "report_id" not in df.columns:
             return df
         return df[df["report_id"] == report_id]
+
+
+def steady_scope(window: Any, unknown: bool = False) -> str:
+    """The denominator a timeline finding states: the steady-state window, or the whole run."""
+    if window is None and unknown:
+        return "over the whole run (its steps are not known: the export moved since ingest)"
+    if window is None:
+        return "over the whole run (no repeating steps found)"
+    return f"in the steady state (from step {window.first_step} of {window.steps} to the end of the capture)"
+
+
+def steady_evidence(window: Any) -> dict[str, Any]:
+    if window is None:
+        return {"steps": 0}
+    return {
+        "steps": int(window.steps),
+        "steady_steps": int(window.steady_steps),
+        "steady_start_ns": int(window.start_ns),
+        "steady_end_ns": int(window.end_ns),
+        "steps_source": str(window.source),
+    }

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import Context
+from .context import Context, steady_evidence, steady_scope
 from .model import Finding, rule, severity_for
 from .units import bw, count, dur, pct, size
 
@@ -99,17 +99,21 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
     pinned memory, double buffering, DataLoader pin_memory=True + non_blocking=True); move
     pageable buffers to pinned (cudaHostAlloc / tensor.pin_memory()).
 
+    Judged on the steady state (from the first steady step to the end of the capture; the whole
+    span for reports without steps), like every timeline rule.
+
     est_savings_ns: the larger of (a) the copy time that could hide behind kernels, i.e.
     min(copy time not overlapped by kernels, kernel time not overlapped by copies): overlapping
     can never save more than the compute there is to overlap with; and (b) for pageable copies,
     their time minus bytes / the pinned bandwidth measured in the same report (None for (b)
     without a pinned measurement). The largest device's value when GPUs run side by side.
     """
-    util = ctx.query("utilization", rid)
-    copies = ctx.query("memcpy_summary", rid)
+    util = ctx.query("utilization", rid, phase="steady")
+    copies = ctx.query("memcpy_summary", rid, phase="steady")
     hd = copies.where(lambda r: r.copy_kind in HOST_DEVICE)
     if not util or not hd:
         return []
+    window = ctx.steady(rid)
     span = int(util.total("span_ns"))
     kernel = int(util.total("kernel_busy_ns"))
     hd_busy = int(hd.total("busy_ns"))
@@ -129,9 +133,10 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         for i, g in enumerate(groups[:3])
         if i == 0 or g.busy_ns >= 0.01 * span
     ]
+    scope = steady_scope(window, ctx.steps_unknown(rid))
     message = (
-        f"Host<->device copies ran {pct(share)} of the {dur(span)} GPU span{where}; kernels only "
-        f"{pct(kernel_share)}. " + "; ".join(parts) + "."
+        f"{scope[0].upper()}{scope[1:]}, host<->device copies ran {pct(share)} of the {dur(span)} GPU span{where}; "
+        f"kernels only {pct(kernel_share)}. " + "; ".join(parts) + "."
     )
     overlap: dict[int, int] = {}
     for r in util:
@@ -177,6 +182,7 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         "overlap_savings_ns": max(overlap.values()) if overlap else 0,
         "pinning_savings_ns": max(pin.values()) if pin else None,
         "pinned_gb_per_s": rates or None,
+        **steady_evidence(window),
     }
     return [Finding("copy-dominated", severity, rid, title, message, recommendation, ev, savings)]
 
@@ -198,16 +204,19 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
     Fix: allocate those buffers pinned (cudaHostAlloc, cudaMallocHost, cudaHostRegister;
     PyTorch tensor.pin_memory(), DataLoader(pin_memory=True)) and issue the copies async.
 
+    Judged on the steady state (the whole span for reports without steps).
+
     est_savings_ns: for each pageable copy group, its time minus bytes / the pinned bandwidth
     measured in the same report (same direction when there is one), summed over the groups of
     a device; the largest device. None when the report has no pinned copy to measure. Overlaps
     with copy-dominated's estimate when that finding is about the same copies: do not add them.
     """
-    copies = ctx.query("memcpy_summary", rid)
-    util = ctx.query("utilization", rid)
+    copies = ctx.query("memcpy_summary", rid, phase="steady")
+    util = ctx.query("utilization", rid, phase="steady")
     pg = copies.where(lambda r: r.pageable)
     if not pg or not util:
         return []
+    window = ctx.steady(rid)
     total_ns = int(pg.total("total_ns"))
     if total_ns < ctx["pageable_min_ns"]:
         return []
@@ -229,9 +238,10 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
     if any("Async" in a for a in apis):
         async_note = " They were issued with " + ", ".join(apis) + ", which blocks the host for pageable memory."
     n_copies = int(pg.total("copies"))
+    scope = steady_scope(window, ctx.steps_unknown(rid))
     message = (
-        f"{count(n_copies)} copies touched pageable host memory for {dur(total_ns)} "
-        f"({pct(share)} of the GPU span): " + "; ".join(parts) + "." + async_note
+        f"{scope[0].upper()}{scope[1:]}, {count(n_copies)} copies touched pageable host memory for "
+        f"{dur(total_ns)} ({pct(share)} of the {dur(span)} GPU span): " + "; ".join(parts) + "." + async_note
     )
     savings = max(pin.values()) if pin else None
     if savings is not None:
@@ -256,5 +266,6 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
         ],
         "launch_apis": apis,
         "pinned_gb_per_s": rates or None,
+        **steady_evidence(window),
     }
     return [Finding("pageable-memcpy", severity, rid, title, message, recommendation, ev, savings)]

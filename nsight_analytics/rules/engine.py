@@ -22,12 +22,12 @@ def rules() -> list[Rule]:
 
 
 def rank_key(f: Finding) -> tuple[Any, ...]:
-    """Estimated savings first (None last), then severity, then the time at stake."""
+    """Severity first, then estimated (steady-state) savings (None last), then the time at stake."""
     stake = f.evidence.get("time_at_stake_ns") or 0
     return (
+        -SEVERITY_RANK[f.severity],
         f.est_savings_ns is None,
         -(f.est_savings_ns or 0),
-        -SEVERITY_RANK[f.severity],
         -stake,
         f.report_id,
         f.rule_id,
@@ -35,8 +35,9 @@ def rank_key(f: Finding) -> tuple[Any, ...]:
 
 
 # Canonical tables an ingest may defer that the rules read (through queries or their own SQL);
-# NVTX and OS runtime rows are not among them, so findings never pay for copying those.
-DEFERRED_TABLES_READ = frozenset({"cuda_api"})
+# NVTX and OS runtime rows are not among them, so findings never pay for copying those. The
+# graph tables are deferred only for reports ingested before nsa read them.
+DEFERRED_TABLES_READ = frozenset({"cuda_api", "host_waits", "steps", "graph_executions", "graph_events"})
 
 
 def run_rules(

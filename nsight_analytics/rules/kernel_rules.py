@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .context import Context
 from .model import Finding, rule, severity_for
-from .units import count, dur, pct
+from .units import count, dur, pct, plural
 
 _TOP_SMALL = """
 SELECT c.report_id, coalesce(n.short_name, n.name) AS short_name, count(DISTINCT n.name) AS variants,
@@ -49,12 +49,15 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     Fix: fuse the elementwise chains (torch.compile, a custom/Triton kernel, fused optimizers
     such as AdamW(fused=True) or foreach=True), capture the steady-state step in a CUDA graph
     (torch.cuda.graphs / CUDAGraph, cudaStreamBeginCapture) so one launch replays hundreds of
-    kernels, and batch work so each kernel does more.
+    kernels, and batch work so each kernel does more. A program that already replays graphs
+    (table `graph_executions`, or kernels with a graph_node_id) is told so: its graph kernels
+    pay one launch per replay, and only fusion is left to advise.
 
     est_savings_ns: the GPU idle time (nothing running at all, copies included) in gaps of at
     most storm_max_gap_ns inside storm windows (`small_kernel_storms`: runs of consecutive
-    tiny kernels), i.e. the launch gaps fusion or graphs remove; the largest device. The
-    kernels' own time is not counted: fused work still has to run.
+    tiny kernels) of the steady state (from the first steady step on; all of them without steps),
+    i.e. the launch gaps fusion or graphs remove; the largest device. The kernels' own time is not
+    counted: fused work still has to run. Severity follows that time's share of the steady state.
     """
     small = ctx["small_kernel_ns"]
     summary = ctx.query("small_kernels", rid, max_kernel_ns=int(small))
@@ -64,11 +67,17 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     n_small = int(s.small_kernels)
     if n_small < ctx["storm_min_kernels"]:
         return []
-    dev_span = {r.device_id: int(r.span_ns) for r in ctx.sql("kernel_span", _KERNEL_SPAN, rid)}
+    window = ctx.steady(rid)
+    if window is not None:  # the steady state: from the first steady step to the end
+        dev_span = {r.device_id: int(r.span_ns) for r in ctx.query("utilization", rid, phase="steady")}
+    else:
+        dev_span = {r.device_id: int(r.span_ns) for r in ctx.sql("kernel_span", _KERNEL_SPAN, rid)}
     span = max(dev_span.values()) if dev_span else 0
     storms = ctx.query(
         "small_kernel_storms", rid, max_kernel_ns=int(small), max_gap_ns=int(ctx["storm_max_gap_ns"]),
     )
+    if window is not None:
+        storms = storms.where(lambda r: r.start_ns >= window.start_ns)
     idle = storms.sum_by("device_id", "idle_ns", nulls=True)  # the worst device first
     worst_dev, savings = idle[0] if idle else (None, 0)
     gap_share = savings / dev_span.get(worst_dev, span) if idle and span else 0.0
@@ -87,17 +96,51 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     if not storms:
         message += " No storm window (a run of tiny kernels with the GPU mostly waiting) was found."
     else:
-        message += (
-            f" {count(len(storms))} storm windows ({count(storms.total('kernels'))} kernels, GPU busy "
-            f"{storms.total('busy_ns') / max(1, storms.total('window_ns')) * 100:.0f}% inside them) left the GPU "
-            f"idle {dur(savings)} in launch gaps ({pct(gap_share)} of the span from first to last kernel)."
+        of = (
+            f"the {dur(dev_span.get(worst_dev, span))} steady state" if window is not None
+            else "the span from first to last kernel"
         )
-    recommendation = (
-        "Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the elementwise "
-        "chain; fused/foreach optimizers for parameter updates), and capture the steady-state step in a CUDA "
-        "graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one launch replays them all. Batch small "
-        "operations so each kernel does more work."
-    )
+        message += (
+            f" {count(len(storms))} storm windows{' in the steady state' if window is not None else ''} "
+            f"({count(storms.total('kernels'))} kernels, GPU busy "
+            f"{storms.total('busy_ns') / max(1, storms.total('window_ns')) * 100:.0f}% inside them) left the GPU "
+            f"idle {dur(savings)} in launch gaps ({pct(gap_share)} of {of})."
+        )
+    graphs = ctx.query("graph_launches", rid)
+    graph_small = int(s.graph_kernels or 0)
+    if graphs:
+        replays = int(graphs.total("replays"))
+        per = graphs.where(lambda r: r.kernels_per_replay is not None)
+        message += (
+            f" The program already replays CUDA graphs: {plural(replays, 'replay')}, {dur(graphs.total('gpu_ns'))} on "
+            f"the GPU, launched by {dur(graphs.total('launch_api_ns'))} of host calls"
+            + (f", {per[0].kernels_per_replay:,.0f} kernels per replay" if per else "")
+            + "."
+        )
+        if graph_small:
+            message += (
+                f" {count(graph_small)} of the tiny kernels ran inside a graph: their launch cost is paid once "
+                "per replay, so only fusion makes them cheaper."
+            )
+        eager = n_small - graph_small
+        recommendation = (
+            "Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the elementwise "
+            "chain; fused/foreach optimizers for parameter updates): inside a CUDA graph each kernel still runs "
+            "for itself and the GPU pays ~1 us between nodes."
+            + (
+                f" The {count(eager)} tiny kernels launched one by one outside graphs are warm-up or capture runs, "
+                "or work the graph does not cover: keep them out of the steady-state loop."
+                if eager >= ctx["storm_min_kernels"]
+                else ""
+            )
+        )
+    else:
+        recommendation = (
+            "Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the elementwise "
+            "chain; fused/foreach optimizers for parameter updates), and capture the steady-state step in a CUDA "
+            "graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one launch replays them all. Batch small "
+            "operations so each kernel does more work."
+        )
     title = (
         f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top[0].short_name} at "
         f"{dur(top[0].avg_ns)} avg" if top else f"{count(n_small)} tiny kernels"
@@ -108,6 +151,9 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         "small_kernels": n_small,
         "small_kernel_time_ns": int(s.small_kernel_ns),
         "launch_api_ns": int(s.launch_api_ns),
+        "launch_calls": int(s.launch_calls),
+        "graph_kernels": graph_small,
+        "graph_replays": int(graphs.total("replays")),
         "storm_windows": int(len(storms)),
         "storm_idle_ns": int(savings),
         "storm_idle_share": gap_share,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import Context
+from .context import Context, steady_evidence, steady_scope
 from .model import Finding, rule
-from .units import count, dur, pct
+from .units import count, dur, pct, plural
 
 _FIRST_KERNEL = """
 SELECT report_id, device_id, min(start_ns) AS first_kernel_ns
@@ -15,6 +15,7 @@ FROM kernels WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
 
 _CAUSE_WORDS = {
     "sync": "the host blocked in a synchronising call",
+    "host_wait": "the thread that launches the next work was waiting",
     "late_launch": "the host issued the next work late",
     "unknown": "work queued but not started (dependency, other process, or no launch record)",
 }
@@ -26,6 +27,15 @@ _CAUSE_FIX = {
         "dependencies with cudaEventRecord + cudaStreamWaitEvent; in PyTorch avoid .item(), .cpu(), "
         "printing tensors and torch.cuda.synchronize() per step, and copy results back with "
         "non_blocking=True into pinned buffers."
+    ),
+    "host_wait": (
+        "The launching thread was waiting in {detail} while the GPU idled. Communication (MPI_*, nccl*, "
+        "ucp_*): overlap it with compute (non-blocking MPI_Isend/Irecv with work between post and wait, "
+        "CUDA-aware MPI or NCCL on a side stream, gradient bucketing) and look for load imbalance across "
+        "ranks. Sleeps: take them out of the loop. Condition variables, semaphores, locks, poll: the "
+        "thread waits for a producer (a data loader, a queue), so make the producer faster (more "
+        "DataLoader workers, prefetch_factor, pinned memory). Reads: data loading from storage; cache or "
+        "prefetch it."
     ),
     "late_launch": (
         "The CPU thread is the bottleneck between bursts (launch call {detail} issued after the GPU went "
@@ -48,33 +58,41 @@ _CAUSE_FIX = {
     thresholds=("idle_share_warning", "idle_share_critical", "min_gap_ns", "idle_min_span_ns"),
 )
 def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
-    """The GPU sits idle for a large share of the run.
+    """The GPU sits idle for a large share of the steady state.
 
-    Anti-pattern: between the first and last GPU activity the device runs nothing for long
-    stretches, because the host blocks in synchronising calls (cause `sync`), issues the next
-    work late (`late_launch`: Python overhead, data loading, sleeps) or work waits on something
-    the trace cannot show (`unknown`). Idle gaps before the device's first kernel are start-up
-    (context creation, model loading) and are reported apart, not counted in the share.
+    Anti-pattern: inside the program's main loop the device runs nothing for long stretches,
+    because the host blocks in synchronising calls (cause `sync`), the launching thread waits in
+    communication or the OS (`host_wait`: MPI_Recv, a NCCL call, a sleep, a lock, a read), issues
+    the next work late (`late_launch`: Python overhead, slow host code) or work waits on something
+    the trace cannot show (`unknown`). The loop is judged on its steady state (table `steps`: from the
+    first step after warm-up to the end of the last step); start-up is the `startup` rule's.
+    Reports without steps are judged over their whole span, less the idle time before each
+    device's first kernel, and the finding says so.
 
     Fix: depends on the dominant cause; the finding says which and what to change.
 
-    est_savings_ns: the idle time in gaps of the dominant cause (gaps >= min_gap_ns), the most
-    that removing that cause can give back; the largest device's value when several GPUs run
-    side by side. None when the dominant cause is `unknown` (no honest fix to estimate).
+    est_savings_ns: the steady-state idle time in gaps of the dominant cause (gaps >=
+    min_gap_ns), the most that removing that cause can give back; the largest device's value
+    when several GPUs run side by side. None when the dominant cause is `unknown` (no honest fix
+    to estimate). Severity follows the steady-state idle share.
     """
-    util = ctx.query("utilization", rid)
+    util = ctx.query("utilization", rid, phase="steady")
     if not util:
         return []
     gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["min_gap_ns"]))
-    first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.sql("first_kernel", _FIRST_KERNEL, rid)}
+    window = ctx.steady(rid)
+    if window is not None:
+        steady = gaps.where(lambda g: g.phase == "steady")
+        startup_ns = 0
+    else:
+        first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.sql("first_kernel", _FIRST_KERNEL, rid)}
 
-    def at_startup(g: Any) -> bool:
-        first_ns = first.get((g.report_id, g.device_id))
-        return first_ns is None or g.gap_end_ns <= first_ns
+        def at_startup(g: Any) -> bool:
+            first_ns = first.get((g.report_id, g.device_id))
+            return first_ns is None or g.gap_end_ns <= first_ns
 
-    startup = gaps.where(at_startup)
-    steady = gaps.where(lambda g: not at_startup(g))
-    startup_ns = int(startup.total("gap_ns"))
+        steady = gaps.where(lambda g: not at_startup(g))
+        startup_ns = int(gaps.where(at_startup).total("gap_ns"))
     span = int(util.total("span_ns")) - startup_ns
     idle = int(util.total("idle_ns")) - startup_ns
     if span <= 0 or span < ctx["idle_min_span_ns"]:
@@ -87,7 +105,9 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     gap_total = int(steady.total("gap_ns"))
     devices = len(util)
     where = f" on {devices} GPUs" if devices > 1 else ""
+    scope = steady_scope(window, ctx.steps_unknown(rid))
     ev = {
+        "phase": "steady" if window is not None else "run",
         "span_ns": span,
         "idle_ns": idle,
         "idle_share": share,
@@ -97,9 +117,10 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         "min_gap_ns": int(ctx["min_gap_ns"]),
         "startup_idle_ns": startup_ns,
         "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause},
+        **steady_evidence(window),
     }
     message = (
-        f"The GPU was idle {dur(idle)} of its {dur(span)} span{where} ({pct(share)}); "
+        f"{scope[0].upper()}{scope[1:]}, the GPU was idle {dur(idle)} of {dur(span)}{where} ({pct(share)}); "
         f"{count(len(steady))} gaps of at least {dur(ctx['min_gap_ns'])} hold {dur(gap_total)}."
     )
     savings = None
@@ -116,7 +137,7 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         ev.update(dominant_cause=cause, dominant_detail=detail_name if detail else None)
         cause_share = cause_ns / gap_total if gap_total else 0.0
         message += (
-            f" {pct(cause_share)} of that gap time ({dur(cause_ns)}, {count(len(cause_gaps))} gaps): "
+            f" {pct(cause_share)} of that gap time ({dur(cause_ns)}, {plural(len(cause_gaps), 'gap')}): "
             f"{_CAUSE_WORDS.get(cause, cause)}"
             + (f", mostly {detail_name}" if detail else "")
             + "."
@@ -126,24 +147,159 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
                 others = steady.where(lambda g, other=other: g.cause == other)
                 top = others.sum_by("cause_detail", "gap_ns")
                 message += (
-                    f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {count(len(others))} gaps): "
+                    f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {plural(len(others), 'gap')}): "
                     f"{_CAUSE_WORDS.get(str(other), str(other))}"
                     + (f", mostly {top[0][0]}" if top else "")
                     + "."
                 )
+        if cause == "late_launch":
+            message += _host_calls_in(ctx, rid, cause_gaps)
         recommendation = _CAUSE_FIX.get(cause, _CAUSE_FIX["unknown"]).format(detail=detail_name)
+        if ctx.query("graph_launches", rid):  # no advice to capture graphs to a program that does
+            recommendation = recommendation.replace(
+                ", or capture the steady state in a CUDA graph.",
+                "; the program already replays CUDA graphs, so look at what the host does before each launch.",
+            )
         if cause != "unknown":
             savings = int(cause_gaps.sum_by("device_id", "gap_ns", nulls=True)[0][1])
-    if startup_ns:
+    if window is not None:
+        message += f" Start-up before step {window.first_step} is not counted (see the startup rule)."
+    elif startup_ns:
         message += f" Not counted: {dur(startup_ns)} idle before the first kernel (start-up)."
         recommendation += (
             " To profile only the steady state, start the capture later (`nsys profile --delay`, or "
             "--capture-range=cudaProfilerApi around the loop)."
         )
-    title = f"GPU idle {pct(share)} of the run{where}"
+    title = f"GPU idle {pct(share)} of the {'steady state' if window is not None else 'run'}{where}"
     if "dominant_cause" in ev:
         title += f", mostly {ev['dominant_cause'].replace('_', ' ')}"
     return [Finding("gpu-idle", severity, rid, title, message, recommendation, ev, savings)]
+
+
+# What the launching threads did during the largest late-launch gaps: their CUDA API time per
+# call, clipped to the gaps. The gaps travel as a VALUES list (at most _HOST_GAPS of them).
+_HOST_CALLS = """
+WITH g AS (SELECT * FROM (VALUES {values}) AS t(report_id, tid, s, e))
+SELECT c.name, sum(least(c.end_ns, g.e) - greatest(c.start_ns, g.s)) AS in_gaps_ns
+FROM cuda_api AS c
+JOIN g ON c.report_id = g.report_id AND c.global_tid = g.tid AND c.start_ns < g.e AND c.end_ns > g.s
+WHERE c.report_id = {rid} AND c.start_ns < {hi} AND c.end_ns > {lo}
+GROUP BY c.name
+ORDER BY in_gaps_ns DESC, c.name
+LIMIT 3
+"""
+_HOST_GAPS = 20
+
+
+def _host_calls_in(ctx: Context, rid: int, gaps: Any) -> str:
+    """' In the N largest of these gaps the launching thread spent X in A, Y in B ...; the rest
+    outside CUDA calls.' ('' when no launching thread is known)."""
+    top = sorted((g for g in gaps if g.launch_global_tid is not None), key=lambda g: -g.gap_ns)[:_HOST_GAPS]
+    if not top:
+        return ""
+    values = ", ".join(
+        f"({int(g.report_id)}, {int(g.launch_global_tid)}, {int(g.gap_start_ns)}, {int(g.gap_end_ns)})" for g in top
+    )
+    lo, hi = min(int(g.gap_start_ns) for g in top), max(int(g.gap_end_ns) for g in top)
+    sql = _HOST_CALLS.format(values=values, rid=int(rid), lo=lo, hi=hi)
+    calls = ctx.sql(f"host_calls:{values}", sql)
+    total = sum(int(g.gap_ns) for g in top)
+    parts = [f"{dur(r.in_gaps_ns)} in {r.name}" for r in calls if r.in_gaps_ns >= 0.05 * total]
+    which = f"the {len(top)} largest of these gaps" if len(gaps) > len(top) else "these gaps"
+    if not parts:
+        return f" In {which} ({dur(total)}) the launching thread was outside CUDA calls (host code: Python, data, I/O)."
+    rest = total - sum(int(r.in_gaps_ns) for r in calls)
+    return (
+        f" In {which} ({dur(total)}) the launching thread spent " + ", ".join(parts)
+        + f"; {dur(max(0, rest))} outside CUDA calls."
+    )
+
+
+_STARTUP_CALLS = """
+SELECT c.report_id,
+       CASE
+           WHEN regexp_matches(c.name, '^cu(Module|Library)(Load|GetFunction|GetKernel|GetGlobal)')
+                OR c.name IN ('cudaGetFuncBySymbol', 'cudaFuncGetAttributes', 'cuKernelGetFunction') THEN 'module loading'
+           WHEN regexp_matches(c.name, '^(cuda(Malloc|Free|HostAlloc|HostRegister|MallocHost|FreeHost)|cuMem(Alloc|Free|Create|Map|AddressReserve|HostAlloc|HostRegister))')
+               THEN 'memory allocation'
+           WHEN regexp_matches(c.name, '^cu(da)?GraphInstantiate') THEN 'CUDA graph instantiation'
+           WHEN regexp_matches(c.name, '^(cuInit|cuCtxCreate|cuDevicePrimaryCtxRetain|cudaSetDevice)') THEN 'context creation'
+           WHEN nsa_sync_kind(c.name) IS NOT NULL THEN 'waiting for the GPU'
+       END AS category,
+       count(*) AS calls, sum(c.duration_ns) AS total_ns
+FROM cuda_api AS c JOIN nsa_steady($rid) AS w ON w.report_id = c.report_id
+WHERE ($rid IS NULL OR c.report_id = $rid) AND c.start_ns < w.start_ns
+GROUP BY ALL
+"""
+
+_CATEGORY_FIX = {
+    "module loading": "lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) and fewer "
+    "kernel variants compiled at start-up",
+    "memory allocation": "allocating once and reusing (PyTorch's caching allocator does after the first step; "
+    "pre-allocate buffers outside the loop)",
+    "CUDA graph instantiation": "instantiating graphs once and updating them (cudaGraphExecUpdate) instead of "
+    "re-instantiating",
+    "context creation": "creating the CUDA context once per process",
+    "waiting for the GPU": "less start-up GPU work: autotuning (torch.backends.cudnn.benchmark, cuBLAS/Triton "
+    "autotune) runs once and can be cached",
+}
+
+
+@rule("startup", kind="nsys", severities=("info",), thresholds=("startup_share_info", "startup_min_ns"))
+def startup(ctx: Context, rid: int) -> list[Finding]:
+    """A large part of the capture is start-up, before the main loop's steady state.
+
+    Anti-pattern: not a defect of the program so much as of the capture: module loading, first
+    allocations, cuDNN/cuBLAS autotuning and the first step's one-off work fill much of a
+    short capture, so whole-run numbers (idle share, copy share) describe the warm-up, not the
+    loop. nsa judges the timeline rules on the steady state (table `steps`); this finding says
+    what the start-up cost and where the host spent it.
+
+    Fix: profile the steady state (`nsys profile --delay`, or --capture-range=cudaProfilerApi
+    / nvtx around the loop); where start-up matters (short jobs, serving cold starts), cut the
+    largest host cost it names.
+
+    est_savings_ns: None (start-up is paid once per run, not per step).
+    """
+    window = ctx.steady(rid)
+    if window is None:
+        return []
+    startup_util = ctx.query("utilization", rid, phase="startup")
+    steady_util = ctx.query("utilization", rid, phase="steady")
+    startup_ns = max((int(r.span_ns) for r in startup_util), default=0)
+    steady_ns = max((int(r.span_ns) for r in steady_util), default=0)
+    total = startup_ns + steady_ns
+    if total <= 0 or startup_ns < ctx["startup_min_ns"] or startup_ns / total < ctx["startup_share_info"]:
+        return []
+    busy = max((int(r.any_busy_ns) for r in startup_util), default=0)
+    calls = ctx.sql("startup_calls", _STARTUP_CALLS, rid).where(lambda r: r.category is not None)
+    by_cat = sorted(calls, key=lambda r: -r.total_ns)
+    parts = [f"{r.category} {dur(r.total_ns)} in {count(r.calls)} calls" for r in by_cat if r.total_ns >= 1_000_000]
+    steps = f"step {window.first_step}" if window.first_step else "the first step"
+    message = (
+        f"Start-up, from the first GPU activity to the start of {steps} (of {count(window.steps)} steps, "
+        f"{window.source}), took {dur(startup_ns)}: {pct(startup_ns / total)} of the capture's GPU "
+        f"timeline, against {dur(steady_ns)} of steady state. The GPU was busy {dur(busy)} of it."
+    )
+    if parts:
+        message += " Host time in CUDA calls before the steady state: " + "; ".join(parts[:4]) + "."
+    message += " Timeline findings judge the steady state only."
+    fixes = [_CATEGORY_FIX[r.category] for r in by_cat[:2] if r.total_ns >= 1_000_000 and r.category in _CATEGORY_FIX]
+    recommendation = (
+        "To profile the loop itself, start the capture after warm-up (`nsys profile --delay N`, or "
+        "`--capture-range=cudaProfilerApi` with cudaProfilerStart/Stop around a few steps)."
+        + (" Where start-up time matters (short jobs, cold starts), cut it by " + "; ".join(fixes) + "." if fixes else "")
+    )
+    ev = {
+        "startup_ns": startup_ns,
+        "steady_ns": steady_ns,
+        "startup_share": startup_ns / total,
+        "startup_gpu_busy_ns": busy,
+        "host_calls": {str(r.category): {"calls": int(r.calls), "total_ns": int(r.total_ns)} for r in by_cat},
+        **steady_evidence(window),
+    }
+    title = f"Start-up fills {pct(startup_ns / total)} of the capture ({dur(startup_ns)} before {steps})"
+    return [Finding("startup", "info", rid, title, message, recommendation, ev, None)]
 
 
 # Per blocking call: how much of it the GPUs of the same process spent busy. "Beyond GPU work" is

@@ -41,3 +41,8 @@ def pct(fraction: float | None) -> str:
 
 def count(n: int | float) -> str:
     return f"{int(n):,}"
+
+
+def plural(n: int | float, word: str) -> str:
+    """'1 gap', '2 gaps', '1,024 kernels'."""
+    return f"{count(n)} {word}" + ("" if int(n) == 1 else "s")

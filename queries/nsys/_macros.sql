@@ -1,11 +1,12 @@
 -- Macros shared by the nsys queries; the query runner executes this file before any query.
 -- Macro parameters are spelled nsa_* so they never shadow a column of the same name.
 
--- nsa_gpu_activity(nsa_rid): every kernel, memcpy and memset of report `nsa_rid` (all reports
--- when NULL) as one table: report_id, device_id, pid, stream_id, correlation_id, start_ns,
--- end_ns, kind ('kernel', 'memcpy', 'memset') and label (the kernel name, 'memcpy HtoD',
--- 'memset'). Rows without a start or with end < start are dropped: they cannot be placed on a
--- timeline.
+-- nsa_gpu_activity(nsa_rid): every kernel, memcpy, memset and CUDA graph execution of report
+-- `nsa_rid` (all reports when NULL) as one table: report_id, device_id, pid, stream_id,
+-- correlation_id, start_ns, end_ns, kind ('kernel', 'memcpy', 'memset', 'graph') and label (the
+-- kernel name, 'memcpy HtoD', 'memset', 'CUDA graph 3'). A graph execution traced as one row
+-- (nsys' default --cuda-graph-trace=graph) is GPU work like a kernel. Rows without a start or
+-- with end < start are dropped: they cannot be placed on a timeline.
 CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
     SELECT k.report_id, k.device_id, k.pid, k.stream_id, k.correlation_id, k.start_ns, k.end_ns,
            'kernel' AS kind, coalesce(n.name, n.short_name, '(unnamed kernel)') AS label
@@ -21,7 +22,31 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
     SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
            'memset' AS kind, 'memset' AS label
     FROM memset
+    WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
+           'graph' AS kind, 'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?') AS label
+    FROM graph_executions
     WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns;
+
+-- nsa_steady(nsa_rid): where the steady state of each report that has steps (table `steps`)
+-- begins: report_id, start_ns (the first steady step starts; everything before is start-up, and
+-- the steady state runs from here to the end of the capture), end_ns (the last step ends), steps
+-- (all steps), steady_steps, first_step / last_step (0-based positions) and source ('nvtx' or
+-- 'kernels'). Reports without steps have no row: their queries fall back to the whole span.
+CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
+    SELECT report_id,
+           min(start_ns) FILTER (WHERE steady) AS start_ns,
+           max(end_ns) AS end_ns,
+           count(*) AS steps,
+           count(*) FILTER (WHERE steady) AS steady_steps,
+           arg_min(step, start_ns) FILTER (WHERE steady) AS first_step,
+           arg_max(step, end_ns) AS last_step,
+           any_value(source) AS source
+    FROM steps
+    WHERE (nsa_rid IS NULL OR report_id = nsa_rid)
+    GROUP BY report_id
+    HAVING count(*) FILTER (WHERE steady) > 0;
 
 -- nsa_sync_kind(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:

@@ -1,9 +1,14 @@
 -- GPU idle gaps per report and device: every interval at least min_gap_ns long in which no
--- kernel, memcpy or memset ran on the device (between its first and last activity), with the
--- activity ending before and starting after it and what the host was doing:
+-- kernel, memcpy, memset or CUDA graph execution ran on the device (between its first and last
+-- activity), with the activity ending before and starting after it, the phase of the run it
+-- falls in, and what the host was doing:
 --   sync         a blocking CUDA call (nsa_sync_kind: cuda*Synchronize, synchronous cudaMemcpy /
 --                cudaMemset) of the process that runs the next activity, on any of its threads,
 --                overlapped at least half the gap; cause_detail names it;
+--   host_wait    otherwise, when the host thread that launched the activity after the gap was
+--                waiting (table host_waits: an MPI_* / nccl* / ucp_* NVTX range, a sleep, a
+--                condition-variable or lock wait, poll, a read...) for at least half the gap,
+--                at its midpoint; cause_detail names the wait ('MPI_Recv', 'usleep');
 --   late_launch  otherwise, when the API call that launched the activity after the gap started
 --                after the gap began: the host issued the work late (host busy elsewhere, or
 --                launch latency); cause_detail names the launch call;
@@ -21,12 +26,14 @@
 -- col gap_ns BIGINT: idle time (ns).
 -- col before VARCHAR: activity ending at gap_start_ns (kernel name, 'memcpy HtoD', 'memset').
 -- col after VARCHAR: activity starting at gap_end_ns.
--- col cause VARCHAR: sync, late_launch or unknown.
--- col cause_detail VARCHAR: the blocking call (sync) or the launch call (late_launch).
+-- col cause VARCHAR: sync, host_wait, late_launch or unknown.
+-- col cause_detail VARCHAR: the blocking call (sync), the wait (host_wait) or the launch call (late_launch).
 -- col pid BIGINT: process of the activity after the gap.
 -- col launch_api VARCHAR: CUDA API call that launched the activity after the gap.
 -- col launch_delay_ns BIGINT: launch call start - gap start: > 0 means issued during the gap (ns).
 -- col sync_overlap_ns BIGINT: how much of the gap the blocking call covered (ns).
+-- col launch_global_tid BIGINT: host thread (nsys global_tid) of the launch call.
+-- col phase VARCHAR: where the gap's midpoint falls: 'startup' (before the first steady step of nsa_steady), 'steady' (after its start), or 'run' for reports without steps.
 WITH
 -- sorted on the integer keys only: a sort on the label strings costs several times more. Among
 -- rows with the same start the first (smallest end) is the only one that can open a gap; the
@@ -80,7 +87,8 @@ before AS (
     GROUP BY ALL
 ),
 launch AS (
-    SELECT g.report_id, g.device_id, g.gap_start_ns, min(c.start_ns) AS launch_start_ns, min(c.name) AS launch_api
+    SELECT g.report_id, g.device_id, g.gap_start_ns, min(c.start_ns) AS launch_start_ns, min(c.name) AS launch_api,
+           arg_min(c.global_tid, c.start_ns) AS launch_tid, any_value(g.gap_ns) AS gap_ns
     FROM g
     JOIN cuda_api AS c
         ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
@@ -117,6 +125,16 @@ sync AS (
     FROM hit
     WHERE 2 * overlap_ns >= gap_ns
     GROUP BY ALL
+),
+-- the wait the launching thread was in at the gap's midpoint (the latest to start before it)
+wait AS (
+    SELECT l.report_id, l.device_id, l.gap_start_ns, w.name AS wait_name
+    FROM (SELECT *, gap_start_ns + gap_ns // 2 AS mid_ns FROM launch WHERE launch_tid IS NOT NULL) AS l
+    ASOF JOIN (
+        SELECT * FROM host_waits WHERE ($report_id IS NULL OR report_id = $report_id)
+    ) AS w ON w.report_id = l.report_id AND w.global_tid = l.launch_tid AND l.mid_ns >= w.start_ns
+    WHERE w.end_ns >= l.mid_ns
+        AND 2 * (least(w.end_ns, l.gap_start_ns + l.gap_ns) - greatest(w.start_ns, l.gap_start_ns)) >= l.gap_ns
 )
 SELECT
     g.report_id,
@@ -128,19 +146,29 @@ SELECT
     g.after,
     CASE
         WHEN s.sync_api IS NOT NULL THEN 'sync'
+        WHEN hw.wait_name IS NOT NULL THEN 'host_wait'
         WHEN l.launch_start_ns > g.gap_start_ns THEN 'late_launch'
         ELSE 'unknown'
     END AS cause,
     CASE
         WHEN s.sync_api IS NOT NULL THEN s.sync_api
+        WHEN hw.wait_name IS NOT NULL THEN hw.wait_name
         WHEN l.launch_start_ns > g.gap_start_ns THEN l.launch_api
     END AS cause_detail,
     g.pid,
     l.launch_api,
     CAST(l.launch_start_ns - g.gap_start_ns AS BIGINT) AS launch_delay_ns,
-    CAST(s.sync_overlap_ns AS BIGINT) AS sync_overlap_ns
+    CAST(s.sync_overlap_ns AS BIGINT) AS sync_overlap_ns,
+    l.launch_tid AS launch_global_tid,
+    CASE
+        WHEN w.report_id IS NULL THEN 'run'
+        WHEN g.gap_start_ns + g.gap_ns // 2 < w.start_ns THEN 'startup'
+        ELSE 'steady'
+    END AS phase
 FROM g
+LEFT JOIN nsa_steady($report_id) AS w USING (report_id)
 LEFT JOIN before AS b USING (report_id, device_id, gap_start_ns)
 LEFT JOIN launch AS l USING (report_id, device_id, gap_start_ns)
 LEFT JOIN sync AS s USING (report_id, device_id, gap_start_ns)
+LEFT JOIN wait AS hw USING (report_id, device_id, gap_start_ns)
 ORDER BY g.report_id, g.device_id, g.gap_start_ns

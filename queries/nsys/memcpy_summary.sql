@@ -3,8 +3,12 @@
 -- pageable flags copies from or to pageable host memory: the driver stages them through a
 -- pinned buffer (slow, and the host thread blocks even for cudaMemcpyAsync). sync_copies counts
 -- copies issued by a blocking call (cudaMemcpy, cudaMemcpy2D, cuMemcpyHtoD... not *Async),
--- found through the launching cuda_api row (same report_id, pid, correlation_id).
+-- found through the launching cuda_api row (same report_id, pid, correlation_id). With phase
+-- 'steady' ('startup'), reports that have steps count only the copies starting at or after (before)
+-- their first steady step (nsa_steady), and span_pct is against that part of the device's span;
+-- reports without steps keep all their copies.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
 -- col copy_kind VARCHAR: HtoD, DtoH, DtoD, PtoP...
@@ -19,10 +23,16 @@
 -- col pageable BOOLEAN: source or destination is pageable host memory.
 -- col sync_copies BIGINT: copies issued by a blocking (non-Async) memcpy call.
 -- col launch_apis VARCHAR: distinct API calls that issued the copies, comma-separated.
-WITH m AS (
-    SELECT report_id, device_id, pid, correlation_id, copy_kind, src_kind, dst_kind, start_ns, end_ns, duration_ns, bytes
-    FROM memcpy
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+WITH win AS (
+    SELECT report_id, start_ns AS steady_ns FROM nsa_steady($report_id) WHERE $phase IN ('steady', 'startup')
+),
+m AS (
+    SELECT c.report_id, c.device_id, c.pid, c.correlation_id, c.copy_kind, c.src_kind, c.dst_kind, c.start_ns,
+           c.end_ns, c.duration_ns, c.bytes
+    FROM memcpy AS c
+    LEFT JOIN win AS w USING (report_id)
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.start_ns IS NOT NULL AND c.end_ns >= c.start_ns
+        AND (w.steady_ns IS NULL OR (c.start_ns >= w.steady_ns) = ($phase = 'steady'))
 ),
 -- one integer per (report, device, copy kind, memory kinds): the union window below partitions
 -- on it instead of on three strings (string sort keys cost several times more)
@@ -68,9 +78,15 @@ per_api AS (
     GROUP BY ALL
 ),
 span AS (
-    SELECT report_id, device_id, max(end_ns) - min(start_ns) AS span_ns
-    FROM nsa_gpu_activity($report_id)
-    GROUP BY ALL
+    SELECT a.report_id, a.device_id,
+           CASE
+               WHEN w.steady_ns IS NULL THEN max(a.end_ns) - min(a.start_ns)
+               WHEN $phase = 'steady' THEN max(a.end_ns) - any_value(w.steady_ns)
+               ELSE any_value(w.steady_ns) - min(a.start_ns)
+           END AS span_ns
+    FROM nsa_gpu_activity($report_id) AS a
+    LEFT JOIN win AS w USING (report_id)
+    GROUP BY a.report_id, a.device_id, w.steady_ns
 ),
 s AS (
     SELECT

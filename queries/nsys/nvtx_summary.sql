@@ -1,15 +1,29 @@
 -- NVTX ranges per report, domain and name: how many, how long (closed ranges only; ranges
 -- never closed are counted in open_ranges and left out of every other column), and the GPU
--- time of the kernels launched inside them. A kernel belongs to a range when the API call that
--- launched it (cuda_api row with the kernel's report_id, pid and correlation_id) was made on the
--- range's thread (global_tid) at a start time inside [range start, range end]; nested ranges
--- each count the kernel. That projection is computed once per range, the first time a report's
--- NVTX ranges are read (nvtx_ranges.kernels / kernel_ns, by running totals and two ASOF joins,
--- linear in ranges + calls), so this query is one aggregation.
+-- time of the kernels launched inside them. Names are grouped without the per-call suffixes of
+-- PyTorch's emit_nvtx (`aten::mm, seq = 7, op_id = 345` is counted as `aten::mm`; see
+-- nvtx_ranges.base_name), so an op is one row, not one row per call; `names` says how many full
+-- names a row folds, and nvtx_ranges.name keeps each of them.
+-- A kernel belongs to a range when the CUDA API call that launched it (the cuda_api row with the
+-- kernel's report_id, pid and correlation_id) started inside [range start, range end]; nested
+-- ranges each count it. Two projections, by which thread made the call:
+-- kernels / kernel_ns: the range's own thread (global_tid). nsys's definition (`nsys stats -r
+-- nvtx_kern_sum`, formerly nvtxkernsum), and the right one for ranges pushed by the thread that
+-- launches the work: a training loop's forward and optimizer phases, every emit_nvtx op range.
+-- process_kernels / process_kernel_ns: any thread of the range's process (pid). The right one for
+-- ranges around work that other threads launch: PyTorch runs backward on its autograd thread
+-- while the `backward` range is on the main thread, so the same-thread columns show only the few
+-- kernels the main thread launched itself. It over-counts when several threads of the process
+-- run unrelated GPU work at the same time (everything they launch during the range is counted),
+-- and an outer range on a worker thread takes in the main thread's launches too. Equal columns
+-- mean no other thread of the process launched a kernel while the range was open.
+-- Both are computed once per range, the first time a report's NVTX ranges are read (running
+-- totals and ASOF joins, linear in ranges + calls), so this query is one aggregation.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).
--- col name VARCHAR: range name.
+-- col name VARCHAR: range name without per-call suffixes (nvtx_ranges.base_name).
+-- col names BIGINT: distinct full range names (nvtx_ranges.name) folded into this row; 1 for most ranges.
 -- col ranges BIGINT: closed ranges.
 -- col open_ranges BIGINT: ranges with no end (not closed before the capture ended).
 -- col total_ns BIGINT: summed range duration (ns).
@@ -17,12 +31,16 @@
 -- col median_ns DOUBLE: median range duration (ns).
 -- col min_ns BIGINT: shortest range (ns).
 -- col max_ns BIGINT: longest range (ns).
--- col kernels BIGINT: kernels launched inside the ranges.
+-- col kernels BIGINT: kernels launched inside the ranges by the ranges' own threads (as nsys counts).
 -- col kernel_ns BIGINT: summed GPU time of those kernels (ns).
+-- col process_kernels BIGINT: kernels launched inside the ranges by any thread of their process.
+-- col process_kernel_ns BIGINT: summed GPU time of those kernels (ns).
+-- base_name is NULL only in rows written without it (by hand): those group by their full name.
 SELECT
     report_id,
     domain,
-    name,
+    coalesce(base_name, name) AS name,
+    CAST(count(DISTINCT name) AS BIGINT) AS names,
     CAST(count(end_ns) AS BIGINT) AS ranges,
     CAST(count(*) - count(end_ns) AS BIGINT) AS open_ranges,
     CAST(sum(duration_ns) AS BIGINT) AS total_ns,
@@ -31,8 +49,10 @@ SELECT
     CAST(min(duration_ns) AS BIGINT) AS min_ns,
     CAST(max(duration_ns) AS BIGINT) AS max_ns,
     CAST(coalesce(sum(kernels), 0) AS BIGINT) AS kernels,
-    CAST(coalesce(sum(kernel_ns), 0) AS BIGINT) AS kernel_ns
+    CAST(coalesce(sum(kernel_ns), 0) AS BIGINT) AS kernel_ns,
+    CAST(coalesce(sum(process_kernels), 0) AS BIGINT) AS process_kernels,
+    CAST(coalesce(sum(process_kernel_ns), 0) AS BIGINT) AS process_kernel_ns
 FROM nvtx_ranges
 WHERE ($report_id IS NULL OR report_id = $report_id)
-GROUP BY report_id, domain, name
+GROUP BY report_id, domain, coalesce(base_name, name)
 ORDER BY report_id, total_ns DESC NULLS LAST, domain, name

@@ -1,9 +1,11 @@
 -- Tiny kernels per report: kernels shorter than max_kernel_ns, how much of the launches and of
 -- the kernel time they are, the host time spent in the API calls that launched them (the
--- cuda_api row with the same report_id, pid and correlation_id), how often they were launched
--- (per second of the report's kernel span: first kernel start to last kernel end) and the most
--- frequent names. Many tiny kernels with launch time close to or above their GPU time mean a
--- launch-bound workload: fuse them or capture them in a CUDA graph.
+-- cuda_api row with the same report_id, pid and correlation_id, each call counted once: the
+-- kernels of a CUDA graph traced per node share their one cudaGraphLaunch), how often they were
+-- launched (per second of the report's kernel span: first kernel start to last kernel end) and
+-- the most frequent names. Many tiny kernels with launch time close to or above their GPU time
+-- mean a launch-bound workload: fuse them or capture them in a CUDA graph; tiny kernels that
+-- already run inside a graph (graph_kernels) are no longer launch-bound, only fusion helps them.
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param max_kernel_ns BIGINT = 10000: kernels shorter than this are small (ns).
 -- param top_n INTEGER = 5: how many names top_names lists.
@@ -13,11 +15,13 @@
 -- col launch_pct DOUBLE: small_kernels as a share of all kernels (%).
 -- col small_kernel_ns BIGINT: summed GPU time of the small kernels (ns).
 -- col time_pct DOUBLE: small_kernel_ns as a share of all kernel time (%).
--- col launch_api_ns BIGINT: summed duration of the API calls that launched the small kernels (ns).
+-- col launch_api_ns BIGINT: summed duration of the API calls that launched the small kernels, each call once (ns).
+-- col launch_calls BIGINT: distinct API calls that launched the small kernels.
+-- col graph_kernels BIGINT: small kernels that ran as nodes of a CUDA graph (graph_node_id set).
 -- col launches_per_s DOUBLE: small kernels per second of the report's kernel span (1/s).
 -- col top_names VARCHAR: the top_n most frequent small kernels, 'name (count)' joined by '; '.
 WITH k AS (
-    SELECT report_id, pid, correlation_id, name_id, start_ns, end_ns, duration_ns,
+    SELECT report_id, pid, correlation_id, name_id, start_ns, end_ns, duration_ns, graph_node_id,
            duration_ns < $max_kernel_ns AS small
     FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id)
@@ -29,15 +33,17 @@ per_report AS (
         count(*) FILTER (WHERE small) AS small_kernels,
         sum(duration_ns) AS kernel_ns,
         coalesce(sum(duration_ns) FILTER (WHERE small), 0) AS small_kernel_ns,
+        count(*) FILTER (WHERE small AND graph_node_id IS NOT NULL) AS graph_kernels,
         max(end_ns) - min(start_ns) AS span_ns
     FROM k
     GROUP BY ALL
 ),
 launch AS (
-    SELECT k.report_id, sum(c.duration_ns) AS launch_api_ns
-    FROM k
-    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
-    WHERE k.small AND ($report_id IS NULL OR c.report_id = $report_id)
+    SELECT c.report_id, sum(c.duration_ns) AS launch_api_ns, count(*) AS launch_calls
+    FROM cuda_api AS c
+    SEMI JOIN (SELECT report_id, pid, correlation_id FROM k WHERE small) AS s
+        ON c.report_id = s.report_id AND c.pid = s.pid AND c.correlation_id = s.correlation_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL
 ),
 names AS (
@@ -59,6 +65,8 @@ SELECT
     CAST(r.small_kernel_ns AS BIGINT) AS small_kernel_ns,
     CAST(CASE WHEN r.kernel_ns > 0 THEN 100.0 * r.small_kernel_ns / r.kernel_ns END AS DOUBLE) AS time_pct,
     CAST(coalesce(l.launch_api_ns, 0) AS BIGINT) AS launch_api_ns,
+    CAST(coalesce(l.launch_calls, 0) AS BIGINT) AS launch_calls,
+    CAST(r.graph_kernels AS BIGINT) AS graph_kernels,
     CAST(CASE WHEN r.span_ns > 0 THEN r.small_kernels * 1e9 / r.span_ns END AS DOUBLE) AS launches_per_s,
     t.top_names
 FROM per_report AS r

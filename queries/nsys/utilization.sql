@@ -1,29 +1,60 @@
 -- GPU busy and idle time per report and device, from interval unions (overlapping work, e.g.
 -- concurrent streams, is counted once). span_ns runs from the first start to the last end of
--- any kernel, memcpy or memset on the device; any_busy_ns is the union of all three (memsets
--- count as busy); idle_ns = span_ns - any_busy_ns; copy_only_ns is memcpy time during which no
--- kernel ran (union of kernels and copies minus the kernel union), i.e. copies not hidden
--- behind compute. Computed in one sorted pass per device (running max of earlier ends).
+-- any kernel, memcpy, memset or CUDA graph execution on the device; any_busy_ns is the union of
+-- all of them (memsets count as busy); idle_ns = span_ns - any_busy_ns; copy_only_ns is memcpy
+-- time during which no kernel ran (union of kernels and copies minus the kernel union), i.e.
+-- copies not hidden behind compute. A graph execution traced as one row counts as kernel time
+-- (graph_busy_ns says how much of it there was). Computed in one sorted pass per device
+-- (running max of earlier ends).
+-- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
+-- first steady step (nsa_steady) to its last GPU activity: activities are clipped to that window
+-- and span_ns is its length; with 'startup', over the time before it. Reports without steps keep
+-- their whole span (column phase says 'run').
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
--- col span_ns BIGINT: first start to last end of GPU activity on the device (ns).
--- col kernel_busy_ns BIGINT: time at least one kernel ran (ns).
+-- col phase VARCHAR: the part of the report measured: 'run' (whole span), 'steady' or 'startup'.
+-- col span_ns BIGINT: first start to last end of GPU activity on the device, or the window's length (ns).
+-- col kernel_busy_ns BIGINT: time at least one kernel or CUDA graph execution ran (ns).
 -- col copy_busy_ns BIGINT: time at least one memcpy ran (ns).
--- col any_busy_ns BIGINT: time any kernel, memcpy or memset ran (ns).
+-- col any_busy_ns BIGINT: time any kernel, memcpy, memset or graph execution ran (ns).
 -- col idle_ns BIGINT: span_ns - any_busy_ns: nothing ran (ns).
 -- col copy_only_ns BIGINT: a memcpy ran and no kernel did (ns).
-WITH a AS (
+-- col graph_busy_ns BIGINT: time at least one CUDA graph execution (traced as one row) ran (ns).
+WITH win AS (
+    SELECT
+        report_id,
+        CASE WHEN $phase = 'steady' THEN start_ns END AS ws,
+        CASE WHEN $phase = 'startup' THEN start_ns END AS we
+    FROM nsa_steady($report_id)
+    WHERE $phase IN ('steady', 'startup')
+),
+x AS (
+    SELECT
+        g.report_id, g.device_id, g.kind,
+        CASE WHEN w.ws IS NOT NULL THEN greatest(g.start_ns, w.ws) ELSE g.start_ns END AS start_ns,
+        CASE WHEN w.we IS NOT NULL THEN least(g.end_ns, w.we) ELSE g.end_ns END AS end_ns,
+        w.ws, w.we, w.report_id IS NOT NULL AS windowed
+    FROM nsa_gpu_activity($report_id) AS g
+    LEFT JOIN win AS w USING (report_id)
+),
+a AS (
     -- each class's end, NULL outside the class, computed once before the window
     SELECT
         report_id,
         device_id,
         start_ns,
         end_ns,
-        CASE WHEN kind = 'kernel' THEN end_ns END AS k_end,
+        ws,
+        we,
+        windowed,
+        CASE WHEN kind IN ('kernel', 'graph') THEN end_ns END AS k_end,
         CASE WHEN kind = 'memcpy' THEN end_ns END AS c_end,
+        CASE WHEN kind = 'graph' THEN end_ns END AS g_end,
         CASE WHEN kind <> 'memset' THEN end_ns END AS kc_end
-    FROM nsa_gpu_activity($report_id)
+    FROM x
+    WHERE end_ns >= start_ns
 ),
 -- Three running maxima, not four: the latest earlier end among kernels and copies is the larger
 -- of the two (greatest skips NULLs). Rows are ordered by start only: rows starting together add
@@ -34,6 +65,7 @@ w AS (
         *,
         max(k_end) OVER prev AS k_prev,
         max(c_end) OVER prev AS c_prev,
+        max(g_end) OVER prev AS g_prev,
         max(end_ns) OVER prev AS all_prev
     FROM a
     WINDOW prev AS (
@@ -45,9 +77,11 @@ d AS (
     SELECT
         report_id,
         device_id,
-        max(end_ns) - min(start_ns) AS span_ns,
+        any_value(windowed) AS windowed,
+        coalesce(any_value(we), max(end_ns)) - coalesce(any_value(ws), min(start_ns)) AS span_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE k_end IS NOT NULL), 0) AS kernel_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE c_end IS NOT NULL), 0) AS copy_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, g_prev)) FILTER (WHERE g_end IS NOT NULL), 0) AS graph_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, greatest(k_prev, c_prev))) FILTER (WHERE kc_end IS NOT NULL), 0)
             AS kc_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, all_prev)), 0) AS any_busy_ns
@@ -57,11 +91,13 @@ d AS (
 SELECT
     report_id,
     device_id,
+    CASE WHEN windowed THEN $phase ELSE 'run' END AS phase,
     CAST(span_ns AS BIGINT) AS span_ns,
     CAST(kernel_busy_ns AS BIGINT) AS kernel_busy_ns,
     CAST(copy_busy_ns AS BIGINT) AS copy_busy_ns,
     CAST(any_busy_ns AS BIGINT) AS any_busy_ns,
     CAST(span_ns - any_busy_ns AS BIGINT) AS idle_ns,
-    CAST(kc_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns
+    CAST(kc_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns,
+    CAST(graph_busy_ns AS BIGINT) AS graph_busy_ns
 FROM d
 ORDER BY report_id, device_id

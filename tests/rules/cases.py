@@ -70,6 +70,21 @@ def _storm(n: int, dur: int = 2 * US, gap: int = 3 * US) -> dict[str, list[dict]
     return {"kernels": ks, "cuda_api": apis}
 
 
+def _warmup_then_steps(steady_busy: int) -> dict[str, list[dict]]:
+    """A 100 ms warm-up step (the GPU busy 2 ms of it) and five 10 ms steps whose kernels run
+    `steady_busy` ns each: the steps table flags step 0 as warm-up."""
+    ks = [kernel(0, 1 * MS), kernel(99 * MS, 1 * MS)]
+    steps = [{"report_id": 1, "step": 0, "name": "step 0", "number": 0, "source": "nvtx", "series": 1, "pid": PID,
+              "start_ns": 0, "end_ns": 100 * MS, "duration_ns": 100 * MS, "steady": False}]
+    for i in range(1, 6):
+        t = 100 * MS + (i - 1) * 10 * MS
+        ks.append(kernel(t, steady_busy))
+        steps.append({"report_id": 1, "step": i, "name": f"step {i}", "number": i, "source": "nvtx", "series": 1,
+                      "pid": PID, "start_ns": t, "end_ns": t + 10 * MS, "duration_ns": 10 * MS, "steady": True})
+    ks.append(kernel(150 * MS - 1, 1))  # the last step's work reaches its end
+    return {"kernels": ks, "steps": steps}
+
+
 def _ncu(name: str = "void heavy_kernel(float*)", **m: float) -> dict[str, list[dict]]:
     k, rows = ncu_launch(0, name, 1 * MS, **m)
     return {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k], "ncu_metrics": rows}
@@ -91,6 +106,19 @@ CASES: list[dict[str, Any]] = [
     {"id": "idle-capture-too-short-passes", "rules": ["gpu-idle"], "rows": _idle(9, "sync"), "expect": []},
     {"id": "idle-threshold-raised", "rules": ["gpu-idle"], "config": {"idle_share_warning": 0.9},
      "rows": _idle(9, "sync"), "expect": []},
+    # steps: warm-up is start-up, not steady-state idle; the steady state is judged on its own
+    {"id": "idle-only-in-warmup-passes", "rules": ["gpu-idle", "startup"], "rows": _warmup_then_steps(10 * MS - 1),
+     "config": {"idle_min_span_ns": MS}, "expect": [("startup", "info")]},
+    {"id": "idle-in-steady-state-critical", "rules": ["gpu-idle"], "rows": _warmup_then_steps(1 * MS),
+     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
+    {"id": "short-startup-passes", "rules": ["startup"], "rows": _warmup_then_steps(10 * MS - 1),
+     "config": {"startup_min_ns": 200 * MS}, "expect": []},
+    # a CUDA graph replay traced as one row is GPU work, not idle time
+    {"id": "graph-replay-is-busy", "rules": ["gpu-idle"], "config": {"idle_min_span_ns": MS},
+     "rows": {"kernels": [kernel(0, 1 * MS), kernel(9 * MS, 1 * MS)],
+              "graph_executions": [{"report_id": 1, "device_id": 0, "stream_id": 7, "pid": PID, "start_ns": 1 * MS,
+                                    "end_ns": 9 * MS, "duration_ns": 8 * MS, "graph_id": 1, "correlation_id": 9}]},
+     "expect": []},
     {"id": "idle-busy-passes", "rules": ["gpu-idle"],
      "rows": {"kernels": [kernel(0, 5 * MS), kernel(5 * MS + 2 * US, 5 * MS)]}, "expect": []},
     # host-sync

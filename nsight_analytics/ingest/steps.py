@@ -1,0 +1,180 @@
+"""Steps: the iterations of a program's main loop, so rules can judge its steady state.
+
+A short capture is often half start-up (module loading, first allocations, cuDNN/cuBLAS
+autotuning): judged over the whole span, a healthy loop looks idle. Steps come from NVTX ranges
+of one repeating family (`step 3`, `train_step_3`, `ProfilerStep#3`, `iteration`, `batch_3`),
+the family holding the most time; a report without one gets its steps from the repeating kernel
+pattern on each GPU (a kernel name that occurs once per period, with the same number of kernels
+between its occurrences). Warm-up steps are flagged `steady = false` (see schema `steps`).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import duckdb
+
+from .. import params
+
+# A family is the range name without its trailing number; these end a step-like family name:
+# 'step', 'train_step', 'ProfilerStep', 'iteration', 'iter', 'batch' (a plural s allowed).
+STEP_WORD = r"(^|[^A-Za-z])([Ss]tep|STEP|[Ii]teration|ITERATION|[Ii]ter|ITER|[Bb]atch|BATCH)s?$"
+CAMEL_STEP_WORD = r"[a-z0-9](Step|Iteration|Iter|Batch)s?$"
+TRAILING_NUMBER = r"[\s_#:=-]*([0-9]+)\s*$"
+# Steps longer than this many medians before the first one that is not are warm-up.
+WARMUP_FACTOR = 1.5
+# Kernel-pattern steps: a marker kernel occurs at least this often, with at least this many
+# kernels per period, and the kernels between consecutive markers vary by at most this share.
+MIN_STEPS = 3
+MIN_KERNELS_PER_STEP = 5
+MAX_PERIOD_SPREAD = 0.1
+# ... and the periods cover at least this share of the device's kernel span: a pattern in one
+# corner of the capture is a loop inside a phase, not the program's steps.
+MIN_COVERAGE = 0.5
+
+STEP_RANGES = """
+CREATE OR REPLACE TEMP TABLE _nsa_step_ranges AS
+SELECT global_tid, pid, start_ns, end_ns, name,
+       regexp_replace(name, '{number}', '') AS family,
+       TRY_CAST(regexp_extract(name, '{number}', 1) AS BIGINT) AS number
+FROM ({ranges})
+WHERE end_ns > start_ns AND regexp_matches(name, '(?i)(step|iter|batch)')
+"""
+
+INSERT_NVTX_STEPS = """
+INSERT INTO steps (report_id, step, name, number, source, series, pid, device_id, start_ns, end_ns, duration_ns)
+WITH family AS (
+    SELECT family FROM _nsa_step_ranges
+    WHERE regexp_matches(family, $word) OR regexp_matches(family, $camel)
+    GROUP BY family HAVING count(*) >= 2
+    ORDER BY sum(end_ns - start_ns) DESC, min(start_ns), family
+    LIMIT 1
+),
+r AS (
+    SELECT s.*, max(end_ns) OVER (
+        PARTITION BY global_tid ORDER BY start_ns, end_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS outer_end
+    FROM _nsa_step_ranges AS s SEMI JOIN family USING (family)
+)
+SELECT $rid, CAST(row_number() OVER (PARTITION BY global_tid ORDER BY start_ns) - 1 AS INTEGER), name, number,
+       'nvtx', global_tid, pid, NULL, start_ns, end_ns, end_ns - start_ns
+FROM r
+WHERE outer_end IS NULL OR outer_end < end_ns
+"""
+
+# Warm-up: with three or more steps, every step before the first one no longer than
+# WARMUP_FACTOR x the median; with two, step 0 when it is that much longer than step 1.
+MARK_STEADY = f"""
+UPDATE steps SET steady = steps.step >= f.first_steady
+FROM (
+    SELECT series, CASE
+        WHEN count(*) >= 3 THEN min(step) FILTER (WHERE duration_ns <= {WARMUP_FACTOR} * med)
+        WHEN count(*) = 2 THEN CASE WHEN max(duration_ns) FILTER (WHERE step = 0)
+                                   > {WARMUP_FACTOR} * max(duration_ns) FILTER (WHERE step = 1) THEN 1 ELSE 0 END
+        ELSE 0
+    END AS first_steady
+    FROM (SELECT *, median(duration_ns) OVER (PARTITION BY series) AS med FROM steps WHERE report_id = $rid)
+    GROUP BY series
+) AS f
+WHERE steps.report_id = $rid AND steps.series = f.series
+"""
+
+
+def fill_steps(con: duckdb.DuckDBPyConnection, report_id: int, nvtx_ranges_sql: str | None) -> int:
+    """Find and store a report's steps; returns how many. `nvtx_ranges_sql` selects the
+    report's closed NVTX ranges as (global_tid, pid, start_ns, end_ns, name), or is None."""
+    rid = int(report_id)
+    n = 0
+    if nvtx_ranges_sql:
+        con.execute(STEP_RANGES.format(number=TRAILING_NUMBER, ranges=nvtx_ranges_sql))
+        try:
+            row = params.execute(
+                con, INSERT_NVTX_STEPS, {"rid": rid, "word": STEP_WORD, "camel": CAMEL_STEP_WORD}
+            ).fetchone()
+            n = int(row[0]) if row else 0
+        finally:
+            con.execute("DROP TABLE IF EXISTS _nsa_step_ranges")
+    if n == 0:
+        n = _kernel_pattern_steps(con, rid)
+    if n:
+        params.execute(con, MARK_STEADY, {"rid": rid})
+    return n
+
+
+# Per GPU (device_id, NULL as -1), the marker kernel of the repeating pattern, if any: candidates
+# occur at least MIN_STEPS times and at most once per MIN_KERNELS_PER_STEP kernels; their periods
+# (kernels from one occurrence to the next, the first period left out when there are more than
+# two: it may hold warm-up) must stay within MAX_PERIOD_SPREAD of their median. Of those, the
+# fewest occurrences (the outermost loop), then the longest median idle time before them (a step
+# starts when the host hands over the next batch), then the smallest name id.
+MARKERS = f"""
+WITH k AS (
+    SELECT coalesce(device_id, -1) AS dev, name_id, start_ns, end_ns,
+           row_number() OVER w AS pos,
+           start_ns - max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS idle_before
+    FROM kernel_rows WHERE report_id = $rid AND start_ns IS NOT NULL
+    WINDOW w AS (PARTITION BY coalesce(device_id, -1) ORDER BY start_ns, end_ns)
+),
+c AS (
+    SELECT dev, name_id, count(*) AS n, any_value(total) AS total
+    FROM k JOIN (SELECT dev, count(*) AS total FROM k GROUP BY dev) USING (dev)
+    GROUP BY dev, name_id
+    HAVING count(*) >= {MIN_STEPS} AND count(*) * {MIN_KERNELS_PER_STEP} <= any_value(total)
+),
+occ AS (
+    SELECT k.dev, k.name_id, c.n, k.idle_before,
+           k.pos - lag(k.pos) OVER o AS period, row_number() OVER o AS nth
+    FROM k JOIN c USING (dev, name_id)
+    WINDOW o AS (PARTITION BY k.dev, k.name_id ORDER BY k.pos)
+),
+body AS (SELECT * FROM occ WHERE period IS NOT NULL AND (nth >= 3 OR n <= 3)),
+med AS (SELECT dev, name_id, any_value(n) AS n, median(period) AS med FROM body GROUP BY dev, name_id),
+ok AS (
+    SELECT b.dev, b.name_id, m.n
+    FROM body AS b JOIN med AS m USING (dev, name_id)
+    WHERE m.med >= {MIN_KERNELS_PER_STEP}
+    GROUP BY b.dev, b.name_id, m.n, m.med
+    HAVING max(abs(b.period - m.med)) <= {MAX_PERIOD_SPREAD} * m.med
+),
+idle AS (SELECT dev, name_id, median(coalesce(idle_before, 0)) AS idle FROM occ SEMI JOIN ok USING (dev, name_id) GROUP BY ALL)
+SELECT ok.dev, arg_min(ok.name_id, (ok.n, -i.idle, ok.name_id)) AS marker
+FROM ok JOIN idle AS i USING (dev, name_id)
+GROUP BY ok.dev
+ORDER BY ok.dev
+"""
+
+
+def _kernel_pattern_steps(con: duckdb.DuckDBPyConnection, rid: int) -> int:
+    """Steps from the kernel sequence of each GPU (MARKERS), for reports without step ranges.
+    Step i runs from the marker's i-th start to its next; the last one for the median period,
+    at most to the GPU's last kernel. A pattern covering less than MIN_COVERAGE of the GPU's
+    kernel span is a loop inside one phase, not the program's steps, and is dropped."""
+    rows: list[str] = []
+    for dev, marker in params.execute(con, MARKERS, {"rid": rid}).fetchall():
+        where = f"report_id = {rid} AND coalesce(device_id, -1) = {int(dev)}"
+        first, last = con.execute(f"SELECT min(start_ns), max(end_ns) FROM kernel_rows WHERE {where}").fetchone()
+        starts = [
+            int(r[0])
+            for r in con.execute(
+                f"SELECT start_ns FROM kernel_rows WHERE {where} AND name_id = {int(marker)} ORDER BY start_ns, end_ns"
+            ).fetchall()
+        ]
+        period = statistics.median(b - a for a, b in zip(starts, starts[1:]))
+        ends = [*starts[1:], min(int(last), int(starts[-1] + period))]
+        if ends[-1] - starts[0] < MIN_COVERAGE * (int(last) - int(first)):
+            continue
+        name = con.execute(
+            f"SELECT coalesce(short_name, name) FROM kernel_names WHERE report_id = {rid} AND name_id = {int(marker)}"
+        ).fetchone()
+        label = params.literal(str(name[0]) if name and name[0] is not None else f"kernel {marker}")
+        device = "NULL" if dev == -1 else str(int(dev))
+        rows += [
+            f"({rid}, {i}, {label}, NULL, 'kernels', {int(dev)}, NULL, {device}, {s_}, {e}, {e - s_})"
+            for i, (s_, e) in enumerate(zip(starts, ends))
+        ]
+    if rows:
+        con.execute(
+            "INSERT INTO steps (report_id, step, name, number, source, series, pid, device_id, start_ns, end_ns, "
+            f"duration_ns) VALUES {', '.join(rows)}"
+        )
+    return len(rows)

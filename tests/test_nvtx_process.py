@@ -1,0 +1,232 @@
+"""NVTX ranges around work other threads launch (nvtx_ranges.process_kernels) and PyTorch's
+per-call range names folded under their base name (nvtx_ranges.base_name, nvtx_summary).
+
+Expected numbers come from the exports themselves (plain sqlite3 range joins and a Python
+regex) or from hand-built exports with hand-computed answers, never from nsa's own output."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import shutil
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import realdata
+
+import nsight_analytics as nsa
+from fixtures import nsys_fixtures as fx
+from nsight_analytics.ingest import ensure_loaded
+
+FOREACH = "h100_nsys2025.3_train_foreach_gpumetrics.sqlite"
+H2D = "h100x2_nsys2026.2_h2d_heavy.sqlite"
+
+# Per closed NVTX range: the kernels whose launching API call started inside it, on the range's
+# own thread (same globalTid) or on any thread of its process (same globalTid >> 24: pid and vm).
+RANGE_KERNELS_SQL = """
+    SELECT e.rowid, coalesce(e.text, s.value), e.start, e.globalTid,
+        count(k.rowid), coalesce(sum(k."end" - k.start), 0)
+    FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+    LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON {thread} AND r.start BETWEEN e.start AND e."end"
+    LEFT JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+         AND k.globalPid / 16777216 = r.globalTid / 16777216
+    WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL
+    GROUP BY e.rowid"""
+SAME_THREAD = "r.globalTid = e.globalTid"
+SAME_PROCESS = "r.globalTid / 16777216 = e.globalTid / 16777216"
+
+
+@pytest.fixture(scope="module")
+def foreach_export(tmp_path_factory) -> Path:
+    """The foreach training capture, decompressed once (it is kept gzipped in the real data)."""
+    gz = realdata("nsys", FOREACH + ".gz")
+    path = tmp_path_factory.mktemp("foreach") / FOREACH
+    with gzip.open(gz, "rb") as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return path
+
+
+def _per_range(db: sqlite3.Connection, thread: str) -> dict[tuple[int, int], tuple[str, int, int]]:
+    """{(start, globalTid): (name, kernels, kernel_ns)} for every closed range."""
+    return {
+        (st, gt): (n, c, ns) for _, n, st, gt, c, ns in db.execute(RANGE_KERNELS_SQL.format(thread=thread))
+    }
+
+
+def test_backward_on_the_main_thread_gets_the_autograd_threads_kernels(tmp_path, foreach_export) -> None:
+    with sqlite3.connect(foreach_export) as db:
+        same = _per_range(db, SAME_THREAD)
+        proc = _per_range(db, SAME_PROCESS)
+    assert len({k[0] for k in same}) == len(same)  # one range per start and thread: a key
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, foreach_export).report_id
+    ensure_loaded(con, ["nvtx_ranges"])
+    got = {
+        (st, gt): (n, k, kns, pk, pkns)
+        for st, gt, n, k, kns, pk, pkns in con.execute(
+            "SELECT start_ns, global_tid, name, kernels, kernel_ns, process_kernels, process_kernel_ns "
+            "FROM nvtx_ranges WHERE report_id = ? AND end_ns IS NOT NULL",
+            [rid],
+        ).fetchall()
+    }
+    assert got == {key: (*same[key], *proc[key][1:]) for key in same}
+
+    def total(ranges: dict, name: str) -> tuple[int, int]:
+        rows = [v for v in ranges.values() if v[0] == name]
+        return sum(r[1] for r in rows), sum(r[2] for r in rows)
+
+    # the issue's numbers: nsys's same-thread view sees 25 of the 4,450 kernels (318 ms) that
+    # ran inside the 25 backward ranges, launched by PyTorch's autograd thread
+    assert total(same, "backward")[0] == 25
+    kernels, kernel_ns = total(proc, "backward")
+    assert kernels == 4450 and 318_000_000 <= kernel_ns < 319_000_000
+    row = {r[2]: r for r in nsa.query(con, "nvtx_summary", report_id=rid).fetchall()}["backward"]
+    cols = [d[0] for d in nsa.query(con, "nvtx_summary", report_id=rid).description]
+    backward = dict(zip(cols, row))
+    assert (backward["names"], backward["ranges"]) == (1, 25)
+    assert (backward["kernels"], backward["kernel_ns"]) == total(same, "backward")
+    assert (backward["process_kernels"], backward["process_kernel_ns"]) == (kernels, kernel_ns)
+    # forward and optimizer run on the main thread: both views agree there
+    for name in ("forward", "optimizer"):
+        assert total(same, name) == total(proc, name) and total(same, name)[0] > 0
+    con.close()
+
+
+# PyTorch emit_nvtx: `name`, then `, seq = N`, `, op_id = N`, `, sizes = [...]`, `, input_op_ids = [...]`
+PYTORCH_NAME = re.compile(
+    r"^(.*?)(?:, seq = \d+)?(?:, op_id = \d+)?(?:, sizes = \[.*\])?(?:, input_op_ids = \[.*\])?$"
+)
+
+
+def test_op_id_names_fold_under_their_base_name(tmp_path) -> None:
+    path = realdata("nsys", H2D)
+    with sqlite3.connect(path) as db:
+        names = [n for (n,) in db.execute(
+            "SELECT coalesce(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE e.eventType IN (59, 60)")]  # fmt: skip
+    assert len(set(names)) == 16_582  # the issue's count: one name per call
+    ranges: dict[str, int] = defaultdict(int)
+    full: dict[str, set[str]] = defaultdict(set)
+    for n in names:
+        base = PYTORCH_NAME.match(n).group(1)
+        ranges[base] += 1
+        full[base].add(n)
+    assert len(ranges) < 200 and all(" = " not in b for b in ranges)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    rows = nsa.query(con, "nvtx_summary", report_id=rid).fetchall()
+    got = {r[2]: (r[3], r[4] + r[5]) for r in rows}  # name: (names, ranges + open_ranges)
+    assert len(got) == len(rows)  # one row per base name (one domain)
+    assert got == {b: (len(full[b]), ranges[b]) for b in ranges}
+    assert sum(v[0] for v in got.values()) == 16_582
+    # the full names stay queryable
+    (n,) = con.execute(
+        "SELECT count(DISTINCT name) FROM nvtx_ranges WHERE report_id = ? AND base_name = 'aten::mm'", [rid]
+    ).fetchone()
+    assert n == len(full["aten::mm"]) > 1
+    con.close()
+
+
+# emit_nvtx with record_shapes: the lists run to the end of the name
+WITH_SHAPES = "aten::mm, seq = 2, op_id = 11, sizes = [[2, 3], [3, 4]], input_op_ids = [(9, 0), (8, 0)]"
+
+
+def _launches_across_threads(path: Path) -> None:
+    """Process A (pid 100): main thread A1 and worker A2 both launch; process B (pid 200) launches
+    at the same time on its own GPU work. Host starts in us: L1 A1 500 (6000 ns), L2 A1 1100
+    (1000), L3 A2 1200 (2000), L4 A2 1300 (3000), L5 A1 1300 (100: same start as L4), L6 B 1400
+    (5000), L7 A2 2000 (7000: at backward's end), L8 A2 2500 (4000)."""
+    b = fx.ExportBuilder()
+    b.gpu()
+    a1 = b.process(100, "python")
+    a2 = b.thread(100, 101, "pt_autograd_0")
+    b1 = b.process(200, "other")
+    us = 1_000
+    launches = [(500, a1, 6000), (1100, a1, 1000), (1200, a2, 2000), (1300, a2, 3000),
+                (1300, a1, 100), (1400, b1, 5000), (2000, a2, 7000), (2500, a2, 4000)]  # fmt: skip
+    for host, gtid, dur in launches:
+        b.launch_kernel(host * us, host * us + 50 * us, dur, "k", gtid=gtid)
+    b.nvtx(1000 * us, 2000 * us, "backward", gtid=a1)
+    b.nvtx(1050 * us, 1250 * us, "worker_step", gtid=a2)
+    b.nvtx(1300 * us, 1300 * us + 10, "tie", gtid=a2)
+    b.nvtx(1000 * us, 2000 * us, "b_range", gtid=b1)
+    b.nvtx(1500 * us, None, "open", gtid=a1)
+    b.nvtx(100, 200, "aten::mm, seq = 1, op_id = 10", gtid=b1)
+    b.nvtx(300, 400, WITH_SHAPES, gtid=b1)
+    b.nvtx(500, 600, "lr = 0.1", gtid=b1)
+    b.nvtx(700, 800, "x, op_id = 3 then", gtid=b1)  # not a suffix: kept whole
+    b.write(path)
+
+
+def test_worker_thread_launches_count_for_the_process_not_for_other_processes(tmp_path) -> None:
+    path = tmp_path / "threads.sqlite"
+    _launches_across_threads(path)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    ensure_loaded(con, ["nvtx_ranges"])
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT name, base_name, kernels, kernel_ns, process_kernels, process_kernel_ns FROM nvtx_ranges"
+        ).fetchall()
+    }
+    assert got == {
+        # same thread: L2, L5; process A: L2, L3, L4, L5, L7 (L6 is process B's, L1 and L8 outside)
+        "backward": ("backward", 2, 1100, 5, 13100),
+        # same thread: L3; process: L2, L3
+        "worker_step": ("worker_step", 1, 2000, 2, 3000),
+        # starts at L4's and L5's start on two threads: both inside, only L4 on its thread
+        "tie": ("tie", 1, 3000, 2, 3100),
+        # B launches on one thread only: both views are L6
+        "b_range": ("b_range", 1, 5000, 1, 5000),
+        "open": ("open", None, None, None, None),
+        "aten::mm, seq = 1, op_id = 10": ("aten::mm", 0, 0, 0, 0),
+        WITH_SHAPES: ("aten::mm", 0, 0, 0, 0),
+        "lr = 0.1": ("lr = 0.1", 0, 0, 0, 0),
+        "x, op_id = 3 then": ("x, op_id = 3 then", 0, 0, 0, 0),
+    }
+    res = nsa.query(con, "nvtx_summary", report_id=rid)
+    cols = [d[0] for d in res.description]
+    rows = {r[2]: dict(zip(cols, r)) for r in res.fetchall()}
+    assert {n: (r["names"], r["ranges"], r["open_ranges"]) for n, r in rows.items()} == {
+        "backward": (1, 1, 0), "worker_step": (1, 1, 0), "tie": (1, 1, 0), "b_range": (1, 1, 0),
+        "open": (1, 0, 1), "aten::mm": (2, 2, 0), "lr = 0.1": (1, 1, 0),
+        "x, op_id = 3 then": (1, 1, 0),
+    }  # fmt: skip
+    projected = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
+    assert [rows["backward"][c] for c in projected] == [2, 1100, 5, 13100]
+    con.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_old_workspace_gains_base_names_and_process_kernels(tmp_path, read_only: bool) -> None:
+    # ranges copied and projected by an nsa without these columns: base_name is filled when the
+    # workspace is opened (read-only too: a short writable session first), the process columns
+    # on the ranges' next use
+    import duckdb
+
+    from nsight_analytics.api import reader
+
+    path = tmp_path / "threads.sqlite"
+    _launches_across_threads(path)
+    db = tmp_path / "old.duckdb"
+    con = nsa.connect(db)
+    nsa.ingest(con, path)
+    ensure_loaded(con, ["nvtx_ranges"])
+    con.close()
+    with duckdb.connect(str(db)) as old:
+        for col in ("base_name", "process_kernels", "process_kernel_ns"):
+            old.execute(f"ALTER TABLE nvtx_ranges DROP COLUMN {col}")
+    con = reader(db, needs={"nvtx_ranges"}) if read_only else nsa.connect(db)
+    got = dict(con.execute("SELECT name, base_name FROM nvtx_ranges WHERE name LIKE 'aten::%'").fetchall())
+    assert set(got.values()) == {"aten::mm"}
+    row = con.execute(
+        "SELECT kernels, kernel_ns, process_kernels, process_kernel_ns "
+        "FROM nvtx_ranges WHERE name = 'backward'"
+    ).fetchone()
+    assert row == (2, 1100, 5, 13100)
+    names = {r[2]: r[3] for r in nsa.query(con, "nvtx_summary").fetchall()}
+    assert names["aten::mm"] == 2
+    con.close()
