@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import tempfile
@@ -16,11 +17,14 @@ import duckdb
 
 from . import api, queries, schema
 from . import output as out
-from . import params as sql_params
-from .errors import NsaError
+from .errors import NsaError, WorkspaceError
 from .ingest import IngestResult, ensure_loaded, ingest_file
-from .ingest.nsys import DERIVED
+from .ingest.nsys import WORKED_OUT
+from .statements import canonical_writes
+from .timing import timed
 from .workspace import ENV_DB, open_workspace
+
+log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -48,10 +52,26 @@ def format_option(choices: tuple[str, ...] = out.FORMATS) -> Callable[..., Any]:
     )  # fmt: skip
 
 
+def _check_output(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Refuse an --output path that cannot be written before any work is done."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    folder = path.parent
+    if path.is_dir():
+        raise NsaClickError(f"--output {value} is a folder; give a file name in it.")
+    if not folder.is_dir():
+        raise NsaClickError(
+            f"--output {value}: folder {folder} does not exist; create it first or choose another path."
+        )
+    return value
+
+
 def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
-        "--output", "-o", "output_path", type=click.Path(dir_okay=False), help="Write to FILE instead of stdout."
-    )(f)
+        "--output", "-o", "output_path", type=click.Path(), metavar="FILE", callback=_check_output,
+        help="Write to FILE instead of stdout.",
+    )(f)  # fmt: skip
 
 
 @contextmanager
@@ -66,20 +86,51 @@ def errors() -> Iterator[None]:
 
 
 def emit(text: str, path: str | None) -> None:
-    if path:
-        Path(path).write_text(text, encoding="utf-8")
-    else:
+    if not path:
         click.echo(text, nl=False)
+        return
+    try:
+        Path(path).expanduser().write_text(text, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise NsaClickError(f"cannot write {path} ({reason}); choose another --output path.") from exc
+
+
+class _EchoHandler(logging.Handler):
+    """Log records on stderr through click, so they follow click's (and CliRunner's) streams."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)
+
+
+_VERBOSE = _EchoHandler()
+_VERBOSE.setFormatter(logging.Formatter("nsa: %(message)s"))
+
+
+def _set_verbose(on: bool) -> None:
+    package = logging.getLogger("nsight_analytics")
+    if on:
+        if _VERBOSE not in package.handlers:
+            package.addHandler(_VERBOSE)
+        package.setLevel(logging.INFO)
+    else:
+        package.removeHandler(_VERBOSE)
+        package.setLevel(logging.NOTSET)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nsight-analytics")
-def main() -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Log each step and how long it took, on stderr.")
+def main(verbose: bool) -> None:
     """Answers from Nsight Systems and Nsight Compute exports.
 
     Ingest nsys SQLite exports and ncu CSVs into one DuckDB workspace, then ask questions:
     `nsa query gaps`, `nsa findings`, or your own SQL with `nsa sql`.
+
+    Exit codes: 0 ok, 1 findings at or above `nsa findings --fail-on`, 2 a usage or input error
+    (one sentence on stderr saying what to do; the workspace is left unchanged).
     """
+    _set_verbose(verbose)
 
 
 def _progress(quiet: bool) -> tuple[Any, Callable[[str, int, int], None] | None]:
@@ -102,41 +153,66 @@ def _describe(r: IngestResult) -> str:
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
     verb = "replaced" if r.status == "replaced" else "ingested"
     text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
-    copied_later = [t for t in r.deferred if t not in DERIVED]  # derived steps follow their tables
+    copied_later = [t for t in r.deferred if t not in WORKED_OUT]  # worked out, not copied
     if copied_later:
         text += f"; {', '.join(copied_later)} copied on first use (--full copies now)"
     return text + "."
 
 
-@main.command()
+@main.command(short_help="Ingest nsys SQLite exports and ncu CSV files.")
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--replace", is_flag=True, help="Re-ingest files already in the workspace.")
 @click.option("--full", is_flag=True, help="Copy every table now instead of deferring NVTX/OS runtime to first use.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @db_option
 def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: str | None) -> None:
-    """Ingest nsys SQLite exports and ncu CSV files (detected from content)."""
+    """Ingest nsys SQLite exports and ncu CSV files (detected from content).
+
+    Each file is all or nothing. With several files, every file that can be ingested is, one
+    line each says what happened to it, and the exit code is 2 if any failed.
+    """
+    failed: list[str] = []
     with errors():
         con = open_workspace(db)
         try:
             for f in files:
-                bar, update = _progress(quiet)
-                if bar:
-                    bar.start()
                 try:
-                    defer = () if full else api.ingest_deferrable()
-                    result = ingest_file(con, f, replace=replace, defer=defer, progress=update)
-                finally:
-                    if bar:
-                        bar.stop()
+                    result = _ingest_one(con, f, replace, full, quiet)
+                except (NsaError, duckdb.Error) as exc:
+                    if len(files) == 1 or isinstance(exc, WorkspaceError):
+                        raise
+                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    click.echo(f"{Path(f).name}: failed: {reason}", err=True)
+                    failed.append(Path(f).name)
+                    continue
                 click.echo(_describe(result))
                 for warning in result.warnings:
                     click.echo(f"warning: {warning}", err=True)
         finally:
             con.close()
+    if failed:
+        raise NsaClickError(
+            f"{len(failed)} of {len(files)} files not ingested ({', '.join(failed)}); "
+            "fix them and run `nsa ingest` on them again."
+        )
 
 
-@main.command()
+def _ingest_one(
+    con: duckdb.DuckDBPyConnection, path: str, replace: bool, full: bool, quiet: bool
+) -> IngestResult:
+    bar, update = _progress(quiet)
+    if bar:
+        bar.start()
+    try:
+        defer = () if full else api.ingest_deferrable()
+        with timed(log, f"ingest {Path(path).name}"):
+            return ingest_file(con, path, replace=replace, defer=defer, progress=update)
+    finally:
+        if bar:
+            bar.stop()
+
+
+@main.command(short_help="List the reports in the workspace.")
 @db_option
 @format_option()
 @output_option
@@ -151,28 +227,48 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
         emit(out.render(res, fmt, "reports"), output_path)
 
 
-@main.command()
+@main.command(short_help="Run your own SQL on the workspace.")
 @click.argument("statement")
 @click.option(
     "--read-only", is_flag=True, help="Open the workspace read-only, so other readers can run at the same time."
 )
+@click.option(
+    "--allow-writes", is_flag=True,
+    help="Allow INSERT/UPDATE/DELETE/DROP/ALTER/CREATE on nsa's own tables (`nsa schema` lists them).",
+)  # fmt: skip
 @db_option
 @format_option()
 @output_option
-def sql(statement: str, read_only: bool, db: str | None, fmt: str, output_path: str | None) -> None:
-    """Run one SQL statement on the workspace (canonical tables and query macros)."""
+def sql(
+    statement: str, read_only: bool, allow_writes: bool, db: str | None, fmt: str, output_path: str | None
+) -> None:
+    """Run one SQL statement on the workspace (canonical tables and query macros).
+
+    Your own tables are yours: `CREATE TABLE mine AS SELECT ...`, `INSERT INTO mine ...`. The
+    canonical tables belong to nsa (a `DELETE FROM reports` would leave the report's rows in
+    every other table): statements that write to them are refused unless --allow-writes is given.
+    """
     with errors():
+        writes = [] if allow_writes else canonical_writes(statement)
+        if writes:
+            verb, table = writes[0]
+            raise NsaClickError(
+                f"{verb} on {table} is refused: nsa maintains {table}, and changing it by hand leaves "
+                "the workspace inconsistent; write to a table of your own (CREATE TABLE mine AS ...), "
+                "or pass --allow-writes if you mean it."
+            )
         needs = api.tables_needed(statement)
         if read_only:
             con = api.reader(db, needs=needs)
         else:
             con = api.connect(db, load_deferred=False)
             ensure_loaded(con, needs)  # only what this statement reads, not every deferred table
-        rel = con.sql(statement)
-        emit(out.render(out.Result.of(rel), fmt), output_path)
+        with timed(log, "sql"):
+            res = out.Result.of(con.sql(statement))
+        emit(out.render(res, fmt), output_path)
 
 
-@main.command()
+@main.command(short_help="Run a library query by NAME.")
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
@@ -189,7 +285,11 @@ def query(
     fmt: str,
     output_path: str | None,
 ) -> None:
-    """Run a library query by NAME, e.g. `nsa query gaps -p min_gap_ns=100000`."""
+    """Run a library query by NAME, for example `nsa query gaps -p min_gap_ns=100000`.
+
+    Parameters and the report are checked before anything runs: a wrong one exits 2 and leaves
+    the workspace as it was.
+    """
     with errors():
         if list_ or not name:
             # machines get the whole text; `docs/queries.md` has it for people
@@ -197,11 +297,18 @@ def query(
             return
         from .rules.config import parse_assignments
 
+        q = queries.get(name)
         values: dict[str, Any] = dict(parse_assignments(params, "-p", "min_gap_ns=100000"))
         if report_id is not None:
+            if "report_id" not in {p.name for p in q.params}:
+                known = ", ".join(p.name for p in q.params)
+                raise NsaClickError(f"query {q.name} takes no --report; set its parameters with -p: {known}.")
             values["report_id"] = report_id
-        con = api.reader(db, needs=queries.get(name).tables())
-        res = out.Result.of(api.query(con, name, **values))
+        bound = q.bind(values)  # a rejected value stops here, before deferred tables are copied
+        reports = [v for k, v in bound.items() if k.endswith("report_id")]
+        con = api.reader(db, needs=q.tables(), check=lambda c: api.require_reports(c, reports))
+        with timed(log, f"query {q.name}"):
+            res = out.Result.of(api.query(con, name, **values))
         emit(out.render(res, fmt, name), output_path)
 
 
@@ -215,11 +322,11 @@ def _query_list(full: bool) -> out.Result:
     return out.Result.of_records(rows)
 
 
-@main.command("schema")
-@click.option("--format", "fmt", type=click.Choice(["markdown", *out.FORMATS]), default="markdown", show_default=True)
+@main.command("schema", short_help="The canonical tables: columns, types, units, meaning.")
+@format_option((*out.FORMATS, "markdown"))
 @output_option
 def schema_cmd(fmt: str, output_path: str | None) -> None:
-    """Print the canonical tables: columns, types, units, meaning."""
+    """Print the canonical tables: columns, types, units, meaning (markdown: docs/schema.md)."""
     if fmt == "markdown":
         emit(schema.render_markdown() + "\n", output_path)
         return
@@ -235,7 +342,7 @@ def demo_input() -> Path:
     return Path(str(resources.files("nsight_analytics") / "data" / "demo_pageable_h2d.sqlite"))
 
 
-@main.command()
+@main.command(short_help="Show what nsa finds in a bundled real H100 capture.")
 @click.option("--db", type=click.Path(dir_okay=False), help="Keep the demo workspace here (default: a temporary one).")
 def demo(db: str | None) -> None:
     """Ingest the bundled demo export (a real H100 capture) and show what nsa finds in it."""
@@ -266,7 +373,7 @@ def _rules_config(config_path: str | None, sets: tuple[str, ...]) -> dict[str, A
     return load_config(config_path, parse_overrides(sets))
 
 
-@main.command()
+@main.command(short_help="Ranked findings: evidence, fix, estimated savings.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
@@ -276,7 +383,10 @@ def _rules_config(config_path: str | None, sets: tuple[str, ...]) -> dict[str, A
     "--fail-on", type=click.Choice(["warning", "critical"]), default=None,
     help=f"Exit {EXIT_FINDINGS} when a finding at or above this severity exists (for CI).",
 )  # fmt: skip
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file of rule thresholds.")
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False),
+    help="TOML file of rule thresholds (example above; `nsa rules` lists them).",
+)  # fmt: skip
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override one threshold (repeatable).")
 @db_option
 @output_option
@@ -289,20 +399,32 @@ def findings(
     db: str | None,
     output_path: str | None,
 ) -> None:
-    """Run the rules and print ranked findings: evidence, fix, estimated savings."""
+    """Run the rules and print ranked findings: evidence, fix, estimated savings.
+
+    The --config file is TOML: threshold names at the top, under [thresholds], or under a table
+    named after the rule that uses them (`nsa rules` lists every rule's thresholds); --set
+    overrides the file. For example:
+
+    \b
+        # nsa-rules.toml
+        [gpu-idle]
+        idle_share_warning = 0.10
+        min_gap_ns = 50000
+        [small-kernel-storm]
+        small_kernel_ns = 5000
+    """
     from .rules import SEVERITIES, run_rules
     from .rules.engine import DEFERRED_TABLES_READ
     from .rules.render import render
 
     with errors():
         config = _rules_config(config_path, sets)
-        con = api.reader(db, needs=set(DEFERRED_TABLES_READ))
+        # an unknown report stops before deferred tables are copied
+        needs = set(DEFERRED_TABLES_READ)
+        con = api.reader(db, needs=needs, check=lambda c: api.require_reports(c, [report_id]))
         try:
-            if report_id is not None and not sql_params.execute(
-                con, "SELECT count(*) FROM reports WHERE report_id = $rid", {"rid": report_id}
-            ).fetchone()[0]:
-                raise NsaClickError(f"no report {report_id} in the workspace; `nsa reports` lists them.")
-            found = run_rules(con, report_id=report_id, config=config)
+            with timed(log, "findings: rules"):
+                found = run_rules(con, report_id=report_id, config=config)
             names = dict(con.execute("SELECT report_id, regexp_extract(source_path, '[^/]+$') FROM reports").fetchall())
         finally:
             con.close()
@@ -313,8 +435,8 @@ def findings(
             sys.exit(EXIT_FINDINGS)
 
 
-@main.command("rules")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@main.command("rules", short_help="List the rules, their thresholds and what they look for.")
+@format_option((*out.FORMATS, "markdown"))
 @output_option
 def rules_cmd(fmt: str, output_path: str | None) -> None:
     """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
@@ -337,8 +459,8 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
         lines += [f"| `{t.name}` | {t.default} | {t.unit} | {t.doc} |" for t in DEFAULTS.values()]
         emit("\n".join(lines) + "\n", output_path)
         return
-    if fmt == "json":
-        emit(out.render(out.Result.of_records(rows), "json"), output_path)
+    if fmt in ("json", "csv"):  # machine formats: the rules only (`nsa rules` tables show thresholds)
+        emit(out.render(out.Result.of_records(rows), fmt), output_path)
         return
     text = out.to_table(out.Result.of_records(rows), "rules")
     text += out.to_table(

@@ -65,23 +65,24 @@ class Result:
         return cls(columns, numeric, rows)
 
     def records(self) -> list[dict[str, Any]]:
-        return [{c: _jsonable(v) for c, v in zip(self.columns, row, strict=True)} for row in self.rows]
+        return [{c: jsonable(v) for c, v in zip(self.columns, row, strict=True)} for row in self.rows]
 
 
-def _jsonable(value: Any) -> Any:
-    """A JSON-ready value: NaN -> None, dates as ISO text, decimals as floats, structs as objects."""
+def jsonable(value: Any) -> Any:
+    """A JSON-ready value: NaN and infinities -> None (JSON has no such numbers, and a bare
+    `Infinity` breaks strict parsers), dates as ISO text, decimals as floats, structs as objects."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return None if math.isnan(value) else value
+        return value if math.isfinite(value) else None
     if isinstance(value, decimal.Decimal):
-        return float(value)
+        return float(value) if value.is_finite() else None
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return str(value)  # timedelta, UUID, bytes...
 
 
@@ -90,9 +91,11 @@ def to_json(res: Result) -> str:
 
 
 def _csv_cell(value: Any) -> Any:
-    value = _jsonable(value)
-    if isinstance(value, list):  # `a;b;c`, so the CSV stays one value per cell
-        return ";".join(str(v) for v in value)
+    if isinstance(value, float) and math.isinf(value):
+        return value  # csv writes inf, as for DOUBLE columns
+    if isinstance(value, (list, tuple)):  # `a;b;c`, so the CSV stays one value per cell
+        return ";".join(str(_csv_cell(v)) for v in value)
+    value = jsonable(value)
     if isinstance(value, dict):
         return json.dumps(value, ensure_ascii=False)
     return "" if value is None else value
@@ -117,15 +120,15 @@ def to_csv(res: Result) -> str:
 
 
 def _cell(value: Any) -> str:
-    value = _jsonable(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    value = value if isinstance(value, float) and math.isinf(value) else jsonable(value)  # tables say inf
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 1e15 else f"{value:.6g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
     return str(value)
 
 

@@ -54,7 +54,9 @@ def to_markdown(findings: list[Finding], reports: dict[int, str] | None = None) 
 
 
 def to_json(findings: list[Finding]) -> str:
-    return json.dumps([f.to_dict() for f in findings], indent=2, ensure_ascii=False, default=str) + "\n"
+    from ..output import jsonable  # NaN and infinities as null: JSON has no such numbers
+
+    return json.dumps(jsonable([f.to_dict() for f in findings]), indent=2, ensure_ascii=False) + "\n"
 
 
 def render(findings: list[Finding], fmt: str, reports: dict[int, str] | None = None) -> str:
