@@ -120,7 +120,9 @@ def make_large_export(
             counts[table] = con.execute(f"SELECT count(*) FROM main.{_q(table)}").fetchone()[0]
         if "ANALYSIS_DETAILS" in tables and {"stopTime", "duration"} <= set(tables["ANALYSIS_DETAILS"]):
             extra = (copies - 1) * period
-            con.execute(f"UPDATE main.ANALYSIS_DETAILS SET stopTime = stopTime + {extra}, duration = duration + {extra}")
+            con.execute(
+                f"UPDATE main.ANALYSIS_DETAILS SET stopTime = stopTime + {extra}, duration = duration + {extra}"
+            )
         for typ, name, _, sql in objects:  # indexes, views, triggers after the data: faster
             if typ != "table":
                 con.execute(sql)
@@ -152,7 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     info = make_large_export(args.src, args.copies, args.out, args.margin_ns)
     rows = info["rows"]
-    key = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "NVTX_EVENTS", "OSRT_API"]
+    key = [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "NVTX_EVENTS",
+        "OSRT_API",
+    ]
     shown = ", ".join(f"{t}={rows[t]:,}" for t in key if t in rows)
     print(
         f"{info['output']}: {info['copies']} copies, {info['bytes'] / 1e6:.0f} MB, "

@@ -18,7 +18,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,7 +97,10 @@ def has_command(name: str) -> bool:
 
 def ingested_rows(stdout: str) -> dict[str, int]:
     """'1,032,600 kernels, 271,200 memcpy, ...' from nsa ingest's summary line."""
-    return {m[2]: int(m[1].replace(",", "")) for m in re.finditer(r"(\d[\d,]*) ([a-z_]+)", stdout.split(":", 1)[-1])}
+    return {
+        m[2]: int(m[1].replace(",", ""))
+        for m in re.finditer(r"(\d[\d,]*) ([a-z_]+)", stdout.split(":", 1)[-1])
+    }
 
 
 INPROC = r"""
@@ -149,7 +151,12 @@ def run_nsys(variants: list[tuple[str, str]], path: Path, tmp: Path) -> dict | N
         if r["ok"] and "could not be found" not in text and "ERROR" not in text:
             r["report"] = report
             return r
-    return {"ok": False, "cmd": f"nsys {variants[0][0]}", "error": "no report name worked", "tail": text[-500:]}
+    return {
+        "ok": False,
+        "cmd": f"nsys {variants[0][0]}",
+        "error": "no report name worked",
+        "tail": text[-500:],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,7 +212,9 @@ def reader_comparison(path: Path, tmp: Path) -> list[dict]:
                 "copy_s": round(res["seconds"], 3) if res else None, "process_wall_s": r["wall_s"],
                 "peak_rss_mb": r["peak_rss_mb"], "error": None if r["ok"] else r["stderr_tail"][-300:],
             })  # fmt: skip
-            print(f"  reader {table:28s} {how:32s} {rows[-1]['copy_s']}s  {r['peak_rss_mb']:.0f} MB", flush=True)
+            print(
+                f"  reader {table:28s} {how:32s} {rows[-1]['copy_s']}s  {r['peak_rss_mb']:.0f} MB", flush=True
+            )
     return rows
 
 
@@ -219,13 +228,23 @@ def bench_file(path: Path, tmp: Path, queries: list[str], missing: list[str], fi
 
     def step(name: str, r: dict) -> dict:
         steps[name] = r
-        flag = "" if r.get("ok") else f"  FAILED rc={r.get('rc')}: {(r.get('stderr_tail') or r.get('error') or '')[-200:]}"
-        print(f"  {name:42s} {r.get('wall_s', float('nan')):8.2f} s  {r.get('peak_rss_mb', 0):7.0f} MB{flag}", flush=True)
+        flag = (
+            ""
+            if r.get("ok")
+            else f"  FAILED rc={r.get('rc')}: {(r.get('stderr_tail') or r.get('error') or '')[-200:]}"
+        )
+        print(
+            f"  {name:42s} {r.get('wall_s', float('nan')):8.2f} s  {r.get('peak_rss_mb', 0):7.0f} MB{flag}",
+            flush=True,
+        )
         return r
 
     step("nsa --version (CLI start-up)", measure(nsa_cmd("--version")))
     db = fresh_db(tmp, "default")
-    r = step("nsa ingest (default, NVTX/OSRT deferred)", measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db))))
+    r = step(
+        "nsa ingest (default, NVTX/OSRT deferred)",
+        measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db))),
+    )
     res["rows_default"] = ingested_rows(r["stdout_tail"])
     if "kernel_summary" in queries:
         step("nsa query kernel_summary (first, CLI)", measure(nsa_cmd(
@@ -235,12 +254,17 @@ def bench_file(path: Path, tmp: Path, queries: list[str], missing: list[str], fi
     for q in queries:
         if q == "nvtx_summary":
             continue
-        step(f"nsa query {q} (CLI)", measure(nsa_cmd("query", q, "--db", str(db), "--format", "csv", "-o", os.devnull)))
+        step(
+            f"nsa query {q} (CLI)",
+            measure(nsa_cmd("query", q, "--db", str(db), "--format", "csv", "-o", os.devnull)),
+        )
     # The first NVTX use copies the deferred table; the second is a plain query.
     if "nvtx_summary" in queries:
         nv = nsa_cmd("query", "nvtx_summary", "--db", str(db), "--format", "csv", "-o", os.devnull)
     else:
-        nv = nsa_cmd("sql", "SELECT count(*) FROM nvtx_ranges", "--db", str(db), "--format", "csv", "-o", os.devnull)
+        nv = nsa_cmd(
+            "sql", "SELECT count(*) FROM nvtx_ranges", "--db", str(db), "--format", "csv", "-o", os.devnull
+        )
     label = "nvtx_summary" if "nvtx_summary" in queries else "sql count(nvtx_ranges)"
     step(f"nsa {label} #1 (loads deferred NVTX)", measure(nv))
     step(f"nsa {label} #2", measure(nv))
@@ -251,7 +275,10 @@ def bench_file(path: Path, tmp: Path, queries: list[str], missing: list[str], fi
         # What most users run: findings straight after ingest, which first copies the CUDA API calls.
         fresh = fresh_db(tmp, "fresh")
         measure(nsa_cmd("ingest", "-q", str(path), "--db", str(fresh)))
-        step("nsa findings right after ingest (CLI)", measure(nsa_cmd("findings", "--db", str(fresh)), ok_codes=(0, 1)))
+        step(
+            "nsa findings right after ingest (CLI)",
+            measure(nsa_cmd("findings", "--db", str(fresh)), ok_codes=(0, 1)),
+        )
         for p in (fresh, fresh.with_name(fresh.name + ".wal")):
             p.unlink(missing_ok=True)
 
@@ -266,7 +293,9 @@ def bench_file(path: Path, tmp: Path, queries: list[str], missing: list[str], fi
     for q in [*inproc_names, "sql:kernel_summary_equivalent"]:
         v = res["inproc"].get(q, {})
         if "median_s" in v:
-            print(f"  in-process {q:31s} {v['median_s']:8.3f} s  (first {v['first_s']:.3f} s, {v['rows']} rows)")
+            print(
+                f"  in-process {q:31s} {v['median_s']:8.3f} s  (first {v['first_s']:.3f} s, {v['rows']} rows)"
+            )
         else:
             print(f"  in-process {q:31s} error: {v.get('error', res['inproc'].get('error'))}")
     res["workspace_mb"] = round(db.stat().st_size / 1e6, 1) if db.exists() else None
@@ -317,16 +346,38 @@ def targets(small: dict, large: dict | None, queries: list[str], findings: bool)
     nsys_s = sm.get("nsys_stats_kern_s")
     e2e = sm.get("ingest_plus_kernel_summary_s")
     if e2e is None:
-        add("ingest + kernel_summary <= nsys stats kernel summary", None, nsys_s, None, "kernel_summary query missing")
+        add(
+            "ingest + kernel_summary <= nsys stats kernel summary",
+            None,
+            nsys_s,
+            None,
+            "kernel_summary query missing",
+        )
     elif nsys_s is None:
         add("ingest + kernel_summary <= nsys stats kernel summary", e2e, None, None, "nsys not on PATH")
     else:
-        add("ingest + kernel_summary <= nsys stats kernel summary", e2e, nsys_s, e2e <= nsys_s, f"ratio {e2e / nsys_s:.2f}x")
-        add("moonshot: ingest + kernel_summary <= half of nsys stats", e2e, round(nsys_s / 2, 3), e2e <= nsys_s / 2)
+        add(
+            "ingest + kernel_summary <= nsys stats kernel summary",
+            e2e,
+            nsys_s,
+            e2e <= nsys_s,
+            f"ratio {e2e / nsys_s:.2f}x",
+        )
+        add(
+            "moonshot: ingest + kernel_summary <= half of nsys stats",
+            e2e,
+            round(nsys_s / 2, 3),
+            e2e <= nsys_s / 2,
+        )
     eq = sm.get("ingest_plus_kernel_summary_sql_s")
     if eq is not None and nsys_s:
-        add("(same SQL via `nsa sql`) ingest + kernel summary <= nsys stats", eq, nsys_s, eq <= nsys_s,
-            f"ratio {eq / nsys_s:.2f}x")
+        add(
+            "(same SQL via `nsa sql`) ingest + kernel summary <= nsys stats",
+            eq,
+            nsys_s,
+            eq <= nsys_s,
+            f"ratio {eq / nsys_s:.2f}x",
+        )
     inproc = small.get("inproc", {})
     for q in queries:
         v = inproc.get(q, {})
@@ -335,18 +386,37 @@ def targets(small: dict, large: dict | None, queries: list[str], findings: bool)
     if findings:
         f = small["steps"].get("nsa findings (CLI)")
         if f:
-            add("findings < 2 s at 1M kernels (CLI, incl. start-up)", f["wall_s"], 2.0, f["wall_s"] < 2.0 and f["ok"])
+            add(
+                "findings < 2 s at 1M kernels (CLI, incl. start-up)",
+                f["wall_s"],
+                2.0,
+                f["wall_s"] < 2.0 and f["ok"],
+            )
         f = small["steps"].get("nsa findings right after ingest (CLI)")
         if f:
-            add("(stricter) findings < 2 s straight after ingest, copying the CUDA API calls first", f["wall_s"], 2.0,
-                f["wall_s"] < 2.0 and f["ok"])
+            add(
+                "(stricter) findings < 2 s straight after ingest, copying the CUDA API calls first",
+                f["wall_s"],
+                2.0,
+                f["wall_s"] < 2.0 and f["ok"],
+            )
     peak = sm["peak_mb_all_nsa_steps"]
     add("peak memory < 2 GB at 600 MB input (every nsa step)", peak, 2048, peak < 2048, "MB")
     if large:
         ratio = large["summary"]["ingest_s"] / sm["ingest_s"]
-        add(f"{large['scale']}x input costs <= ~3.5x ingest time (default ingest)", round(ratio, 2), 3.5, ratio <= 3.5)
+        add(
+            f"{large['scale']}x input costs <= ~3.5x ingest time (default ingest)",
+            round(ratio, 2),
+            3.5,
+            ratio <= 3.5,
+        )
         ratio_f = large["summary"]["ingest_full_s"] / sm["ingest_full_s"]
-        add(f"{large['scale']}x input costs <= ~3.5x ingest time (--full)", round(ratio_f, 2), 3.5, ratio_f <= 3.5)
+        add(
+            f"{large['scale']}x input costs <= ~3.5x ingest time (--full)",
+            round(ratio_f, 2),
+            3.5,
+            ratio_f <= 3.5,
+        )
     return rows
 
 
@@ -363,7 +433,9 @@ def machine() -> dict:
     import duckdb
 
     nsys = shutil.which("nsys")
-    nsys_v = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip() if nsys else None
+    nsys_v = (
+        subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip() if nsys else None
+    )
     return {
         "nproc": os.cpu_count(), "cpu": cpu, "ram_gb": round(mem / GB, 1), "python": platform.python_version(),
         "duckdb": duckdb.__version__, "nsys": nsys_v, "platform": platform.platform(),
@@ -375,7 +447,11 @@ def ensure_file(source: Path, copies: int) -> Path:
     sidecar = out.with_suffix(".json")
     if out.exists() and sidecar.exists():
         info = json.loads(sidecar.read_text())
-        if info.get("source") == str(source) and info.get("copies") == copies and info.get("bytes") == out.stat().st_size:
+        if (
+            info.get("source") == str(source)
+            and info.get("copies") == copies
+            and info.get("bytes") == out.stat().st_size
+        ):
             print(f"reusing {out} ({info['bytes'] / 1e6:.0f} MB)")
             return out
     print(f"generating {out} ({copies} copies of {source.name}) ...", flush=True)
@@ -408,7 +484,9 @@ def warm_cache(path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real nsys export to tile")
-    ap.add_argument("--copies", type=int, default=300, help="copies in the base file (300: ~600 MB, ~1M kernels)")
+    ap.add_argument(
+        "--copies", type=int, default=300, help="copies in the base file (300: ~600 MB, ~1M kernels)"
+    )
     ap.add_argument("--scale", type=int, default=3, help="the large file has copies * scale copies")
     ap.add_argument("--skip-large", action="store_true", help="only the base file")
     ap.add_argument("--skip-readers", action="store_true", help="skip the sqlite reader comparison")

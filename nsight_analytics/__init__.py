@@ -16,13 +16,13 @@ from .errors import InputError, NsaError, QueryError, WorkspaceError
 
 __version__ = "0.1.0"
 __all__ = [
+    "InputError",
+    "NsaError",
+    "QueryError",
+    "WorkspaceError",
+    "__version__",
     "connect",
     "engine",
     "ingest",
     "query",
-    "NsaError",
-    "InputError",
-    "QueryError",
-    "WorkspaceError",
-    "__version__",
 ]

@@ -120,12 +120,12 @@ def require_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int | N
         if rid is None:
             continue
         found = params.execute(con, "SELECT count(*) FROM reports WHERE report_id = $rid", {"rid": rid})
-        if not found.fetchone()[0]:
+        if not params.first_row(found)[0]:
             raise QueryError(f"no report {rid} in the workspace; `nsa reports` lists them.")
 
 
 def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
     try:
-        return bool(con.execute("SELECT current_setting('access_mode') = 'read_only'").fetchone()[0])
+        return bool(params.first_row(con.execute("SELECT current_setting('access_mode') = 'read_only'"))[0])
     except duckdb.Error:
         return False

@@ -162,7 +162,9 @@ def _describe(r: IngestResult) -> str:
 @main.command(short_help="Ingest nsys SQLite exports and ncu CSV files.")
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--replace", is_flag=True, help="Re-ingest files already in the workspace.")
-@click.option("--full", is_flag=True, help="Copy every table now instead of deferring NVTX/OS runtime to first use.")
+@click.option(
+    "--full", is_flag=True, help="Copy every table now instead of deferring NVTX/OS runtime to first use."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @db_option
 def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: str | None) -> None:
@@ -230,7 +232,9 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
 @main.command(short_help="Run your own SQL on the workspace.")
 @click.argument("statement")
 @click.option(
-    "--read-only", is_flag=True, help="Open the workspace read-only, so other readers can run at the same time."
+    "--read-only",
+    is_flag=True,
+    help="Open the workspace read-only, so other readers can run at the same time.",
 )
 @click.option(
     "--allow-writes", is_flag=True,
@@ -272,7 +276,9 @@ def sql(
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
-@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable).")
+@click.option(
+    "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable)."
+)
 @db_option
 @format_option()
 @output_option
@@ -343,7 +349,9 @@ def demo_input() -> Path:
 
 
 @main.command(short_help="Show what nsa finds in a bundled real H100 capture.")
-@click.option("--db", type=click.Path(dir_okay=False), help="Keep the demo workspace here (default: a temporary one).")
+@click.option(
+    "--db", type=click.Path(dir_okay=False), help="Keep the demo workspace here (default: a temporary one)."
+)
 def demo(db: str | None) -> None:
     """Ingest the bundled demo export (a real H100 capture) and show what nsa finds in it."""
     from .rules import run_rules
@@ -387,7 +395,9 @@ def _rules_config(config_path: str | None, sets: tuple[str, ...]) -> dict[str, A
     "--config", "config_path", type=click.Path(dir_okay=False),
     help="TOML file of rule thresholds (example above; `nsa rules` lists them).",
 )  # fmt: skip
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override one threshold (repeatable).")
+@click.option(
+    "--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override one threshold (repeatable)."
+)
 @db_option
 @output_option
 def findings(
@@ -425,7 +435,9 @@ def findings(
         try:
             with timed(log, "findings: rules"):
                 found = run_rules(con, report_id=report_id, config=config)
-            names = dict(con.execute("SELECT report_id, regexp_extract(source_path, '[^/]+$') FROM reports").fetchall())
+            names = dict(
+                con.execute("SELECT report_id, regexp_extract(source_path, '[^/]+$') FROM reports").fetchall()
+            )
         finally:
             con.close()
         emit(render(found, fmt, names), output_path)
@@ -454,7 +466,10 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
     ]
     if fmt == "markdown":
         lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
-        lines += [f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |" for x in rows]
+        lines += [
+            f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |"
+            for x in rows
+        ]
         lines += ["", "| threshold | default | unit | meaning |", "|---|---|---|---|"]
         lines += [f"| `{t.name}` | {t.default} | {t.unit} | {t.doc} |" for t in DEFAULTS.values()]
         emit("\n".join(lines) + "\n", output_path)

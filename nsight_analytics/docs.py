@@ -33,15 +33,19 @@ def render_queries_markdown() -> str:
     out = [
         "# Query library",
         "",
-        "Generated from the comment contracts of `queries/**/*.sql` by "
-        "`python -m nsight_analytics.docs`; a test fails when this page and the code disagree.",
+        (
+            "Generated from the comment contracts of `queries/**/*.sql` by "
+            "`python -m nsight_analytics.docs`; a test fails when this page and the code disagree."
+        ),
         "",
-        "Run a query with `nsa query NAME -p name=value`, from Python with "
-        "`nsa.query(con, NAME, name=value)`, or as a table macro in SQL on any connection from "
-        "`nsa.connect()` or `nsa.engine()`: `SELECT * FROM NAME(name := value)`. In SQL a parameter "
-        "named like a column drops its `_id` (`report_id` is `report :=`), because a DuckDB macro "
-        "parameter hides the column of the same name; the `in SQL` column says. Parameters left out "
-        "take their default.",
+        (
+            "Run a query with `nsa query NAME -p name=value`, from Python with "
+            "`nsa.query(con, NAME, name=value)`, or as a table macro in SQL on any connection from "
+            "`nsa.connect()` or `nsa.engine()`: `SELECT * FROM NAME(name := value)`. In SQL a parameter "
+            "named like a column drops its `_id` (`report_id` is `report :=`), because a DuckDB macro "
+            "parameter hides the column of the same name; the `in SQL` column says. Parameters left out "
+            "take their default."
+        ),
         "",
         "| query | family | answers |",
         "|---|---|---|",

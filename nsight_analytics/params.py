@@ -76,3 +76,10 @@ def _prepared(con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[st
     args = ", ".join(f"{k} := {literal(v)}" for k, v in params.items() if k in used)
     return f"EXECUTE {name}({args})"
 
+
+def first_row(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> tuple[Any, ...]:
+    """The one row a query that always returns one (an aggregate, a setting) returned."""
+    row = cur.fetchone()
+    if row is None:  # pragma: no cover - only for statements that always return a row
+        raise AssertionError("the statement returned no row")
+    return row

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,7 @@ def macro_files() -> list[Path]:
 
 
 _COMMENT = re.compile(r"--[^\n]*")
-_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\s+(\w+)", re.I)
+_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\s+(\w+)", re.IGNORECASE)
 
 
 @cache
@@ -224,10 +224,10 @@ def tables_read(sql: str, *, exact: bool = True) -> set[str]:
 
     macros = _macro_bodies()
     tables: set[str] = set()
-    todo, seen = [_COMMENT.sub("", sql)], set()
+    todo, seen = [_COMMENT.sub("", sql)], set[str]()
     pattern = r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)" if exact else r"([A-Za-z_]\w*)"
     while todo:
-        words = set(re.findall(pattern, todo.pop(), flags=re.I))
+        words = set(re.findall(pattern, todo.pop(), flags=re.IGNORECASE))
         tables |= {t for t in BY_NAME if t in words}
         for name in (words & set(macros)) - seen:
             seen.add(name)
@@ -250,6 +250,10 @@ def macro_param_name(param: str, q: Query) -> str:
     return param.removesuffix("_id") if param.endswith("_id") else f"p_{param}"
 
 
+def _macro_param(names: dict[str, str], m: re.Match[str]) -> str:
+    return names[m[1]]
+
+
 def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
 
@@ -259,12 +263,14 @@ def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """
     for path in macro_files():
         sql = path.read_text(encoding="utf-8")
-        sql = re.sub(r"CREATE\s+(OR\s+REPLACE\s+)?MACRO", "CREATE OR REPLACE TEMP MACRO", sql, flags=re.I)
+        sql = re.sub(
+            r"CREATE\s+(OR\s+REPLACE\s+)?MACRO", "CREATE OR REPLACE TEMP MACRO", sql, flags=re.IGNORECASE
+        )
         con.execute(sql)
     failed: dict[str, str] = {}
     for q in library().values():
         names = {p.name: macro_param_name(p.name, q) for p in q.params}
-        body = _USES.sub(lambda m: names[m[1]], q.sql)
+        body = _USES.sub(partial(_macro_param, names), q.sql)
         args = ", ".join(f"{names[p.name]} := {p.default or 'NULL'}" for p in q.params)
         try:
             con.execute(f"CREATE OR REPLACE TEMP MACRO {q.name}({args}) AS TABLE {body}")

@@ -65,7 +65,10 @@ DEVICE_TIMELINE = (RID, DEV, CTX, STREAM, PID, GPID, START, END, DUR)
 NAME = _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name).")
 SHORT_NAME = _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries.")
 NAME_ID = _c(
-    "name_id", "BIGINT", "", "The name's id in the export's StringIds; joins `kernel_names` on (report_id, name_id)."
+    "name_id",
+    "BIGINT",
+    "",
+    "The name's id in the export's StringIds; joins `kernel_names` on (report_id, name_id).",
 )
 LAUNCH = (
     _c("grid_x", "INTEGER", "block", "Grid size, x."),
@@ -248,11 +251,18 @@ TABLES: tuple[Table, ...] = (
             START,
             END,
             DUR,
-            _c("name", "VARCHAR", "", "Event name as nsys writes it ('Graph Creation', 'Graph Node Creation')."),
+            _c(
+                "name",
+                "VARCHAR",
+                "",
+                "Event name as nsys writes it ('Graph Creation', 'Graph Node Creation').",
+            ),
             _c("graph_id", "BIGINT", "", "Graph id (graph events)."),
             _c("original_graph_id", "BIGINT", "", "The graph this one was cloned from, when cloned."),
             _c("graph_exec_id", "BIGINT", "", "Executable graph id, when the event concerns one."),
-            _c("graph_node_id", "BIGINT", "", "Graph node id (node events); joins kernel_rows.graph_node_id."),
+            _c(
+                "graph_node_id", "BIGINT", "", "Graph node id (node events); joins kernel_rows.graph_node_id."
+            ),
             _c("original_graph_node_id", "BIGINT", "", "The node this one was cloned from, when cloned."),
         ),
         "nsys",
@@ -269,9 +279,19 @@ TABLES: tuple[Table, ...] = (
         (
             RID,
             _c("step", "INTEGER", "", "0-based position of the step in its series (time order)."),
-            _c("name", "VARCHAR", "", "NVTX range name, or the marker kernel's name for kernel-pattern steps."),
+            _c(
+                "name",
+                "VARCHAR",
+                "",
+                "NVTX range name, or the marker kernel's name for kernel-pattern steps.",
+            ),
             _c("number", "BIGINT", "", "The step number in the range name (`step 12` -> 12), else NULL."),
-            _c("source", "VARCHAR", "", "'nvtx' (host time of the ranges) or 'kernels' (GPU time of the pattern)."),
+            _c(
+                "source",
+                "VARCHAR",
+                "",
+                "'nvtx' (host time of the ranges) or 'kernels' (GPU time of the pattern).",
+            ),
             _c(
                 "series",
                 "BIGINT",
@@ -528,11 +548,15 @@ def render_markdown() -> str:
     out = [
         "# Canonical tables",
         "",
-        "Generated from `nsight_analytics/schema.py` by `nsa schema --format markdown`; "
-        "a test fails when this page and the code disagree.",
+        (
+            "Generated from `nsight_analytics/schema.py` by `nsa schema --format markdown`; "
+            "a test fails when this page and the code disagree."
+        ),
         "",
-        "All times are nanoseconds relative to the capture session start; every table carries "
-        "`report_id`, so many reports sit side by side. Columns an export lacks are NULL.",
+        (
+            "All times are nanoseconds relative to the capture session start; every table carries "
+            "`report_id`, so many reports sit side by side. Columns an export lacks are NULL."
+        ),
         "",
     ]
     for t in TABLES:

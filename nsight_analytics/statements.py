@@ -54,7 +54,9 @@ def canonical_writes(sql: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     try:
         with duckdb.connect(":memory:") as parser:
-            statements = [(st.type, st.query) for st in parser.extract_statements(sql)]
+            statements: list[tuple[duckdb.StatementType | None, str]] = [
+                (st.type, st.query) for st in parser.extract_statements(sql)
+            ]
     except duckdb.ParserException:
         raise
     except duckdb.Error:  # parsed, but binding a PRAGMA failed here: read the whole text instead

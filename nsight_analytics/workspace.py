@@ -65,9 +65,7 @@ def open_workspace(
     if not read_only:
         parent = path.parent
         if not parent.exists():
-            raise WorkspaceError(
-                f"cannot create the workspace {path}: folder {parent} does not exist."
-            )
+            raise WorkspaceError(f"cannot create the workspace {path}: folder {parent} does not exist.")
         if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise WorkspaceError(
                 f"cannot write the workspace {path}: permission denied; choose a writable path "
@@ -220,4 +218,4 @@ def _install_macros(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def next_report_id(con: duckdb.DuckDBPyConnection) -> int:
-    return int(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports").fetchone()[0])
+    return int(params.first_row(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports"))[0])

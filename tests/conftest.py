@@ -50,7 +50,9 @@ def nsys_real_workspace(tmp_path_factory):
     import nsight_analytics as nsa
 
     if not NSYS_FILES:
-        pytest.skip(f"real data not available: {REALDATA / 'nsys'} (tests expect ../shared/realdata beside the repo)")
+        pytest.skip(
+            f"real data not available: {REALDATA / 'nsys'} (tests expect ../shared/realdata beside the repo)"
+        )
     con = nsa.connect(tmp_path_factory.mktemp("nsys_real") / "w.duckdb")
     ids = {path.name: nsa.ingest(con, path).report_id for path in NSYS_FILES}
     nsa.query(con, "nvtx_summary")  # copies the deferred nvtx_ranges table once

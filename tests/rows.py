@@ -21,7 +21,9 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> None
         else:
             table_ = table
         cols = ", ".join(f'"{c}"' for c in row)
-        con.execute(f'INSERT INTO "{table_}" ({cols}) VALUES ({", ".join("?" * len(row))})', list(row.values()))
+        con.execute(
+            f'INSERT INTO "{table_}" ({cols}) VALUES ({", ".join("?" * len(row))})', list(row.values())
+        )
     if table == "kernels":
         con.execute(
             "UPDATE kernel_names SET kernels = (SELECT count(*) FROM kernel_rows k "
@@ -41,7 +43,9 @@ def _kernel_row(con: duckdb.DuckDBPyConnection, row: dict) -> dict:
     ).fetchone()
     if found:
         return {**rest, "name_id": found[0]}
-    nid = con.execute("SELECT coalesce(max(name_id), 0) + 1 FROM kernel_names WHERE report_id = ?", [rid]).fetchone()[0]
+    nid = con.execute(
+        "SELECT coalesce(max(name_id), 0) + 1 FROM kernel_names WHERE report_id = ?", [rid]
+    ).fetchone()[0]
     con.execute(
         "INSERT INTO kernel_names (report_id, name_id, name, short_name, mangled_name, kernels) VALUES (?, ?, ?, ?, ?, 0)",
         [rid, nid, names["name"], names["short_name"], names["mangled_name"]],
@@ -49,7 +53,9 @@ def _kernel_row(con: duckdb.DuckDBPyConnection, row: dict) -> dict:
     return {**rest, "name_id": nid}
 
 
-def union_within(intervals: list[tuple[int, int]], lo: float = float("-inf"), hi: float = float("inf")) -> int:
+def union_within(
+    intervals: list[tuple[int, int]], lo: float = float("-inf"), hi: float = float("inf")
+) -> int:
     """Length of the union of intervals clipped to [lo, hi], by sort and merge."""
     total, cur_s, cur_e = 0, None, None
     for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):

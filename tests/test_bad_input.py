@@ -207,7 +207,9 @@ def test_deferred_table_whose_source_changed(tmp_path: Path) -> None:
 
 def test_deferred_table_of_a_touched_source_checks_the_bytes(tmp_path: Path, monkeypatch) -> None:
     """A new mtime alone (touch, a copy) costs one hash; an unchanged size and mtime cost none."""
-    ingest = sys.modules["nsight_analytics.ingest"]  # the module: `nsight_analytics.ingest` is also a function
+    ingest = sys.modules[
+        "nsight_analytics.ingest"
+    ]  # the module: `nsight_analytics.ingest` is also a function
     src, db, mtime = _ingest_copy(tmp_path)
     hashed: list[Path] = []
     real_hash = ingest.sha256_file
@@ -217,6 +219,8 @@ def test_deferred_table_of_a_touched_source_checks_the_bytes(tmp_path: Path, mon
     assert res.exit_code == 0, res.output
     assert hashed == [src]  # cuda_api: mtime differs, bytes the same
     os.utime(src, ns=(mtime, mtime))
-    res = run("sql", "--db", db, "SELECT count(grid_x) AS n FROM kernels", "--format", "csv")  # launch columns
+    res = run(
+        "sql", "--db", db, "SELECT count(grid_x) AS n FROM kernels", "--format", "csv"
+    )  # launch columns
     assert res.exit_code == 0 and res.output == "n\n2\n", res.output
     assert hashed == [src]  # same size and mtime as at ingest: not read again

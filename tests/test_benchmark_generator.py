@@ -14,7 +14,9 @@ TIME_COLS = ("start", "end")
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_large_export", ROOT / "benchmarks" / "make_large_export.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_large_export", ROOT / "benchmarks" / "make_large_export.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -45,7 +47,13 @@ def test_activity_tables_triple_others_copied_once(tiled):
               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"):  # fmt: skip
         assert t in info["tiled_tables"]
         assert _count(dst, t) == 3 * _count(src, t) > 0, t
-    for t in ("StringIds", "PROCESSES", "META_DATA_EXPORT", "ENUM_CUDA_MEMCPY_OPER", "TARGET_INFO_SESSION_START_TIME"):
+    for t in (
+        "StringIds",
+        "PROCESSES",
+        "META_DATA_EXPORT",
+        "ENUM_CUDA_MEMCPY_OPER",
+        "TARGET_INFO_SESSION_START_TIME",
+    ):
         assert t not in info["tiled_tables"]
         assert _count(dst, t) == _count(src, t) > 0, t
 
@@ -64,7 +72,7 @@ def test_copies_are_shifted_in_time(tiled):
             (lo + i * period, hi + i * period),
         ).fetchone()[0]
         assert n == _count(src, "CUPTI_ACTIVITY_KIND_KERNEL")
-    durations = lambda con: con.execute(  # noqa: E731
+    durations = lambda con: con.execute(
         'SELECT sum("end" - start), count(DISTINCT "end" - start) FROM NVTX_EVENTS'
     ).fetchone()
     (s1, d1), (s3, d3) = durations(src), durations(dst)
@@ -79,7 +87,9 @@ def test_kernel_api_pairs_stay_consistent(tiled):
     )
     assert dst.execute(pairs).fetchone()[0] == 3 * src.execute(pairs).fetchone()[0] > 0
     # Correlation ids never collide across copies, and the API call still precedes its kernel.
-    dup = "SELECT count(*) - count(DISTINCT correlationId || ':' || globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    dup = (
+        "SELECT count(*) - count(DISTINCT correlationId || ':' || globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+    )
     assert dst.execute(dup).fetchone()[0] == src.execute(dup).fetchone()[0]
     late = pairs + " WHERE r.start > k.start"
     assert dst.execute(late).fetchone()[0] == src.execute(late).fetchone()[0] == 0

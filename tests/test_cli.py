@@ -54,7 +54,9 @@ def test_env_var_picks_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_sql_formats(db: Path) -> None:
     src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
     with sqlite3.connect(src) as c:
-        (n, total) = c.execute('SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY').fetchone()
+        (n, total) = c.execute(
+            'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY'
+        ).fetchone()
     stmt = "SELECT count(*) AS n, CAST(sum(duration_ns) AS BIGINT) AS total FROM memcpy"
     res = invoke("sql", "--db", str(db), stmt, "--format", "json")
     assert json.loads(res.output) == [{"n": n, "total": total}]
@@ -125,8 +127,11 @@ def test_demo_runs_on_the_bundled_export() -> None:
     # judged on the steady state, from batch_1 on (batch_0 is warm-up): that part's DtoH rate
     db = sqlite3.connect(ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite")
     steady = db.execute("SELECT start FROM NVTX_EVENTS WHERE text = 'batch_1'").fetchone()[0]
-    nbytes, ns = db.execute('SELECT sum(bytes), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
-                            "WHERE copyKind = 2 AND dstKind = 0 AND start >= ?", [steady]).fetchone()
+    nbytes, ns = db.execute(
+        'SELECT sum(bytes), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY '
+        "WHERE copyKind = 2 AND dstKind = 0 AND start >= ?",
+        [steady],
+    ).fetchone()
     assert f"{nbytes / ns:.3g} GB/s" in res.output
 
 
@@ -147,19 +152,36 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
     from nsight_analytics import schema
 
     path = tmp_path / "old.duckdb"
-    assert invoke("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code == EXIT_OK
+    assert (
+        invoke("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code
+        == EXIT_OK
+    )
     with duckdb.connect(str(path)) as con:
         con.execute('ALTER TABLE kernel_names DROP COLUMN "mangled_name"')
         con.execute('ALTER TABLE ncu_kernels DROP COLUMN "invocations"')
-    res = invoke("sql", "--db", str(path), "SELECT count(*) AS n, count(mangled_name) AS named FROM kernel_names", "--format", "csv")
+    res = invoke(
+        "sql",
+        "--db",
+        str(path),
+        "SELECT count(*) AS n, count(mangled_name) AS named FROM kernel_names",
+        "--format",
+        "csv",
+    )
     assert res.output == "n,named\n2,0\n"
     with duckdb.connect(str(path), read_only=True) as con:
         for table in ("kernel_names", "ncu_kernels"):
-            cols = [r[0] for r in con.execute(f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'").fetchall()]
+            cols = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT column_name FROM duckdb_columns() WHERE table_name = '{table}'"
+                ).fetchall()
+            ]
             assert sorted(cols) == sorted(schema.BY_NAME[table].col_names)
     res = invoke("ingest", "--db", str(path), "--replace", str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
     assert res.exit_code == EXIT_OK, res.output
-    res = invoke("sql", "--db", str(path), "SELECT count(mangled_name) AS named FROM kernel_names", "--format", "csv")
+    res = invoke(
+        "sql", "--db", str(path), "SELECT count(mangled_name) AS named FROM kernel_names", "--format", "csv"
+    )
     assert res.output == "named\n2\n"
 
 
@@ -181,24 +203,32 @@ def test_workspace_with_a_kernels_table_is_upgraded(tmp_path: Path) -> None:
         con.execute("ALTER TABLE old_n RENAME TO kernel_names")
     res = invoke("query", "kernel_summary", "--db", str(path), "--format", "csv")  # a read-only open
     assert res.exit_code == EXIT_OK, res.output
-    got = {(r["name"], int(r["instances"]), int(r["total_ns"])) for r in csv.DictReader(io.StringIO(res.output))}
+    got = {
+        (r["name"], int(r["instances"]), int(r["total_ns"])) for r in csv.DictReader(io.StringIO(res.output))
+    }
     with sqlite3.connect(src) as db:
-        expected = set(db.execute(
-            'SELECT s.value, count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
-            "JOIN StringIds s ON s.id = k.demangledName GROUP BY 1"
-        ).fetchall())
-        mangled = set(db.execute(
-            "SELECT d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
-            "JOIN StringIds m ON m.id = k.mangledName"
-        ).fetchall())
+        expected = set(
+            db.execute(
+                'SELECT s.value, count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+                "JOIN StringIds s ON s.id = k.demangledName GROUP BY 1"
+            ).fetchall()
+        )
+        mangled = set(
+            db.execute(
+                "SELECT d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
+                "JOIN StringIds m ON m.id = k.mangledName"
+            ).fetchall()
+        )
     assert got == expected and len(got) == 3
     res = invoke("sql", "--db", str(path), "SELECT name, mangled_name FROM kernel_names", "--format", "csv")
     assert {(r["name"], r["mangled_name"]) for r in csv.DictReader(io.StringIO(res.output))} == mangled
     with duckdb.connect(str(path), read_only=True) as con:
-        kinds = dict(con.execute(
-            "SELECT table_name, 'table' FROM duckdb_tables() UNION ALL "
-            "SELECT view_name, 'view' FROM duckdb_views() WHERE NOT internal"
-        ).fetchall())
+        kinds = dict(
+            con.execute(
+                "SELECT table_name, 'table' FROM duckdb_tables() UNION ALL "
+                "SELECT view_name, 'view' FROM duckdb_views() WHERE NOT internal"
+            ).fetchall()
+        )
     assert (kinds["kernels"], kinds["kernel_rows"]) == ("view", "table")
 
 

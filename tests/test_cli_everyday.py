@@ -16,8 +16,8 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, realdata
 
+from conftest import ROOT, realdata
 from nsight_analytics import queries, schema
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 from nsight_analytics.rules import rules

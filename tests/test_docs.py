@@ -46,7 +46,9 @@ def test_every_canonical_table_has_exactly_the_declared_columns(tmp_path: Path) 
     try:
         found = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         assert found == {t.name for t in schema.STORED}
-        views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        views = {
+            r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+        }
         assert views == {t.name for t in schema.VIEWS}
         for t in schema.TABLES:
             described = [(r[0], r[1]) for r in con.execute(f'DESCRIBE "{t.name}"').fetchall()]
@@ -66,7 +68,7 @@ def _readme_command_rows() -> list[str]:
     readme = _readme()
     assert "\n## Commands\n" in readme, "README.md needs a `## Commands` section"
     table = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^\| `nsa ([\w-]+)", table, flags=re.M)
+    return re.findall(r"^\| `nsa ([\w-]+)", table, flags=re.MULTILINE)
 
 
 def test_every_cli_command_is_in_readme_commands_table() -> None:
@@ -74,7 +76,9 @@ def test_every_cli_command_is_in_readme_commands_table() -> None:
     from nsight_analytics.cli import main
 
     missing = sorted(set(main.commands) - set(_readme_command_rows()))
-    assert not missing, f"README.md's Commands table lacks a row `| \\`nsa NAME ...\\` | ... |` for: {missing}"
+    assert not missing, (
+        f"README.md's Commands table lacks a row `| \\`nsa NAME ...\\` | ... |` for: {missing}"
+    )
 
 
 def test_readme_commands_table_lists_only_real_commands() -> None:

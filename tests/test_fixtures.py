@@ -17,7 +17,7 @@ import pytest
 # fixtures/ is a top-level folder, not an installed package: make it importable under plain `pytest`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fixtures.nsys_fixtures import DTOH, HTOD, PAGEABLE, SCENARIOS, write_all  # noqa: E402
+from fixtures.nsys_fixtures import DTOH, HTOD, PAGEABLE, SCENARIOS, write_all
 
 Answers = dict[str, Any]
 NVTX_NAME = "coalesce(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
@@ -50,30 +50,45 @@ def test_common_shape_and_totals(answers: dict[str, Answers], name: str) -> None
     with _db(a) as db:
         assert q(db, "PRAGMA integrity_check") == [("ok",)]
         assert q(db, f"SELECT value FROM {a['meta_table']} WHERE name = 'EXPORT_SCHEMA_VERSION'") == [
-            (a["schema_version"],)]
+            (a["schema_version"],)
+        ]
         present = tables(db)
         for t in present - {"StringIds"}:  # lazy export: no empty tables (except ENUMs, always there)
             assert t.startswith("ENUM_") or q(db, f"SELECT count(*) FROM {t}")[0][0] > 0, t
         assert set(a["tables_with_rows"]) <= present
         if a["kernel_count"]:
             assert q(db, "SELECT count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL") == [
-                (a["kernel_count"], a["kernel_total_ns"])]
+                (a["kernel_count"], a["kernel_total_ns"])
+            ]
             # every kernel has its launch call: same correlationId, same process, issued before
-            assert q(db, """SELECT count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            assert (
+                q(
+                    db,
+                    """SELECT count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k
                 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
                  AND (r.globalTid >> 24) = (k.globalPid >> 24)
                 JOIN StringIds s ON s.id = r.nameId
-                WHERE s.value LIKE 'cudaLaunchKernel%' AND r.start <= k.start""")[0][0] == a["kernel_count"]
+                WHERE s.value LIKE 'cudaLaunchKernel%' AND r.start <= k.start""",
+                )[0][0]
+                == a["kernel_count"]
+            )
         by_kind = {k: (v["count"], v["bytes"], v["ns"]) for k, v in a["memcpy_by_kind"].items()}
         if by_kind:
-            rows = q(db, "SELECT copyKind, count(*), sum(bytes), sum(end - start) "
-                         "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1")
+            rows = q(
+                db,
+                "SELECT copyKind, count(*), sum(bytes), sum(end - start) "
+                "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1",
+            )
             assert {r[0]: r[1:] for r in rows} == by_kind
         # globalPid encodes pid in bits 24..47 (with vm bits above, like real files)
         for gpid, pid in q(db, "SELECT globalPid, pid FROM PROCESSES"):
             assert (gpid >> 24) & 16777215 == pid and gpid >> 48 == 1
-        for t, key in (("CUPTI_ACTIVITY_KIND_RUNTIME", "api_count"), ("NVTX_EVENTS", "nvtx_count"),
-                       ("OSRT_API", "osrt_count"), ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "sync_count")):
+        for t, key in (
+            ("CUPTI_ACTIVITY_KIND_RUNTIME", "api_count"),
+            ("NVTX_EVENTS", "nvtx_count"),
+            ("OSRT_API", "osrt_count"),
+            ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "sync_count"),
+        ):
             assert (q(db, f"SELECT count(*) FROM {t}")[0][0] if t in present else 0) == a[key], t
 
 
@@ -94,28 +109,44 @@ def test_old_schema_shape(answers: dict[str, Answers]) -> None:
 def test_edge_cases(answers: dict[str, Answers]) -> None:
     a = answers["edge_cases"]
     with _db(a) as db:
-        rows = q(db, """SELECT d.value, s.value, k.demangledName = k.shortName, k.end - k.start
+        rows = q(
+            db,
+            """SELECT d.value, s.value, k.demangledName = k.shortName, k.end - k.start
             FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName
-            JOIN StringIds s ON s.id = k.shortName ORDER BY k.start""")
+            JOIN StringIds s ON s.id = k.shortName ORDER BY k.start""",
+        )
         assert [r[0] for r in rows] == a["kernel_names"] and [r[1] for r in rows] == a["kernel_short_names"]
         assert [r[0] for r in rows if r[2]] == [a["shortname_only_kernel"]]
         assert sum(r[3] == 0 for r in rows) == a["zero_duration_kernels"]
-        ranges = q(db, f"SELECT {NVTX_NAME}, n.end IS NULL, n.text IS NULL, n.domainId FROM NVTX_EVENTS n "
-                       "WHERE eventType IN (59, 60) ORDER BY start")
+        ranges = q(
+            db,
+            f"SELECT {NVTX_NAME}, n.end IS NULL, n.text IS NULL, n.domainId FROM NVTX_EVENTS n "
+            "WHERE eventType IN (59, 60) ORDER BY start",
+        )
         assert sorted(r[0] for r in ranges) == sorted(a["nvtx_range_names"])
         assert [r[0] for r in ranges if r[1]] == a["nvtx_null_end_ranges"]
         assert [r[0] for r in ranges if r[2]] == a["nvtx_registered"]
         domains = dict(q(db, "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType = 75"))
         assert domains == a["nvtx_domains"]
         assert {r[0]: domains[r[3]] for r in ranges if r[3]} == a["nvtx_domain_ranges"]
-        assert q(db, "SELECT text, end FROM NVTX_EVENTS WHERE eventType = 34") == [(m, None) for m in a["nvtx_marks"]]
+        assert q(db, "SELECT text, end FROM NVTX_EVENTS WHERE eventType = 34") == [
+            (m, None) for m in a["nvtx_marks"]
+        ]
         u = a["unknown_enums"]
-        assert q(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? AND srcKind = ?",
-                 u["copyKind"], u["srcKind"]) == [(1,)]
+        assert q(
+            db,
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? AND srcKind = ?",
+            u["copyKind"],
+            u["srcKind"],
+        ) == [(1,)]
         assert q(db, "SELECT count(*) FROM ENUM_CUDA_MEMCPY_OPER WHERE id = ?", u["copyKind"]) == [(0,)]
         assert q(db, "SELECT count(*) FROM ENUM_CUPTI_SYNC_TYPE WHERE id = ?", u["syncType"]) == [(0,)]
-        assert q(db, """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
-            USING (correlationId) JOIN StringIds s ON s.id = r.nameId WHERE s.value = ?""", a["memcpy_api"]) == [(2,)]
+        assert q(
+            db,
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+            USING (correlationId) JOIN StringIds s ON s.id = r.nameId WHERE s.value = ?""",
+            a["memcpy_api"],
+        ) == [(2,)]
 
 
 def test_no_gpu_activity(answers: dict[str, Answers]) -> None:
@@ -124,41 +155,70 @@ def test_no_gpu_activity(answers: dict[str, Answers]) -> None:
         present = tables(db)
         assert not present & set(a["absent_tables"])
         assert {"NVTX_EVENTS", "OSRT_API", "CUPTI_ACTIVITY_KIND_RUNTIME", "EXPORT_META_DATA"} <= present
-        assert [r[0] for r in q(db, f"SELECT {NVTX_NAME} FROM NVTX_EVENTS n ORDER BY start")] == a["nvtx_names"]
+        assert [r[0] for r in q(db, f"SELECT {NVTX_NAME} FROM NVTX_EVENTS n ORDER BY start")] == a[
+            "nvtx_names"
+        ]
 
 
 def test_idle_gaps(answers: dict[str, Answers]) -> None:
     a = answers["idle_gaps"]
     with _db(a) as db:
-        gaps = q(db, """SELECT prev_end, start FROM (SELECT start, lag(end) OVER (ORDER BY start) AS prev_end
-            FROM CUPTI_ACTIVITY_KIND_KERNEL) WHERE start - prev_end > ?""", a["gap_threshold_ns"])
+        gaps = q(
+            db,
+            """SELECT prev_end, start FROM (SELECT start, lag(end) OVER (ORDER BY start) AS prev_end
+            FROM CUPTI_ACTIVITY_KIND_KERNEL) WHERE start - prev_end > ?""",
+            a["gap_threshold_ns"],
+        )
         assert gaps == [(g["start"], g["end"]) for g in a["gaps"]]
-        others = q(db, """SELECT max(start - prev_end) FROM (SELECT start, lag(end) OVER (ORDER BY start) AS prev_end
-            FROM CUPTI_ACTIVITY_KIND_KERNEL) WHERE start - prev_end <= ?""", a["gap_threshold_ns"])[0][0]
+        others = q(
+            db,
+            """SELECT max(start - prev_end) FROM (SELECT start, lag(end) OVER (ORDER BY start) AS prev_end
+            FROM CUPTI_ACTIVITY_KIND_KERNEL) WHERE start - prev_end <= ?""",
+            a["gap_threshold_ns"],
+        )[0][0]
         assert others <= a["other_gaps_max_ns"]
         for g in a["gaps"]:  # the host call named in the answer covers the gap (up to the next launch)
             sync = g["cause"] == "sync"
             table, corr = ("CUPTI_ACTIVITY_KIND_RUNTIME", "t.correlationId") if sync else ("OSRT_API", "NULL")
-            cover = q(db, f"""SELECT {corr} FROM {table} t JOIN StringIds s ON s.id = t.nameId
-                WHERE s.value = ? AND t.start <= ? AND t.end >= ?""", g["host_call"], g["start"], g["end"] - 20_000)
+            cover = q(
+                db,
+                f"""SELECT {corr} FROM {table} t JOIN StringIds s ON s.id = t.nameId
+                WHERE s.value = ? AND t.start <= ? AND t.end >= ?""",
+                g["host_call"],
+                g["start"],
+                g["end"] - 20_000,
+            )
             assert len(cover) == 1, g
             if sync:
-                assert q(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE correlationId = ?",
-                         cover[0][0]) == [(1,)]
+                assert q(
+                    db,
+                    "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE correlationId = ?",
+                    cover[0][0],
+                ) == [(1,)]
 
 
 def test_copy_scenarios(answers: dict[str, Answers]) -> None:
     h = answers["h2d_dominated"]
     assert 0.85 < h["htod_share"] < 0.95 and 0.02 < h["kernel_share"] < 0.05
     with _db(h) as db:
-        ns = q(db, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? AND srcKind = 1",
-               HTOD)[0][0]
+        ns = q(
+            db,
+            "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ? AND srcKind = 1",
+            HTOD,
+        )[0][0]
         assert ns == h["htod_ns"]
     p = answers["pageable_copies"]
     assert 1.0 < p["dtoh_gbps"] < 7.0 and 1.0 < p["htod_gbps"] < 7.0 and p["copy_share"] < 0.2
     with _db(p) as db:
-        assert q(db, """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE (copyKind = ? AND srcKind = ?)
-            OR (copyKind = ? AND dstKind = ?)""", HTOD, PAGEABLE, DTOH, PAGEABLE) == [(p["pageable_copies"],)]
+        assert q(
+            db,
+            """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE (copyKind = ? AND srcKind = ?)
+            OR (copyKind = ? AND dstKind = ?)""",
+            HTOD,
+            PAGEABLE,
+            DTOH,
+            PAGEABLE,
+        ) == [(p["pageable_copies"],)]
 
 
 def test_storm_and_healthy(answers: dict[str, Answers]) -> None:

@@ -23,11 +23,17 @@ def ingested(tmp_path: Path):
 
 
 def test_old_schema_2x(ingested) -> None:
-    con, r, a = ingested(fx.old_schema_2x)
-    assert con.execute("SELECT tool_version, schema_version FROM reports").fetchone() == ("2021.3.1.54", "2.7.1")
+    con, _r, a = ingested(fx.old_schema_2x)
+    assert con.execute("SELECT tool_version, schema_version FROM reports").fetchone() == (
+        "2021.3.1.54",
+        "2.7.1",
+    )
     n, total = con.execute("SELECT count(*), sum(duration_ns) FROM kernels").fetchone()
     assert (n, total) == (a["kernel_count"], a["kernel_total_ns"])
-    by_kind = {k: (n, int(b)) for k, n, b in con.execute("SELECT copy_kind, count(*), sum(bytes) FROM memcpy GROUP BY 1").fetchall()}
+    by_kind = {
+        k: (n, int(b))
+        for k, n, b in con.execute("SELECT copy_kind, count(*), sum(bytes) FROM memcpy GROUP BY 1").fetchall()
+    }
     assert by_kind == {
         "HtoD": (a["memcpy_by_kind"][1]["count"], a["memcpy_by_kind"][1]["bytes"]),
         "DtoH": (a["memcpy_by_kind"][2]["count"], a["memcpy_by_kind"][2]["bytes"]),
@@ -39,7 +45,7 @@ def test_old_schema_2x(ingested) -> None:
 
 
 def test_edge_cases(ingested) -> None:
-    con, r, a = ingested(fx.edge_cases)
+    con, _r, a = ingested(fx.edge_cases)
     kernels = con.execute("SELECT name, short_name, duration_ns FROM kernels ORDER BY start_ns").fetchall()
     assert [k[0] for k in kernels] == a["kernel_names"]
     assert [k[1] for k in kernels] == a["kernel_short_names"]

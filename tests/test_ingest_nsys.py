@@ -57,7 +57,11 @@ def test_row_counts_and_times(ws, path: Path) -> None:
     con, ids = ws
     rid = ids[path.name]
     for canonical, raw in TABLES.items():
-        expected = sq(path, f'SELECT count(*), coalesce(sum("end" - start), 0) FROM {raw}')[0] if has_table(path, raw) else (0, 0)
+        expected = (
+            sq(path, f'SELECT count(*), coalesce(sum("end" - start), 0) FROM {raw}')[0]
+            if has_table(path, raw)
+            else (0, 0)
+        )
         got = con.execute(
             f"SELECT count(*), coalesce(sum(duration_ns), 0) FROM {canonical} WHERE report_id = ?", [rid]
         ).fetchone()
@@ -81,10 +85,15 @@ def test_kernel_names_and_pids(ws, path: Path) -> None:
     got = Counter(n for (n,) in con.execute("SELECT name FROM kernels WHERE report_id = ?", [rid]).fetchall())
     assert got == expected
     if "globalPid" in columns(path, TABLES["kernels"]):
-        pids = {g >> 24 & 0xFFFFFF for (g,) in sq(path, "SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+        pids = {
+            g >> 24 & 0xFFFFFF
+            for (g,) in sq(path, "SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        }
     else:
         pids = {None}  # the trimmed export has no process column: NULL, never invented
-    got_pids = {p for (p,) in con.execute("SELECT DISTINCT pid FROM kernels WHERE report_id = ?", [rid]).fetchall()}
+    got_pids = {
+        p for (p,) in con.execute("SELECT DISTINCT pid FROM kernels WHERE report_id = ?", [rid]).fetchall()
+    }
     assert got_pids == pids
 
 
@@ -94,19 +103,23 @@ def test_kernel_names_table(ws, path: Path) -> None:
     con, ids = ws
     rid = ids[path.name]
     got = con.execute(
-        "SELECT name, short_name, mangled_name, kernels FROM kernel_names WHERE report_id = ? ORDER BY ALL", [rid]
+        "SELECT name, short_name, mangled_name, kernels FROM kernel_names WHERE report_id = ? ORDER BY ALL",
+        [rid],
     ).fetchall()
     if not has_table(path, TABLES["kernels"]):
         assert got == []
         return
     cols = columns(path, TABLES["kernels"])
     mangled = "(SELECT value FROM StringIds WHERE id = k.mangledName)" if "mangledName" in cols else "NULL"
-    expected = sq(path, f"""
+    expected = sq(
+        path,
+        f"""
         SELECT coalesce((SELECT value FROM StringIds WHERE id = k.demangledName),
                         (SELECT value FROM StringIds WHERE id = k.shortName)),
                (SELECT value FROM StringIds WHERE id = k.shortName), {mangled}, count(*)
-        FROM CUPTI_ACTIVITY_KIND_KERNEL k GROUP BY 1, 2, 3""")
-    key = lambda r: tuple("" if v is None else str(v) for v in r)  # noqa: E731
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k GROUP BY 1, 2, 3""",
+    )
+    key = lambda r: tuple("" if v is None else str(v) for v in r)
     assert sorted(got, key=key) == sorted(expected, key=key)
     assert sum(r[3] for r in got) == sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
 
@@ -120,7 +133,9 @@ def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
     src_col = "srcKind" if "srcKind" in columns(path, TABLES["memcpy"]) else "NULL"
     expected = {
         (COPY[k], MEM.get(s) if s is not None else None): b
-        for k, s, b in sq(path, f"SELECT copyKind, {src_col}, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2")
+        for k, s, b in sq(
+            path, f"SELECT copyKind, {src_col}, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2"
+        )
     }
     got = {
         (k, s): int(b)
@@ -137,9 +152,13 @@ def test_api_names_lose_version_suffix(ws, path: Path) -> None:
     rid = ids[path.name]
     expected = Counter(
         re.sub(r"_v\d+$", "", name)
-        for (name,) in sq(path, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId")
+        for (name,) in sq(
+            path, "SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId"
+        )
     )
-    got = Counter(n for (n,) in con.execute("SELECT name FROM cuda_api WHERE report_id = ?", [rid]).fetchall())
+    got = Counter(
+        n for (n,) in con.execute("SELECT name FROM cuda_api WHERE report_id = ?", [rid]).fetchall()
+    )
     assert got == expected
 
 
@@ -154,7 +173,8 @@ def test_nvtx_names(ws, path: Path) -> None:
     expected = Counter(
         (name, (g >> 24) & 0xFFFFFF)
         for name, g in sq(
-            path, f"SELECT coalesce(n.text, {text_id}), n.globalTid FROM NVTX_EVENTS n {join} WHERE n.eventType IN (59, 60)"
+            path,
+            f"SELECT coalesce(n.text, {text_id}), n.globalTid FROM NVTX_EVENTS n {join} WHERE n.eventType IN (59, 60)",
         )
     )
     got = Counter(con.execute("SELECT name, pid FROM nvtx_ranges WHERE report_id = ?", [rid]).fetchall())
@@ -217,11 +237,15 @@ def _launch_rows(con, rid: int) -> Counter:
 
 def _sqlite_launch_rows(path: Path) -> Counter:
     have = columns(path, TABLES["kernels"])
-    picked = ", ".join(f'"{c}"' if c in have else "NULL" for c in ["start", "end", "correlationId", *LAUNCH.values()])
+    picked = ", ".join(
+        f'"{c}"' if c in have else "NULL" for c in ["start", "end", "correlationId", *LAUNCH.values()]
+    )
     return Counter(sq(path, f"SELECT {picked} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
 
 
-@pytest.mark.parametrize("path", [p for p in NSYS_FILES if has_table(p, TABLES["kernels"])], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in NSYS_FILES if has_table(p, TABLES["kernels"])], ids=lambda p: p.stem
+)
 def test_launch_columns_full_and_deferred(ws, path: Path, tmp_path: Path) -> None:
     # --full copies the launch configuration with the rows; the default ingest leaves it NULL
     # in kernel_rows and fills it, row for row, the first time `kernels` is read

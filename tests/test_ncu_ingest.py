@@ -220,12 +220,23 @@ def test_every_real_ncu_file_is_covered() -> None:
 @needs_real
 def test_frames_have_canonical_columns_and_kernel_fields() -> None:
     parsed = parse_ncu(NCU / "b200_ncu2025_full_with_rules_ragged.csv")
-    for table, frame in (("ncu_kernels", parsed.kernels), ("ncu_metrics", parsed.metrics), ("ncu_rules", parsed.rules)):
+    for table, frame in (
+        ("ncu_kernels", parsed.kernels),
+        ("ncu_metrics", parsed.metrics),
+        ("ncu_rules", parsed.rules),
+    ):
         assert list(frame.columns) == [c for c in schema.BY_NAME[table].col_names if c != "report_id"]
     k = parsed.kernels.iloc[0]
     # line 4: "0","371693","cublaslt_gemm","127.0.0.1","cutlass3x_sm100_...","1","7","(384, 1, 1)","(9, 32, 1)","0","10.0"
     assert (k.launch_id, k.pid, k.process_name, k.host_name) == (0, 371693, "cublaslt_gemm", "127.0.0.1")
-    assert (k.context_id, k.stream_id, k.block, k.grid, k.device_id, k.cc) == (1, 7, "(384, 1, 1)", "(9, 32, 1)", 0, "10.0")
+    assert (k.context_id, k.stream_id, k.block, k.grid, k.device_id, k.cc) == (
+        1,
+        7,
+        "(384, 1, 1)",
+        "(9, 32, 1)",
+        0,
+        "10.0",
+    )
     assert k["name"].startswith("cutlass3x_sm100_tensorop_s64x256x32gemm")
     rule = parsed.rules[parsed.rules.est_speedup_type == "local"].iloc[0]
     # "Occupancy" rule row: ...,"OPT","The 3.00 theoretical warps per ...","local","81.25"
@@ -241,7 +252,9 @@ def test_labels_get_names_and_names_get_labels() -> None:
     assert labels.metric_name.notna().all()
     assert list(labels.metric_name) == list(names.metric_name)
     assert list(labels.metric_label) == list(names.metric_label)
-    row = labels[(labels.launch_id == 0) & (labels.metric_name == "sm__throughput.avg.pct_of_peak_sustained_elapsed")]
+    row = labels[
+        (labels.launch_id == 0) & (labels.metric_name == "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+    ]
     assert row.metric_label.iloc[0] == "Compute (SM) Throughput"
     # base units and auto-scaled units agree to the auto-scaled file's rounding
     both = labels.assign(auto=names.value.to_numpy()).dropna(subset=["value", "auto"])
@@ -270,8 +283,13 @@ def test_load_ncu_inserts_into_the_open_transaction() -> None:
         "rules": 101,
         "activity_kinds": ["ncu_metrics", "ncu_rules"],
     }
-    assert con.execute("SELECT count(*) FROM ncu_metrics WHERE report_id = 7").fetchone()[0] == info["metrics"]
-    assert con.execute("SELECT count(DISTINCT launch_id) FROM ncu_kernels WHERE report_id = 7").fetchone()[0] == 11
+    assert (
+        con.execute("SELECT count(*) FROM ncu_metrics WHERE report_id = 7").fetchone()[0] == info["metrics"]
+    )
+    assert (
+        con.execute("SELECT count(DISTINCT launch_id) FROM ncu_kernels WHERE report_id = 7").fetchone()[0]
+        == 11
+    )
     con.execute("ROLLBACK")
     assert con.execute("SELECT count(*) FROM ncu_kernels").fetchone()[0] == 0
 
@@ -346,7 +364,9 @@ DATA_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "page", "n_kernels", "n_rules", "values"), DATA_CASES, ids=[c[0] for c in DATA_CASES])
+@pytest.mark.parametrize(
+    ("name", "page", "n_kernels", "n_rules", "values"), DATA_CASES, ids=[c[0] for c in DATA_CASES]
+)
 def test_repo_captures_parse_to_base_units(name, page, n_kernels, n_rules, values) -> None:
     path = DATA / name
     assert sniff_ncu(path)
@@ -398,7 +418,9 @@ def test_summary_min_max_average_in_base_units() -> None:
     assert (row.value_min, row.value_max, row.value) == pytest.approx((3040, 3104, 3061.33))
     assert row.value_text == "3,061.33" and row.metric_label == "Duration"
     row = m[(m.launch_id == 2) & (m.metric_name == "gpc__cycles_elapsed.avg.per_second")].iloc[0]
-    assert (row.value_min, row.value_max, row.value) == pytest.approx((1563651315.79, 1568297697.37, 1565541208.85))
+    assert (row.value_min, row.value_max, row.value) == pytest.approx(
+        (1563651315.79, 1568297697.37, 1565541208.85)
+    )
     # per-gpu, auto units: "DRAM Frequency","Ghz","2.58","2.61","2.60"; "Duration","us","2.98","3.04","3.01"
     g = parse_ncu(SUMMARY_GPU).metrics
     row = g[(g.launch_id == 2) & (g.metric_name == "dram__cycles_elapsed.avg.per_second")].iloc[0]
@@ -481,7 +503,9 @@ def test_failure_log_errors_with_ncus_message(tmp_path: Path) -> None:
 
 
 def test_log_without_csv_or_error_says_no_kernel(tmp_path: Path) -> None:
-    path = _write(tmp_path, "app output\n==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n")
+    path = _write(
+        tmp_path, "app output\n==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n"
+    )
     with pytest.raises(InputError, match="no CSV"):
         parse_ncu(path)
 
@@ -513,7 +537,9 @@ def test_truncated_csv_errors(tmp_path: Path, name: str) -> None:
 
 
 def test_short_row_in_the_middle_is_an_error(tmp_path: Path) -> None:
-    text = "\n".join([HEADER20, _row(0, 1, "Duration", "ns", "5"), '"0","1","app"', _row(0, 1, "SM Frequency", "hz", "1")])
+    text = "\n".join(
+        [HEADER20, _row(0, 1, "Duration", "ns", "5"), '"0","1","app"', _row(0, 1, "SM Frequency", "hz", "1")]
+    )
     with pytest.raises(InputError, match="line 3"):
         parse_ncu(_write(tmp_path, text + "\n"))
 
@@ -583,10 +609,16 @@ def test_several_processes_with_restarting_ids_get_distinct_launches(tmp_path: P
 def test_tool_version_from_a_banner(tmp_path: Path) -> None:
     text = (
         "NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2026 NVIDIA Corporation\n"
-        "Version 2026.2.1.0 (build 38283040) (public-release)\n" + HEADER20 + "\n" + _row(0, 1, "Duration", "ns", "1")
+        "Version 2026.2.1.0 (build 38283040) (public-release)\n"
+        + HEADER20
+        + "\n"
+        + _row(0, 1, "Duration", "ns", "1")
     )
     assert parse_ncu(_write(tmp_path, text + "\n")).tool_version == "2026.2.1.0"
-    assert parse_ncu(_write(tmp_path, HEADER20 + "\n" + _row(0, 1, "Duration", "ns", "1") + "\n")).tool_version is None
+    assert (
+        parse_ncu(_write(tmp_path, HEADER20 + "\n" + _row(0, 1, "Duration", "ns", "1") + "\n")).tool_version
+        is None
+    )
 
 
 def test_unit_conversions(tmp_path: Path) -> None:

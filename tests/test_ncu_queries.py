@@ -59,9 +59,7 @@ def _run(con: duckdb.DuckDBPyConnection, name: str, **overrides: object) -> list
 
 
 def _kernel(con: duckdb.DuckDBPyConnection, rid: int, launch: int, name: str) -> None:
-    con.execute(
-        "INSERT INTO ncu_kernels (report_id, launch_id, name) VALUES (?, ?, ?)", [rid, launch, name]
-    )
+    con.execute("INSERT INTO ncu_kernels (report_id, launch_id, name) VALUES (?, ?, ?)", [rid, launch, name])
 
 
 def _metrics(con: duckdb.DuckDBPyConnection, rid: int, launch: int, values: dict[str, float]) -> None:
@@ -99,14 +97,21 @@ def test_query_files_exist() -> None:
     ("nsys", "ncu"),
     [
         (
-            "void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<float, float, "
-            "float, at::native::binary_internal::MulFunctor<float>>, std::array<char *, (unsigned long)2>>"
-            "(int, T2, T3)",
-            "void vectorized_elementwise_kernel<4, AUnaryFunctor<float, float, float, "
-            "binary_internal::MulFunctor<float>>, array<char *, 2>>(int, T2, T3)",
+            (
+                "void at::native::vectorized_elementwise_kernel<(int)4, at::native::AUnaryFunctor<float, float, "
+                "float, at::native::binary_internal::MulFunctor<float>>, std::array<char *, (unsigned long)2>>"
+                "(int, T2, T3)"
+            ),
+            (
+                "void vectorized_elementwise_kernel<4, AUnaryFunctor<float, float, float, "
+                "binary_internal::MulFunctor<float>>, array<char *, 2>>(int, T2, T3)"
+            ),
         ),
         ("void at::native::<unnamed>::k<(bool)1, (bool)0>(int)", "void unnamed>::k<true, false>(int)"),
-        ("(anonymous namespace)::saxpy_kernel(float, const float *)", "unnamed>::saxpy_kernel(float, const float*)"),
+        (
+            "(anonymous namespace)::saxpy_kernel(float, const float *)",
+            "unnamed>::saxpy_kernel(float, const float*)",
+        ),
         ("void k<(unsigned int)32, (long long)-1>(T1 *)", "k<32, -1>(T1*)"),
     ],
 )
@@ -220,10 +225,14 @@ def test_stalls_family_choice_shares_and_rank() -> None:
 def test_stall_time_splits_nsys_time_by_ncu_shares() -> None:
     con = _con()
     nsys_name = "void at::native::k<(int)4, std::array<char *, (unsigned long)2>>(int)"
-    insert(con, "kernels", [
-        dict(report_id=1, name=n, start_ns=s, end_ns=e, duration_ns=e - s)
-        for n, s, e in [(nsys_name, 0, 600), (nsys_name, 1000, 1400), ("void other(int)", 0, 50)]
-    ])
+    insert(
+        con,
+        "kernels",
+        [
+            dict(report_id=1, name=n, start_ns=s, end_ns=e, duration_ns=e - s)
+            for n, s, e in [(nsys_name, 0, 600), (nsys_name, 1000, 1400), ("void other(int)", 0, 50)]
+        ],
+    )
     f1 = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
     # two ncu launches of the same kernel, weighted by their ncu durations (1 and 3)
     _kernel(con, 2, 0, "void k<4, array<char *, 2>>(int)")
@@ -246,7 +255,9 @@ def test_stall_time_weights_summary_rows_by_invocations() -> None:
     insert(con, "kernels", [dict(report_id=1, name="k(int)", start_ns=0, end_ns=1000, duration_ns=1000)])
     f1 = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
     # a --print-summary row standing for 3 launches of Average duration 1, and one plain launch of 1
-    con.execute("INSERT INTO ncu_kernels (report_id, launch_id, name, invocations) VALUES (2, 0, 'k(int)', 3)")
+    con.execute(
+        "INSERT INTO ncu_kernels (report_id, launch_id, name, invocations) VALUES (2, 0, 'k(int)', 3)"
+    )
     _metrics(con, 2, 0, {DUR: 1, f1.format("long_scoreboard"): 1.0, f1.format("wait"): 1.0})
     _kernel(con, 2, 1, "k(int)")
     _metrics(con, 2, 1, {DUR: 1, f1.format("long_scoreboard"): 3.0, f1.format("wait"): 1.0})
@@ -274,11 +285,19 @@ def test_real_h100_raw_page() -> None:
     # raw page, launch 0: smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
     # 36.46 is the largest of the 19 reasons (no_instruction 6.38 next)
     top = _run(con, "stalls", report_id=1, top_n=2)
-    assert [(r["reason"], r["cycles_per_issue"]) for r in top[:2]] == [("long_scoreboard", 36.46), ("no_instruction", 6.38)]
+    assert [(r["reason"], r["cycles_per_issue"]) for r in top[:2]] == [
+        ("long_scoreboard", 36.46),
+        ("no_instruction", 6.38),
+    ]
     assert len({r["launch_id"] for r in top}) == 60
     # gpu__time_duration.sum 3,072 ns; sm__throughput 1.69 %; gpu__compute_memory_throughput 16.63 %
     sol = _run(con, "speed_of_light", report_id=1)[0]
-    assert (sol["duration_ns"], sol["compute_pct"], sol["memory_pct"], sol["bound"]) == (3072, 1.69, 16.63, "latency")
+    assert (sol["duration_ns"], sol["compute_pct"], sol["memory_pct"], sol["bound"]) == (
+        3072,
+        1.69,
+        16.63,
+        "latency",
+    )
     # launch__occupancy_limit_registers 16, _warps 16, _shared_mem 32, _blocks 32;
     # sm__maximum_warps_per_active_cycle_pct 100, sm__warps_active...pct 10.83
     occ = _run(con, "occupancy", report_id=1)[0]
@@ -302,7 +321,12 @@ def test_real_b200_details_page() -> None:
     # Shared Mem 1, Warps 5, SM 32, Barriers 9
     occ = _run(con, "occupancy", report_id=4)[0]
     assert (occ["theoretical_pct"], occ["achieved_pct"]) == (18.75, 15.53)
-    assert (occ["limit_registers"], occ["limit_shared_memory"], occ["limit_warps"], occ["limit_blocks"]) == (1, 1, 5, 32)
+    assert (occ["limit_registers"], occ["limit_shared_memory"], occ["limit_warps"], occ["limit_blocks"]) == (
+        1,
+        1,
+        5,
+        32,
+    )
     assert (occ["limit_barriers"], occ["blocks_per_sm"], occ["limiter"]) == (9, 1, "registers,shared_memory")
     # the details page of --set full carries no per-reason stall metrics
     assert _run(con, "stalls", report_id=4) == []
@@ -310,7 +334,9 @@ def test_real_b200_details_page() -> None:
 
 @needs_real
 def test_real_h100_labels_file_gives_same_answers_as_names_file() -> None:
-    con = _real_con({1: "h100_ncu2025.3_details_base_units.csv", 2: "h100_ncu2025.3_details_metric_names.csv"})
+    con = _real_con(
+        {1: "h100_ncu2025.3_details_base_units.csv", 2: "h100_ncu2025.3_details_metric_names.csv"}
+    )
     a, b = (_run(con, "occupancy", report_id=r) for r in (1, 2))
     assert [r["limiter"] for r in a] == [r["limiter"] for r in b] and a[0]["limiter"] is not None
     sol = _run(con, "speed_of_light", report_id=1)
@@ -325,10 +351,17 @@ def test_real_transformer_pair_stall_time() -> None:
         "SELECT s.value, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
         "JOIN StringIds AS s ON s.id = k.demangledName"
     ).fetchall()
-    nsys = pd.DataFrame(rows, columns=["name", "start_ns", "end_ns"]).assign(
+    pd.DataFrame(rows, columns=["name", "start_ns", "end_ns"]).assign(
         duration_ns=lambda d: d.end_ns - d.start_ns
     )
-    insert(con, "kernels", [dict(report_id=1, name=n, start_ns=int(s), end_ns=int(e), duration_ns=int(e - s)) for n, s, e in rows])
+    insert(
+        con,
+        "kernels",
+        [
+            dict(report_id=1, name=n, start_ns=int(s), end_ns=int(e), duration_ns=int(e - s))
+            for n, s, e in rows
+        ],
+    )
     # all 7 distinct ncu kernel names find their nsys kernel
     matched = con.execute(
         "SELECT count(DISTINCT name) FROM ncu_kernels WHERE nsa_kernel_key(name) IN "
@@ -342,7 +375,9 @@ def test_real_transformer_pair_stall_time() -> None:
     assert len(per_kernel) == 7
     for reasons in per_kernel.values():
         assert sum(r["share_pct"] for r in reasons) == pytest.approx(100.0)
-        assert sum(r["stall_ns"] for r in reasons) == pytest.approx(reasons[0]["nsys_total_ns"], abs=len(reasons))
+        assert sum(r["stall_ns"] for r in reasons) == pytest.approx(
+            reasons[0]["nsys_total_ns"], abs=len(reasons)
+        )
     # sqlite3 on the nsys file: the AUnaryFunctor<..MulFunctor> kernel ran 1200 times for 2,490,591 ns
     aunary = next(v for k, v in per_kernel.items() if "AUnaryFunctor" in k)
     assert (aunary[0]["nsys_launches"], aunary[0]["nsys_total_ns"]) == (1200, 2490591)
@@ -359,7 +394,9 @@ def test_repo_summary_captures_read_by_the_queries() -> None:
     # per-kernel: "Duration","ns" Averages "17,664.00", "4,064.00", "3,061.33"; Compute (SM)
     # Throughput "0.06", "21.39", "0.54"; Memory Throughput "2.11", "8.56", "12.16"; Invocations 1, 1, 3
     sol = _run(con, "speed_of_light", report_id=1)
-    assert [(r["launch_id"], r["duration_ns"], r["compute_pct"], r["memory_pct"], r["invocations"]) for r in sol] == [
+    assert [
+        (r["launch_id"], r["duration_ns"], r["compute_pct"], r["memory_pct"], r["invocations"]) for r in sol
+    ] == [
         (0, 17664, 0.06, 2.11, 1),
         (1, 4064, 21.39, 8.56, 1),
         (2, 3061, 0.54, 12.16, 3),

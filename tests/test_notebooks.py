@@ -70,6 +70,12 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     except nbclient.exceptions.CellExecutionError as exc:
         pytest.fail(f"{path.name}: a cell failed:\n{exc}", pytrace=False)
     elapsed = time.perf_counter() - started
-    images = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert images >= PLOTS.get(path.name, 0), f"{path.name} drew {images} figures, expected {PLOTS[path.name]}"
-    assert elapsed < BUDGET_S * 2, f"{path.name} took {elapsed:.0f} s; keep example notebooks under {BUDGET_S} s"
+    images = sum(
+        "image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+    )
+    assert images >= PLOTS.get(path.name, 0), (
+        f"{path.name} drew {images} figures, expected {PLOTS[path.name]}"
+    )
+    assert elapsed < BUDGET_S * 2, (
+        f"{path.name} took {elapsed:.0f} s; keep example notebooks under {BUDGET_S} s"
+    )

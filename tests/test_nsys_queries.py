@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import csv
 import io
+import itertools
 import random
 import shutil
 import sqlite3
@@ -16,9 +17,8 @@ from pathlib import Path
 import pytest
 
 import nsight_analytics as nsa
-from nsight_analytics import queries
-from nsight_analytics.ingest.nsys import fill_nvtx_kernels
 from conftest import NVTX_KERNEL_NS_SQL
+from nsight_analytics.ingest.nsys import fill_nvtx_kernels
 from rows import insert, union_within
 
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
@@ -82,7 +82,9 @@ def test_kernel_summary_golden(workspace) -> None:
 
 
 def test_utilization_golden(workspace) -> None:
-    _insert(workspace, "kernels", [_k(1, 0, 100, "k1"), _k(1, 50, 150, "k2", stream=8), _k(1, 500, 600, "k3")])
+    _insert(
+        workspace, "kernels", [_k(1, 0, 100, "k1"), _k(1, 50, 150, "k2", stream=8), _k(1, 500, 600, "k3")]
+    )
     _insert(workspace, "memcpy", [_cp(1, 140, 200), _cp(1, 300, 400)])
     _insert(workspace, "memset", [_ms(1, 400, 450), _ms(1, 10, 20, dev=1)])
     # kernels [0,150] u [500,600] = 250; copies 60 + 100 = 160; all [0,200] u [300,450] u [500,600] = 450;
@@ -121,7 +123,9 @@ def test_utilization_matches_interval_arithmetic(workspace, seed: int) -> None:
         kc = union("kernels", "graph_executions", "memcpy")
         busy = union("kernels", "memcpy", "memset", "graph_executions")
         span = max(e for *_, e in mine) - min(s for _, _, s, _ in mine)
-        expected.append((1, dev, "run", span, kernel, copy, busy, span - busy, kc - kernel, union("graph_executions")))
+        expected.append(
+            (1, dev, "run", span, kernel, copy, busy, span - busy, kc - kernel, union("graph_executions"))
+        )
     assert _rows(workspace, "utilization") == expected
 
 
@@ -201,7 +205,22 @@ def test_memcpy_summary_golden(workspace) -> None:
         _api(1, 0, 100, "cudaMemcpy", 1), _api(1, 40, 41, "cudaMemcpyAsync", 2), _api(1, 190, 191, "cudaMemcpyAsync", 3),
     ])  # fmt: skip
     assert _rows(workspace, "memcpy_summary") == [
-        (1, 0, "HtoD", "pageable", "device", 2, 2000, 200, 150, 37.5, 10.0, True, 1, "cudaMemcpy,cudaMemcpyAsync"),
+        (
+            1,
+            0,
+            "HtoD",
+            "pageable",
+            "device",
+            2,
+            2000,
+            200,
+            150,
+            37.5,
+            10.0,
+            True,
+            1,
+            "cudaMemcpy,cudaMemcpyAsync",
+        ),
         (1, 0, "DtoH", "device", "pinned", 1, 500, 50, 50, 12.5, 10.0, False, 0, "cudaMemcpyAsync"),
     ]
 
@@ -214,7 +233,19 @@ def test_small_kernels_golden(workspace) -> None:
     _insert(workspace, "cuda_api", [_api(1, 0, 3000, "cudaLaunchKernel", c) for c in range(1, 6)])
     row = _rows(workspace, "small_kernels")
     assert row == [
-        (1, 5, 4, 80.0, 11000, pytest.approx(100 * 11 / 61), 12000, 4, 0, pytest.approx(4 / 150e-6), "a (3); b (1)")
+        (
+            1,
+            5,
+            4,
+            80.0,
+            11000,
+            pytest.approx(100 * 11 / 61),
+            12000,
+            4,
+            0,
+            pytest.approx(4 / 150e-6),
+            "a (3); b (1)",
+        )
     ]
     assert _rows(workspace, "small_kernels", top_n=1)[0][-1] == "a (3)"
     assert _rows(workspace, "small_kernels", max_kernel_ns=1000)[0][1:3] == (5, 0)
@@ -229,7 +260,20 @@ def test_small_kernel_storms_golden(workspace) -> None:
     ])  # fmt: skip
     # idle: the four 4 us pauses between the five storm kernels
     assert _rows(workspace, "small_kernel_storms", min_kernels=3) == [
-        (1, 0, 0, 21_000, 21_000, 5, 5000, pytest.approx(100 * 5 / 21), 1000.0, pytest.approx(5 / 21e-6), "t", 16_000),
+        (
+            1,
+            0,
+            0,
+            21_000,
+            21_000,
+            5,
+            5000,
+            pytest.approx(100 * 5 / 21),
+            1000.0,
+            pytest.approx(5 / 21e-6),
+            "t",
+            16_000,
+        ),
     ]
     assert _rows(workspace, "small_kernel_storms", min_kernels=3, max_busy_pct=20.0) == []
     assert _rows(workspace, "small_kernel_storms") == []  # default min_kernels 100
@@ -339,14 +383,23 @@ def test_utilization_h2d_heavy(nsys_real_workspace) -> None:
     name = "h100x2_nsys2026.2_h2d_heavy.sqlite"
     src = _sqlite(_real(name))
     rows = {r[1]: r for r in _rows(con, "utilization", report_id=ids[name])}
-    copies = {r[1]: r for r in _rows(con, "memcpy_summary", report_id=ids[name]) if r[2:5] == ("HtoD", "pinned", "device")}
+    copies = {
+        r[1]: r
+        for r in _rows(con, "memcpy_summary", report_id=ids[name])
+        if r[2:5] == ("HtoD", "pinned", "device")
+    }
     assert sorted(rows) == [0, 1]
     for dev in (0, 1):
-        def q(table, where=""):
+
+        def q(table, where="", dev=dev):
             return [tuple(r) for r in src.execute(
                 f'SELECT start, "end" FROM {table} WHERE deviceId = ? {where}', [dev])]  # fmt: skip
 
-        kern, cp, ms = q("CUPTI_ACTIVITY_KIND_KERNEL"), q("CUPTI_ACTIVITY_KIND_MEMCPY"), q("CUPTI_ACTIVITY_KIND_MEMSET")
+        kern, cp, ms = (
+            q("CUPTI_ACTIVITY_KIND_KERNEL"),
+            q("CUPTI_ACTIVITY_KIND_MEMCPY"),
+            q("CUPTI_ACTIVITY_KIND_MEMSET"),
+        )
         pinned_h2d = q("CUPTI_ACTIVITY_KIND_MEMCPY", "AND copyKind = 1 AND srcKind = 1")
         everything = kern + cp + ms
         span = max(e for _, e in everything) - min(s for s, _ in everything)
@@ -368,7 +421,7 @@ def test_gaps_transformer_match_python_merge(nsys_real_workspace) -> None:
     intervals = [tuple(r) for t in ("KERNEL", "MEMCPY", "MEMSET")
                  for r in src.execute(f'SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_{t}')]  # fmt: skip
     islands = _merge(intervals)
-    expected = [(a[1], b[0]) for a, b in zip(islands, islands[1:]) if b[0] - a[1] >= 1_000_000]
+    expected = [(a[1], b[0]) for a, b in itertools.pairwise(islands) if b[0] - a[1] >= 1_000_000]
     got = _rows(con, "gaps", report_id=ids[name])
     assert [(r[2], r[3]) for r in got] == expected
     assert all(r[4] == r[3] - r[2] for r in got)
@@ -419,11 +472,17 @@ def _idle_in_storms(gaps: list[tuple], storms: list[tuple], max_gap_ns: int) -> 
     return out
 
 
-@pytest.mark.parametrize("max_kernel_ns, max_gap_ns, min_kernels", [(10_000, 50_000, 5), (100_000, 200_000, 3)])
+@pytest.mark.parametrize(
+    "max_kernel_ns, max_gap_ns, min_kernels", [(10_000, 50_000, 5), (100_000, 200_000, 3)]
+)
 def test_storm_idle_matches_the_gaps_query(tmp_path, max_kernel_ns, max_gap_ns, min_kernels) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
     checked = 0
-    for path in [IDLE_GAPS, NSYS / "h100_nsys2025.3_transformer_train.sqlite", NSYS / "h100x2_nsys2026.2_train_before.sqlite"]:
+    for path in [
+        IDLE_GAPS,
+        NSYS / "h100_nsys2025.3_transformer_train.sqlite",
+        NSYS / "h100x2_nsys2026.2_train_before.sqlite",
+    ]:
         if not path.exists():
             continue
         rid = nsa.ingest(con, path).report_id
@@ -486,7 +545,7 @@ def test_kernel_summary_matches_nsys_stats(nsys_real_workspace, tmp_path) -> Non
             break
     if out is None:
         pytest.skip("this nsys cannot summarise kernels of the export")
-    body = out[out.index("Time (%)"):]
+    body = out[out.index("Time (%)") :]
     table = list(csv.DictReader(io.StringIO(body)))
     # 2022.4's gpukernsum splits a name by grid/block; sum its rows back per name
     stats: dict[str, dict[str, float]] = {}
@@ -501,7 +560,7 @@ def test_kernel_summary_matches_nsys_stats(nsys_real_workspace, tmp_path) -> Non
     got = {r[1]: r for r in _rows(con, "kernel_summary", report_id=ids[name])}
     assert set(got) == set(stats)
     for n, s in stats.items():
-        _, _, inst, total, avg, med, mn, mx, sd, _ = got[n]
+        _, _, inst, total, _avg, med, mn, mx, sd, _ = got[n]
         assert (inst, total, mn, mx) == (s["n"], s["total"], s["min"], s["max"])
         if s["rows"] == 1:  # one grid/block config: nsys's median and stddev are the whole name's
             assert med == pytest.approx(s["med"], abs=0.051)

@@ -14,9 +14,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import realdata
 
 import nsight_analytics as nsa
+from conftest import realdata
 from fixtures import nsys_fixtures as fx
 from nsight_analytics.ingest import ensure_loaded
 

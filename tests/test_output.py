@@ -24,8 +24,16 @@ def _res() -> out.Result:
 
 def test_json_rows_are_plain_values() -> None:
     assert json.loads(out.render(_res(), "json")) == [
-        {"n": 1, "d": 2.5, "dec": 1.25, "s": "a,b", "l": ["x", "y"], "st": {"k": 1}, "ts": "2026-11-23T12:00:00",
-         "b": True},
+        {
+            "n": 1,
+            "d": 2.5,
+            "dec": 1.25,
+            "s": "a,b",
+            "l": ["x", "y"],
+            "st": {"k": 1},
+            "ts": "2026-11-23T12:00:00",
+            "b": True,
+        },
         {"n": None, "d": None, "dec": None, "s": None, "l": None, "st": None, "ts": None, "b": None},
     ]
 
@@ -40,7 +48,9 @@ def test_csv_keeps_one_value_per_cell() -> None:
 
 
 def test_table_aligns_numbers_right_and_names_left() -> None:
-    res = out.Result.of(duckdb.connect().sql("SELECT * FROM (VALUES (1234567, 'k'), (5, 'longer')) AS t(n, name)"))
+    res = out.Result.of(
+        duckdb.connect().sql("SELECT * FROM (VALUES (1234567, 'k'), (5, 'longer')) AS t(n, name)")
+    )
     lines = out.to_table(res, width=60).splitlines()
     big = next(line for line in lines if "1,234,567" in line)
     five = next(line for line in lines if "longer" in line)

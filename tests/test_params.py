@@ -42,7 +42,9 @@ def test_special_floats_and_refusals() -> None:
 def test_execute_binds_named_parameters_and_relations_rerun() -> None:
     con = duckdb.connect()
     sql = "SELECT $a + 1 AS a, $s AS s, $n IS NULL AS n, '$a' AS text"
-    assert params.execute(con, sql, {"a": 41, "s": "x'y", "n": None, "unused": 5}).fetchall() == [(42, "x'y", True, "$a")]
+    assert params.execute(con, sql, {"a": 41, "s": "x'y", "n": None, "unused": 5}).fetchall() == [
+        (42, "x'y", True, "$a")
+    ]
     rel = params.sql(con, sql, {"a": 1, "s": "", "n": 3})
     assert rel.fetchall() == rel.fetchall() == [(2, "", False, "$a")]
 
@@ -52,8 +54,11 @@ def test_cli_query_ingest_and_findings_do_not_import_pandas(tmp_path) -> None:
     # and the timeline rules read plain rows (this export has copy and host-sync findings)
     src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
     runs = [
-        ["ingest", str(src)], ["query", "gaps", "-p", "min_gap_ns=1000"], ["query", "kernel_summary", "--report", "1"],
-        ["findings"], ["findings", "--report", "1", "--format", "json"],
+        ["ingest", str(src)],
+        ["query", "gaps", "-p", "min_gap_ns=1000"],
+        ["query", "kernel_summary", "--report", "1"],
+        ["findings"],
+        ["findings", "--report", "1", "--format", "json"],
     ]
     script = (
         "import sys\nfrom nsight_analytics.cli import main\n"

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rules.cases import CASES
 
 import nsight_analytics as nsa
 from nsight_analytics import schema
 from nsight_analytics.rules import run_rules
 from rows import insert
-from rules.cases import CASES
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:
@@ -30,10 +30,22 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
     for rid, rep in reports.items():
         kinds = rep.get("activity_kinds") or sorted(
             {"kernels": "kernel", "memcpy": "memcpy", "cuda_api": "cuda_api"}[t]
-            for t in rows if t in ("kernels", "memcpy", "cuda_api")
+            for t in rows
+            if t in ("kernels", "memcpy", "cuda_api")
         )
-        _insert(con, "reports", [{"source_path": f"/cases/report{rid}", "sha256": str(rid),
-                                  "has_kernels": "kernels" in rows, "activity_kinds": kinds, **rep}])
+        _insert(
+            con,
+            "reports",
+            [
+                {
+                    "source_path": f"/cases/report{rid}",
+                    "sha256": str(rid),
+                    "has_kernels": "kernels" in rows,
+                    "activity_kinds": kinds,
+                    **rep,
+                }
+            ],
+        )
     for table, table_rows in rows.items():
         if table != "reports":
             _insert(con, table, table_rows)
@@ -70,8 +82,11 @@ def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
     k_sum["invocations"] = 3
     k_one, m_one = ncu_launch(1, "void summarised(float*)", 1 * MS, **{SOL: 10.0, MEM: 10.0})
     k_big, m_big = ncu_launch(2, "void single(float*)", 2.5 * MS, **{SOL: 10.0, MEM: 10.0})
-    rows = {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k_sum, k_one, k_big],
-            "ncu_metrics": m_sum + m_one + m_big}
+    rows = {
+        "reports": [{"report_id": 1, "kind": "ncu"}],
+        "ncu_kernels": [k_sum, k_one, k_big],
+        "ncu_metrics": m_sum + m_one + m_big,
+    }
     con = nsa.connect(tmp_path / "w.duckdb")
     try:
         load_case(con, rows)

@@ -34,7 +34,16 @@ def test_json_shape(db: Path) -> None:
     assert r.exit_code == 0
     data = json.loads(r.output)
     assert isinstance(data, list) and data
-    keys = {"rule_id", "severity", "report_id", "title", "message", "evidence", "recommendation", "est_savings_ns"}
+    keys = {
+        "rule_id",
+        "severity",
+        "report_id",
+        "title",
+        "message",
+        "evidence",
+        "recommendation",
+        "est_savings_ns",
+    }
     assert all(set(f) == keys for f in data)
     assert data[0]["rule_id"] == "copy-dominated"
 
@@ -42,7 +51,17 @@ def test_json_shape(db: Path) -> None:
 def test_fail_on_exit_codes(db: Path) -> None:
     assert _run("findings", "--db", str(db), "--fail-on", "critical").exit_code == EXIT_FINDINGS
     assert _run("findings", "--db", str(db), "--report", "1", "--fail-on", "warning").exit_code == 0
-    r = _run("findings", "--db", str(db), "--report", "2", "--fail-on", "warning", "--set", "copy_share_warning=0.99")
+    r = _run(
+        "findings",
+        "--db",
+        str(db),
+        "--report",
+        "2",
+        "--fail-on",
+        "warning",
+        "--set",
+        "copy_share_warning=0.99",
+    )
     assert r.exit_code == 0
 
 

@@ -8,11 +8,17 @@ from nsight_analytics.rules.context import Rows
 
 
 def test_sum_by_largest_first_ties_by_key_null_keys_apart() -> None:
-    rows = Rows(["cause", "ns"], [("sync", 2), ("late", 2), (None, 5), ("unknown", 1), ("late", None), ("sync", 0)])
+    rows = Rows(
+        ["cause", "ns"], [("sync", 2), ("late", 2), (None, 5), ("unknown", 1), ("late", None), ("sync", 0)]
+    )
     # pandas' groupby(...).sum().sort_values(ascending=False) order: NULL keys dropped, ties by key
     assert rows.sum_by("cause", "ns") == [("late", 2), ("sync", 2), ("unknown", 1)]
     assert rows.sum_by("cause", "ns", nulls=True) == [(None, 5), ("late", 2), ("sync", 2), ("unknown", 1)]
-    assert Rows(["d", "ns"], [(1, 3), (None, 3), (0, 3)]).sum_by("d", "ns", nulls=True) == [(0, 3), (1, 3), (None, 3)]
+    assert Rows(["d", "ns"], [(1, 3), (None, 3), (0, 3)]).sum_by("d", "ns", nulls=True) == [
+        (0, 3),
+        (1, 3),
+        (None, 3),
+    ]
     assert rows.total("ns") == 10
     assert Rows(["ns"]).total("ns") == 0
 
@@ -36,7 +42,10 @@ def test_context_keeps_rows_and_dataframes_of_one_query_apart(tmp_path) -> None:
     ctx = Context(nsa.connect(tmp_path / "w.duckdb"), {}, None)
     for rows, frame in (
         (ctx.query("kernel_summary"), ctx.query_df("kernel_summary")),
-        (ctx.sql("k", "SELECT 1 AS report_id, $rid AS r"), ctx.sql_df("k", "SELECT 1 AS report_id, $rid AS r")),
+        (
+            ctx.sql("k", "SELECT 1 AS report_id, $rid AS r"),
+            ctx.sql_df("k", "SELECT 1 AS report_id, $rid AS r"),
+        ),
     ):
         assert isinstance(rows, Rows) and isinstance(frame, pd.DataFrame)
         assert list(frame.columns) == list(rows.columns)

@@ -28,47 +28,79 @@ def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
             start, dur = rnd.randint(0, 100) * 2, rnd.choice([0, rnd.randint(0, 40)])  # even: ties
             row = (rnd.randint(1, 2), rnd.randint(0, 1), rnd.choice([5, 6]), start, start + dur)
             act.append(row)
-            con.execute(f"INSERT INTO {'kernel_rows' if table == 'kernels' else table} "
-                        "(report_id, device_id, pid, start_ns, end_ns, duration_ns) VALUES (?, ?, ?, ?, ?, ?)",
-                        [*row, dur])
+            con.execute(
+                f"INSERT INTO {'kernel_rows' if table == 'kernels' else table} "
+                "(report_id, device_id, pid, start_ns, end_ns, duration_ns) VALUES (?, ?, ?, ?, ?, ?)",
+                [*row, dur],
+            )
     calls = []
     for _ in range(rnd.randint(1, 15)):
         start, dur = rnd.randint(0, 110) * 2, rnd.choice([0, rnd.randint(0, 60)])
-        call = (rnd.randint(1, 2), rnd.choice([5, 6, 7]), start, start + dur, rnd.choice([*SYNC, "cudaLaunchKernel"]))
+        call = (
+            rnd.randint(1, 2),
+            rnd.choice([5, 6, 7]),
+            start,
+            start + dur,
+            rnd.choice([*SYNC, "cudaLaunchKernel"]),
+        )
         calls.append(call)
-        con.execute("INSERT INTO cuda_api (report_id, pid, tid, start_ns, end_ns, duration_ns, name) "
-                    "VALUES (?, ?, 1, ?, ?, ?, ?)", [*call[:4], dur, call[4]])
+        con.execute(
+            "INSERT INTO cuda_api (report_id, pid, tid, start_ns, end_ns, duration_ns, name) "
+            "VALUES (?, ?, 1, ?, ?, ?, ?)",
+            [*call[:4], dur, call[4]],
+        )
     expected: dict[tuple[int, int, str], list[int]] = {}
     for rid, pid, s, e, name in calls:
         if name not in SYNC:
             continue
         devices = {d for r, d, p, _, _ in act if r == rid and p == pid}
         # busy: the most any GPU of the process was busy (any process's work) during the call
-        busy = max((union_within([(a, b) for r, d, _, a, b in act if r == rid and d == dev], s, e)
-                    for dev in devices), default=0)
+        busy = max(
+            (
+                union_within([(a, b) for r, d, _, a, b in act if r == rid and d == dev], s, e)
+                for dev in devices
+            ),
+            default=0,
+        )
         agg = expected.setdefault((rid, pid, name), [0, 0, 0])
         agg[0] += 1
         agg[1] += e - s
         agg[2] += max(0, e - s - busy)
-    got = {(r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in con.execute(_SYNC_BEYOND, {"rid": None}).fetchall()}
+    got = {
+        (r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in con.execute(_SYNC_BEYOND, {"rid": None}).fetchall()
+    }
     assert got == expected
 
 
 def test_estimate_is_the_named_process(tmp_path) -> None:
     # pid 5 blocks 5 ms of its 10 ms run (50%), pid 6 blocks 20 ms of its 100 ms (20%): the
     # finding names pid 5 (largest share) and must estimate pid 5's 5 ms, not pid 6's 20 ms.
+    from test_rules_cases import load_case
+
     import nsight_analytics as nsa
     from nsight_analytics.rules import run_rules
-    from test_rules_cases import load_case
 
     ms = 1_000_000
 
     def call(pid: int, start: int, end: int, name: str) -> dict:
-        return {"report_id": 1, "pid": pid, "tid": pid, "start_ns": start, "end_ns": end,
-                "duration_ns": end - start, "name": name}
+        return {
+            "report_id": 1,
+            "pid": pid,
+            "tid": pid,
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ns": end - start,
+            "name": name,
+        }
 
-    rows = {"cuda_api": [call(5, 0, 5 * ms, "cudaStreamSynchronize"), call(5, 10 * ms - 1, 10 * ms, "cudaLaunchKernel"),
-                         call(6, 0, 20 * ms, "cudaDeviceSynchronize"), call(6, 100 * ms - 1, 100 * ms, "cudaLaunchKernel")]}
+    rows = {
+        "cuda_api": [
+            call(5, 0, 5 * ms, "cudaStreamSynchronize"),
+            call(5, 10 * ms - 1, 10 * ms, "cudaLaunchKernel"),
+            call(6, 0, 20 * ms, "cudaDeviceSynchronize"),
+            call(6, 100 * ms - 1, 100 * ms, "cudaLaunchKernel"),
+        ]
+    }
     con = nsa.connect(tmp_path / "w.duckdb")
     try:
         load_case(con, rows)

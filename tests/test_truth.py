@@ -66,13 +66,14 @@ def test_graph_replay_counts_as_busy_on_the_real_capture(tmp_path: Path, real_sq
     assert row["any_busy_ns"] == busy
     assert row["graph_busy_ns"] == union_within(replays)
     # the replay is no longer inside an idle gap
-    (r_start, r_end), = replays
+    ((r_start, r_end),) = replays
     gaps = nsa.query(con, "gaps", report_id=rid, min_gap_ns=1).fetchall()
     assert not [g for g in gaps if g[2] < r_end and g[3] > r_start]
     graphs = nsa.query(con, "graph_launches", report_id=rid).fetchall()
     launch = db.execute(
         'SELECT r."end" - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN CUPTI_ACTIVITY_KIND_GRAPH_TRACE g '
-        "USING (correlationId)").fetchone()[0]
+        "USING (correlationId)"
+    ).fetchone()[0]
     assert [(g[1], g[2], g[3], g[4], g[5]) for g in graphs] == [(1, "graph", 1, launch, r_end - r_start)]
     # findings do not advise a CUDA graph to a program that replays one
     for f in run_rules(con, rid):
@@ -87,17 +88,22 @@ def test_graph_node_kernels_share_one_launch(tmp_path: Path, real_sqlite) -> Non
     # each launch call counted once, whatever number of small kernels it issued
     launch_ns, calls = db.execute(
         'SELECT sum(r."end" - r.start), count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId IN '
-        '(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "end" - start < 10000)').fetchone()
+        '(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE "end" - start < 10000)'
+    ).fetchone()
     per_kernel = db.execute(
         'SELECT sum(r."end" - r.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r '
-        'USING (correlationId) WHERE k."end" - k.start < 10000').fetchone()[0]
+        'USING (correlationId) WHERE k."end" - k.start < 10000'
+    ).fetchone()[0]
     assert per_kernel > 400e9  # the 34 ms cudaGraphLaunch once per node: 414 s
     assert launch_ns < 0.2e9
-    in_graph = db.execute('SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL '
-                          'WHERE graphNodeId IS NOT NULL AND "end" - start < 10000').fetchone()[0]
+    in_graph = db.execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        'WHERE graphNodeId IS NOT NULL AND "end" - start < 10000'
+    ).fetchone()[0]
     graph_launch = db.execute(
         'SELECT r."end" - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId IN '
-        "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL)").fetchall()
+        "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL)"
+    ).fetchall()
     assert len(graph_launch) == 1  # node kernels share the one cudaGraphLaunch's correlation id
     graph_launch = graph_launch[0][0]
     con, rid = _ingest(tmp_path, path)
@@ -116,7 +122,11 @@ def test_graph_decode_loop_is_busy_not_idle(tmp_path: Path) -> None:
     a, con, rid = _fixture("graph_decode_loop", tmp_path)
     util = nsa.query(con, "utilization", report_id=rid, phase="steady")
     row = dict(zip([d[0] for d in util.description], util.fetchone()))
-    assert (row["phase"], row["span_ns"], row["any_busy_ns"]) == ("steady", a["steady_span_ns"], a["steady_busy_ns"])
+    assert (row["phase"], row["span_ns"], row["any_busy_ns"]) == (
+        "steady",
+        a["steady_span_ns"],
+        a["steady_busy_ns"],
+    )
     assert row["idle_ns"] / row["span_ns"] < 0.01
     whole = nsa.query(con, "utilization", report_id=rid).fetchall()[0]
     assert (whole[3], whole[6]) == (a["span_ns"], a["busy_ns"])
@@ -137,7 +147,9 @@ def test_nested_duplicate_runtime_rows_count_once(tmp_path: Path) -> None:
     ensure_loaded(con, {"cuda_api"})  # copied on first use: de-duplicated then
     assert _one(con, f"SELECT count(*) FROM cuda_api WHERE report_id = {rid}")[0] == a["calls"]
     # the outer call is kept: its name carries no version suffix in the export
-    assert _one(con, f"SELECT count(*) FROM cuda_api WHERE report_id = {rid} AND name = 'cudaMemcpy'")[0] == 10
+    assert (
+        _one(con, f"SELECT count(*) FROM cuda_api WHERE report_id = {rid} AND name = 'cudaMemcpy'")[0] == 10
+    )
     copies = nsa.query(con, "memcpy_summary", report_id=rid).fetchall()
     assert [(r[5], r[6], r[12]) for r in copies] == [(a["copies"], a["copy_bytes"], a["copies"])]
     syncs = {r[2]: (r[4], r[5]) for r in nsa.query(con, "sync_calls", report_id=rid).fetchall()}
@@ -152,8 +164,11 @@ def test_nested_duplicate_runtime_rows_count_once(tmp_path: Path) -> None:
 def test_no_real_export_loses_runtime_rows(tmp_path: Path, real_sqlite) -> None:
     """De-duplication drops only nested rows with a shared correlation id: none in these exports."""
     con = nsa.connect(tmp_path / "w.duckdb")
-    for name in ("h100x2_nsys2026.2_train_before.sqlite", "a100_nsys2024.5_perlmutter_cloverleaf.sqlite",
-                 "h100_nsys2025.3_transformer_train.sqlite"):
+    for name in (
+        "h100x2_nsys2026.2_train_before.sqlite",
+        "a100_nsys2024.5_perlmutter_cloverleaf.sqlite",
+        "h100_nsys2025.3_transformer_train.sqlite",
+    ):
         path = real_sqlite(name)
         rid = nsa.ingest(con, path).report_id
         ensure_loaded(con, {"cuda_api"})
@@ -182,8 +197,13 @@ def _nvtx_steps(db: sqlite3.Connection, prefix: str) -> list[tuple[int, int, int
     """(number, start, end) of the ranges named `prefix N`, by plain SQL."""
     rows = db.execute(
         'SELECT coalesce(n.text, s.value), n.start, n."end" FROM NVTX_EVENTS n LEFT JOIN StringIds s '
-        "ON s.id = n.textId WHERE n.eventType = 59").fetchall()
-    out = [(int(t[len(prefix):]), a, b) for t, a, b in rows if t and t.startswith(prefix) and t[len(prefix):].isdigit()]
+        "ON s.id = n.textId WHERE n.eventType = 59"
+    ).fetchall()
+    out = [
+        (int(t[len(prefix) :]), a, b)
+        for t, a, b in rows
+        if t and t.startswith(prefix) and t[len(prefix) :].isdigit()
+    ]
     return sorted(out)
 
 
@@ -192,8 +212,9 @@ def _nvtx_steps(db: sqlite3.Connection, prefix: str) -> list[tuple[int, int, int
     ("h100_nsys2025.3_train_foreach_gpumetrics.sqlite", "step ", 25, 530),
     ("h100_nsys2025.3_transformer_train.sqlite", "train_step_", 12, 652),
 ])  # fmt: skip
-def test_warm_up_is_not_steady_state_idle(tmp_path: Path, real_sqlite, name: str, prefix: str, n: int,
-                                          warm_idle_ms: int) -> None:
+def test_warm_up_is_not_steady_state_idle(
+    tmp_path: Path, real_sqlite, name: str, prefix: str, n: int, warm_idle_ms: int
+) -> None:
     """The idle time nsa used to claim (gaps >= 100 us after the first kernel, start-up included)
     against the steady state: from the first step no longer than 1.5x the median step."""
     path = real_sqlite(name)
@@ -235,8 +256,10 @@ def test_warm_up_is_not_steady_state_idle(tmp_path: Path, real_sqlite, name: str
 
 def test_foreach_storm_leads_and_fused_storm_is_gone(tmp_path: Path, real_sqlite) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
-    rid = {n: nsa.ingest(con, real_sqlite(f"h100_nsys2025.3_train_{n}_gpumetrics.sqlite")).report_id
-           for n in ("foreach", "fused")}
+    rid = {
+        n: nsa.ingest(con, real_sqlite(f"h100_nsys2025.3_train_{n}_gpumetrics.sqlite")).report_id
+        for n in ("foreach", "fused")
+    }
     foreach = run_rules(con, rid["foreach"])
     fused = run_rules(con, rid["fused"])
     assert foreach[0].rule_id == "small-kernel-storm" and foreach[0].severity in ("warning", "critical")

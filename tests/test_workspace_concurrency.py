@@ -195,7 +195,9 @@ def test_library_query_macro_through_read_sql(db: Path) -> None:
     con = nsa.connect(db, read_only=True)
     failed = queries.install_macros(con)
     con.close()
-    assert "kernel_summary" not in failed, f"kernel_summary's table macro does not install: {failed['kernel_summary']}"
+    assert "kernel_summary" not in failed, (
+        f"kernel_summary's table macro does not install: {failed['kernel_summary']}"
+    )
     report = queries.macro_param_name("report_id", queries.get("kernel_summary"))
     via_engine = pd.read_sql(f"SELECT * FROM kernel_summary({report} := 1)", nsa.engine(db, read_only=True))
     con = nsa.connect(db, read_only=True)

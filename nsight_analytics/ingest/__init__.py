@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import cast
 
 import duckdb
 
@@ -64,7 +65,8 @@ class _Hasher(threading.Thread):
 
     def __init__(self, path: Path) -> None:
         super().__init__(daemon=True)
-        self.path, self.digest, self.error = path, "", None
+        self.path, self.digest = path, ""
+        self.error: OSError | None = None
 
     def run(self) -> None:
         try:
@@ -105,7 +107,9 @@ def detect_kind(path: Path) -> str:
 def _existing(con: duckdb.DuckDBPyConnection, sha: str, source: str, replace: bool) -> list[int]:
     where = "sha256 = $sha OR source_path = $source" if replace else "sha256 = $sha"
     values = {"sha": sha, "source": source}
-    return [r[0] for r in params.execute(con, f"SELECT report_id FROM reports WHERE {where}", values).fetchall()]
+    return [
+        r[0] for r in params.execute(con, f"SELECT report_id FROM reports WHERE {where}", values).fetchall()
+    ]
 
 
 def delete_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> None:
@@ -129,7 +133,9 @@ def ingest_file(
     stat = path.stat()
     size = stat.st_size
     source = str(path)
-    same_size = params.execute(con, "SELECT count(*) FROM reports WHERE size_bytes = $size", {"size": size}).fetchone()[0]
+    same_size = params.first_row(
+        params.execute(con, "SELECT count(*) FROM reports WHERE size_bytes = $size", {"size": size})
+    )[0]
     hasher = _Hasher(path)
     if same_size or replace:
         # A possible duplicate or a replacement: know the hash before copying anything.
@@ -154,7 +160,7 @@ def _begin(con: duckdb.DuckDBPyConnection, hasher: _Hasher, source: str, replace
     delete_reports(con, old)
     if len(old) == 1:
         return old[0], "replaced"
-    rid = int(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports").fetchone()[0])
+    rid = int(params.first_row(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports"))[0])
     return rid, "replaced" if old else "ingested"
 
 
@@ -252,7 +258,9 @@ COPY_SETTINGS = {"preserve_insertion_order": "false"}
 
 
 def _copy_settings(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    previous = {k: str(con.execute(f"SELECT current_setting('{k}')").fetchone()[0]) for k in COPY_SETTINGS}
+    previous = {
+        k: str(params.first_row(con.execute(f"SELECT current_setting('{k}')"))[0]) for k in COPY_SETTINGS
+    }
     for key, value in COPY_SETTINGS.items():
         con.execute(f"SET {key} = {value}")
     return previous
@@ -298,7 +306,7 @@ def _ingest_ncu(
         if progress:
             progress("ncu", 0, 1)
         info = ncu.load_ncu(con, path, rid)
-        kinds = list(info.get("activity_kinds", ["ncu_metrics"]))
+        kinds = [str(k) for k in cast(list[str], info.get("activity_kinds", ["ncu_metrics"]))]
         _insert_report(
             con,
             {
@@ -322,7 +330,7 @@ def _ingest_ncu(
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    rows = {k: int(v) for k, v in info.items() if k in ("kernels", "metrics", "rules")}
+    rows = {k: int(cast(int, v)) for k, v in info.items() if k in ("kernels", "metrics", "rules")}
     return IngestResult(rid, path, "ncu", status, rows)
 
 
@@ -353,9 +361,13 @@ def _source_unchanged(con: duckdb.DuckDBPyConnection, report_id: int, path: Path
     without reading it (as make and rsync decide; hashing 600 MB costs ~0.4 s of CPU each time
     a deferred table is first used). Otherwise (touched, copied, or ingested before nsa kept
     the mtime) the SHA-256 of its bytes decides."""
-    sha, size, mtime = params.execute(
-        con, "SELECT sha256, size_bytes, source_mtime_ns FROM reports WHERE report_id = $rid", {"rid": report_id}
-    ).fetchone()
+    sha, size, mtime = params.first_row(
+        params.execute(
+            con,
+            "SELECT sha256, size_bytes, source_mtime_ns FROM reports WHERE report_id = $rid",
+            {"rid": report_id},
+        )
+    )
     try:
         stat = path.stat()
     except OSError:
@@ -383,7 +395,11 @@ def ensure_loaded(
             if table in nsys.OPTIONAL:  # the answers fall back to the whole run, and say why
                 log.warning(
                     "report %s's %s cannot be found: %s %s ingest; timeline findings judge its whole run "
-                    "(re-ingest it with `nsa ingest --replace FILE`).", rid, table, path, state
+                    "(re-ingest it with `nsa ingest --replace FILE`).",
+                    rid,
+                    table,
+                    path,
+                    state,
                 )
                 continue
             raise NsaError(

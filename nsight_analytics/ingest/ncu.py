@@ -48,12 +48,12 @@ Rows = list[tuple[int, list[str]]]  # (line number in the file, CSV fields)
 _HEADER_RE = re.compile(
     r'^(?:"ID","Process ID","Process Name","Host Name","Kernel Name",'
     r'|"Process ID","Process Name","Host Name",(?=[^\n]*"Kernel Name")(?=[^\n]*"Invocations"))',
-    re.M,
+    re.MULTILINE,
 )
 # A quoted CSV header naming kernels or metrics, for telling an unknown ncu layout apart.
-_OTHER_HEADER_RE = re.compile(r'^"[^"\n]+"(?:,"[^"\n]*")*,"(?:Kernel Name|Metric Name)"', re.M)
+_OTHER_HEADER_RE = re.compile(r'^"[^"\n]+"(?:,"[^"\n]*")*,"(?:Kernel Name|Metric Name)"', re.MULTILINE)
 # ncu's own log lines (`==PROF==`, `==ERROR==`, `==WARNING==`), as opposed to the app's output.
-_LOG_RE = re.compile(r"^==[A-Z]+==", re.M)
+_LOG_RE = re.compile(r"^==[A-Z]+==", re.MULTILINE)
 _SNIFF_BYTES = 4 << 20
 _BOM = "\ufeff"
 
@@ -101,12 +101,12 @@ _EN_US_NUMBER_RE = r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$"
 _NUMBER_RE = r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$"
 # ncu's version, when a `==PROF==`-style line or a pasted `ncu --version` banner carries it.
 _VERSION_RES = (
-    re.compile(r"^==[A-Z]+==.*?Nsight Compute\D{0,40}?(\d{4}\.\d+(?:\.\d+)*)", re.M),
+    re.compile(r"^==[A-Z]+==.*?Nsight Compute\D{0,40}?(\d{4}\.\d+(?:\.\d+)*)", re.MULTILINE),
     re.compile(r"Nsight Compute Command Line Profiler\s*\n.*\n\s*Version (\d{4}\.\d+(?:\.\d+)*)"),
 )
 
 _PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_PREFIXED_RE = re.compile(r"^([KkMGTP]?)(byte|hz)$", re.I)
+_PREFIXED_RE = re.compile(r"^([KkMGTP]?)(byte|hz)$", re.IGNORECASE)
 _TIME_NS = {
     "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
     "s": 1e9, "second": 1e9,
@@ -449,7 +449,7 @@ def _parse_summary(path: Path, head: list[str], body: Rows, last_line: int, bloc
     key_at = [i for i, c in enumerate(head) if c in _KERNEL_COLS]
     metric_at = (head.index("Section Name"), head.index("Metric Name"))
     ids: list[int] = []
-    group, key, seen = -1, None, set()
+    group, key, seen = -1, None, set[object]()
     for line, fields in body:
         metric = tuple(fields[i] for i in metric_at)
         if metric[1] == "":
@@ -522,7 +522,7 @@ def _names_and_labels(sections: pd.Series, cells: pd.Series) -> tuple[pd.Series,
     """The Metric Name cell holds a name, a label, or `label (name)`: return both when known."""
     cache: dict[tuple[str, str], tuple[str | None, str | None]] = {}
     for key in set(zip(sections, cells, strict=True)):
-        section, cell = key
+        _section, cell = key
         if _METRIC_NAME_RE.match(cell):
             cache[key] = (cell, _NAME_TO_LABEL_IN.get(key) or _NAME_TO_LABEL.get(cell))
         elif both := _LABEL_NAME_RE.match(cell):

@@ -85,7 +85,10 @@ def _name(
     """(expression, join clause) resolving a StringIds reference, or NULL when absent."""
     if id_col not in src.tables.get(table, ()):
         return "NULL", ""
-    return f"{join_alias}.{field}", f' LEFT JOIN {STRINGS} {join_alias} ON {join_alias}.id = {alias}."{id_col}"'
+    return (
+        f"{join_alias}.{field}",
+        f' LEFT JOIN {STRINGS} {join_alias} ON {join_alias}.id = {alias}."{id_col}"',
+    )
 
 
 def _select(columns: dict[str, str], table: str, frm: str) -> str:
@@ -542,7 +545,9 @@ def gpus_sql(src: Source) -> str | None:
         return None
     t, a = GPU, "g"
     major, minor = src.col(t, "computeMajor", a), src.col(t, "computeMinor", a)
-    cc = "NULL" if "NULL" in (major, minor) else f"CAST({major} AS VARCHAR) || '.' || CAST({minor} AS VARCHAR)"
+    cc = (
+        "NULL" if "NULL" in (major, minor) else f"CAST({major} AS VARCHAR) || '.' || CAST({minor} AS VARCHAR)"
+    )
     cols = {
         "report_id": "$rid",
         "device_id": f"coalesce({src.col(t, 'cuDevice', a)}, {src.col(t, 'id', a)})",
@@ -681,7 +686,9 @@ def metadata(con: duckdb.DuckDBPyConnection, src: Source) -> dict[str, object]:
             meta.update({str(k): str(v) for k, v in rows})
     start = None
     if "utcEpochNs" in src.tables.get("TARGET_INFO_SESSION_START_TIME", ()):
-        row = con.execute(f'SELECT min(utcEpochNs) FROM {src.ref("TARGET_INFO_SESSION_START_TIME")}').fetchone()
+        row = con.execute(
+            f"SELECT min(utcEpochNs) FROM {src.ref('TARGET_INFO_SESSION_START_TIME')}"
+        ).fetchone()
         start = row[0] if row else None
     return {
         "tool_version": meta.get("EXPORT_PRODUCT_VERSION"),
@@ -721,7 +728,9 @@ def load_table(
         sql = kernel_rows_sql(src, launch)
     elif table == "kernel_names":  # after kernel_rows: one row of each name for SQLite to look up
         reps = params.execute(
-            con, "SELECT min(source_row) FROM kernel_rows WHERE report_id = $rid GROUP BY name_id", {"rid": report_id}
+            con,
+            "SELECT min(source_row) FROM kernel_rows WHERE report_id = $rid GROUP BY name_id",
+            {"rid": report_id},
         ).fetchall()
         sql = kernel_names_sql(src, [r[0] for r in reps if r[0] is not None])
     else:

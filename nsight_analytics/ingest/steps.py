@@ -10,6 +10,7 @@ between its occurrences). Warm-up steps are flagged `steady = false` (see schema
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import duckdb
@@ -152,14 +153,16 @@ def _kernel_pattern_steps(con: duckdb.DuckDBPyConnection, rid: int) -> int:
     rows: list[str] = []
     for dev, marker in params.execute(con, MARKERS, {"rid": rid}).fetchall():
         where = f"report_id = {rid} AND coalesce(device_id, -1) = {int(dev)}"
-        first, last = con.execute(f"SELECT min(start_ns), max(end_ns) FROM kernel_rows WHERE {where}").fetchone()
+        first, last = params.first_row(
+            con.execute(f"SELECT min(start_ns), max(end_ns) FROM kernel_rows WHERE {where}")
+        )
         starts = [
             int(r[0])
             for r in con.execute(
                 f"SELECT start_ns FROM kernel_rows WHERE {where} AND name_id = {int(marker)} ORDER BY start_ns, end_ns"
             ).fetchall()
         ]
-        period = statistics.median(b - a for a, b in zip(starts, starts[1:]))
+        period = statistics.median(b - a for a, b in itertools.pairwise(starts))
         ends = [*starts[1:], min(int(last), int(starts[-1] + period))]
         if ends[-1] - starts[0] < MIN_COVERAGE * (int(last) - int(first)):
             continue

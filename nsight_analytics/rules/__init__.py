@@ -29,4 +29,15 @@ def __getattr__(name: str) -> Any:
         return getattr(engine, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["DEFAULTS", "SEVERITIES", "ConfigError", "Finding", "Rule", "load_config", "rank_key", "rules", "run_rules"]
+
+__all__ = [
+    "DEFAULTS",
+    "SEVERITIES",
+    "ConfigError",
+    "Finding",
+    "Rule",
+    "load_config",
+    "rank_key",
+    "rules",
+    "run_rules",
+]

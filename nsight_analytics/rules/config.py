@@ -41,7 +41,7 @@ class Threshold:
     doc: str
 
 
-def _t(name: str, default: float | int, unit: str, doc: str) -> Threshold:
+def _t(name: str, default: float, unit: str, doc: str) -> Threshold:
     return Threshold(name, default, unit, doc)
 
 
@@ -49,51 +49,115 @@ DEFAULTS: dict[str, Threshold] = {
     t.name: t
     for t in (
         # gpu-idle
-        _t("idle_share_warning", 0.20, "fraction",
-           "GPU idle share of the steady-state span (the whole span without steps) that is a warning."),
-        _t("idle_share_critical", 0.50, "fraction", "GPU idle share of the steady-state span that is critical."),
-        _t("min_gap_ns", 100_000, "ns", "Idle gaps shorter than this are not attributed to a cause (launch jitter)."),
-        _t("idle_min_span_ns", 50_000_000, "ns",
-           "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run)."),
+        _t(
+            "idle_share_warning",
+            0.20,
+            "fraction",
+            "GPU idle share of the steady-state span (the whole span without steps) that is a warning.",
+        ),
+        _t(
+            "idle_share_critical",
+            0.50,
+            "fraction",
+            "GPU idle share of the steady-state span that is critical.",
+        ),
+        _t(
+            "min_gap_ns",
+            100_000,
+            "ns",
+            "Idle gaps shorter than this are not attributed to a cause (launch jitter).",
+        ),
+        _t(
+            "idle_min_span_ns",
+            50_000_000,
+            "ns",
+            "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run).",
+        ),
         # startup
-        _t("startup_share_info", 0.20, "fraction",
-           "Start-up (before the first steady step) share of the capture's GPU timeline worth an info finding."),
+        _t(
+            "startup_share_info",
+            0.20,
+            "fraction",
+            "Start-up (before the first steady step) share of the capture's GPU timeline worth an info finding.",
+        ),
         _t("startup_min_ns", 100_000_000, "ns", "Start-up shorter than this is not reported."),
         # copy-dominated / pageable-memcpy
         _t("copy_share_warning", 0.30, "fraction", "Host<->device copy share of the span that is a warning."),
         _t("copy_share_critical", 0.60, "fraction", "Host<->device copy share of the span that is critical."),
-        _t("copy_kernel_share_max", 0.30, "fraction",
-           "copy-dominated fires only while kernels fill less than this share of the span."),
+        _t(
+            "copy_kernel_share_max",
+            0.30,
+            "fraction",
+            "copy-dominated fires only while kernels fill less than this share of the span.",
+        ),
         _t("pageable_min_ns", 1_000_000, "ns", "Pageable copy time below this is not reported."),
         _t("pageable_share_warning", 0.05, "fraction", "Pageable copy share of the span that is a warning."),
         _t("pageable_share_critical", 0.25, "fraction", "Pageable copy share of the span that is critical."),
         # small-kernel-storm
-        _t("small_kernel_ns", 10_000, "ns", "A kernel shorter than this is small: launch overhead is comparable."),
+        _t(
+            "small_kernel_ns",
+            10_000,
+            "ns",
+            "A kernel shorter than this is small: launch overhead is comparable.",
+        ),
         _t("storm_min_kernels", 500, "count", "Fewest small kernels in a report for a storm."),
-        _t("storm_max_gap_ns", 50_000, "ns",
-           "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle)."),
-        _t("storm_gap_share_warning", 0.02, "fraction",
-           "Launch-gap idle share of the kernel span (first to last kernel) that makes a storm a warning (else info)."),
-        _t("storm_gap_share_critical", 0.20, "fraction", "Launch-gap idle share of the kernel span that is critical."),
+        _t(
+            "storm_max_gap_ns",
+            50_000,
+            "ns",
+            "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle).",
+        ),
+        _t(
+            "storm_gap_share_warning",
+            0.02,
+            "fraction",
+            "Launch-gap idle share of the kernel span (first to last kernel) that makes a storm a warning (else info).",
+        ),
+        _t(
+            "storm_gap_share_critical",
+            0.20,
+            "fraction",
+            "Launch-gap idle share of the kernel span that is critical.",
+        ),
         _t("top_kernels", 3, "count", "How many kernels a finding names."),
         # host-sync
-        _t("sync_share_warning", 0.20, "fraction",
-           "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
-           "that is a warning."),
+        _t(
+            "sync_share_warning",
+            0.20,
+            "fraction",
+            "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
+            "that is a warning.",
+        ),
         _t("sync_share_critical", 0.50, "fraction", "The same share that is critical."),
-        _t("sync_share_info", 0.20, "fraction",
-           "Blocked share (all of it, GPU busy or not) worth an info finding even when the GPU was busy."),
+        _t(
+            "sync_share_info",
+            0.20,
+            "fraction",
+            "Blocked share (all of it, GPU busy or not) worth an info finding even when the GPU was busy.",
+        ),
         # ncu
-        _t("heavy_kernel_share", 0.05, "fraction",
-           "A kernel is heavy when it holds at least this share of the report's kernel time."),
+        _t(
+            "heavy_kernel_share",
+            0.05,
+            "fraction",
+            "A kernel is heavy when it holds at least this share of the report's kernel time.",
+        ),
         _t("max_kernel_findings", 3, "count", "At most this many kernels per ncu rule and report."),
         _t("stall_share_min", 40.0, "%", "A stall reason dominates at this share of all stall cycles."),
         _t("sol_busy_pct", 60.0, "%", "Throughput at or above which a unit counts as busy (speed_of_light)."),
-        _t("latency_bound_max_pct", 40.0, "%",
-           "latency-bound fires when both compute and memory throughput are below this."),
+        _t(
+            "latency_bound_max_pct",
+            40.0,
+            "%",
+            "latency-bound fires when both compute and memory throughput are below this.",
+        ),
         _t("occupancy_low_pct", 40.0, "%", "Achieved occupancy below this is low."),
-        _t("occupancy_theoretical_low_pct", 50.0, "%",
-           "low-occupancy is a warning when the theoretical occupancy is below this (a limiter bites)."),
+        _t(
+            "occupancy_theoretical_low_pct",
+            50.0,
+            "%",
+            "low-occupancy is a warning when the theoretical occupancy is below this (a limiter bites).",
+        ),
     )
 }
 

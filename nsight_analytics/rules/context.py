@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
 
@@ -31,8 +31,9 @@ class Rows(Sequence[Any]):
     def __init__(self, columns: Sequence[str], rows: Sequence[tuple[Any, ...]] = ()) -> None:
         self.columns = tuple(columns)
         # a column name that is no identifier (`count(*)`) raises here: name it in the SQL
-        self._type = namedtuple("Row", self.columns)  # type: ignore[misc]
-        self._rows = [self._type._make(r) for r in rows]
+        self._type: Any = namedtuple("Row", self.columns)  # type: ignore[misc]  # names known at run time
+        make: Callable[[tuple[Any, ...]], Any] = cast(Any, self._type)._make
+        self._rows = [make(r) for r in rows]
 
     @classmethod
     def of(cls, rel: duckdb.DuckDBPyRelation) -> Rows:
@@ -150,7 +151,9 @@ class Context:
     def _run_sql(self, key: str, sql: str, params: dict[str, Any], as_df: bool) -> Any:
         ck = ("sql", key, tuple(sorted(params.items())), as_df)
         if ck not in self._cache:
-            self._cache[ck] = self._convert(params_sql(self.con, sql, {"rid": self.report_id, **params}), as_df)
+            self._cache[ck] = self._convert(
+                params_sql(self.con, sql, {"rid": self.report_id, **params}), as_df
+            )
         return self._cache[ck]
 
     @staticmethod

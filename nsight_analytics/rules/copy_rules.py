@@ -43,7 +43,9 @@ def _groups(rows: Iterable[Any], order_by: str) -> list[CopyGroup]:
     """Copy groups, `order_by` largest first (ties: copy kind, source, destination; NULL last)."""
     groups: dict[tuple[Any, ...], CopyGroup] = {}
     for r in rows:
-        g = groups.setdefault((r.copy_kind, r.src_kind, r.dst_kind), CopyGroup(r.copy_kind, r.src_kind, r.dst_kind))
+        g = groups.setdefault(
+            (r.copy_kind, r.src_kind, r.dst_kind), CopyGroup(r.copy_kind, r.src_kind, r.dst_kind)
+        )
         g.copies += r.copies
         g.bytes += r.bytes
         g.total_ns += r.total_ns
@@ -57,7 +59,10 @@ def _pinned_gbps(copies: Iterable[Any], direction: str) -> tuple[float | None, s
     """Measured pinned bandwidth in this report: same direction first, else the other one."""
     # tiny copies measure latency, not bandwidth
     pinned = [r for r in copies if _memory(r) == "pinned" and r.bytes >= MIN_BANDWIDTH_BYTES * r.copies]
-    for scope, rows in (("same direction", [r for r in pinned if r.copy_kind == direction]), ("other direction", pinned)):
+    for scope, rows in (
+        ("same direction", [r for r in pinned if r.copy_kind == direction]),
+        ("other direction", pinned),
+    ):
         b, ns = sum(r.bytes for r in rows), sum(r.total_ns for r in rows)
         if ns > 0 and b > 0:
             return float(b / ns), scope
@@ -164,8 +169,10 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         )
     if pin and savings == max(pin.values()):
         # the same win pageable-memcpy reports: say so, so nobody adds the two estimates
-        message += (f" Pinning the pageable buffers would save about {dur(savings)}: the same saving as the "
-                    "pageable-memcpy finding, not in addition to it.")
+        message += (
+            f" Pinning the pageable buffers would save about {dur(savings)}: the same saving as the "
+            "pageable-memcpy finding, not in addition to it."
+        )
     title = f"{_phrase(top)} fill {pct(top_share)} of the GPU span ({bw(top.bytes, top.total_ns)}){where}"
     ev = {
         "span_ns": span,
@@ -175,9 +182,14 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         "kernel_share": kernel_share,
         "devices": devices,
         "dominant": {
-            "copy_kind": str(top.copy_kind), "host_memory": memory, "copies": int(top.copies),
-            "bytes": int(top.bytes), "total_ns": int(top.total_ns), "busy_ns": int(top.busy_ns),
-            "share": float(top_share), "gb_per_s": float(top.bytes / top.total_ns) if top.total_ns else None,
+            "copy_kind": str(top.copy_kind),
+            "host_memory": memory,
+            "copies": int(top.copies),
+            "bytes": int(top.bytes),
+            "total_ns": int(top.total_ns),
+            "busy_ns": int(top.busy_ns),
+            "share": float(top_share),
+            "gb_per_s": float(top.bytes / top.total_ns) if top.total_ns else None,
         },
         "overlap_savings_ns": max(overlap.values()) if overlap else 0,
         "pinning_savings_ns": max(pin.values()) if pin else None,
@@ -228,15 +240,19 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
     pin, rates = pinning_savings(copies)
     parts = []
     for g in groups:
-        text = (f"{_phrase(g)}: {count(g.copies)} copies, {size(g.bytes)} in {dur(g.total_ns)} at "
-                f"{bw(g.bytes, g.total_ns)}")
+        text = (
+            f"{_phrase(g)}: {count(g.copies)} copies, {size(g.bytes)} in {dur(g.total_ns)} at "
+            f"{bw(g.bytes, g.total_ns)}"
+        )
         if g.copy_kind in rates:
             text += f" (pinned: {rates[g.copy_kind]:.3g} GB/s)"
         parts.append(text)
     apis = sorted(set().union(*(g.apis for g in groups)))
     async_note = ""
     if any("Async" in a for a in apis):
-        async_note = " They were issued with " + ", ".join(apis) + ", which blocks the host for pageable memory."
+        async_note = (
+            " They were issued with " + ", ".join(apis) + ", which blocks the host for pageable memory."
+        )
     n_copies = int(pg.total("copies"))
     scope = steady_scope(window, ctx.steps_unknown(rid))
     message = (
@@ -259,9 +275,15 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
         "busy_ns": busy,
         "span_share": share,
         "groups": [
-            {"copy_kind": str(g.copy_kind), "src_kind": str(g.src_kind), "dst_kind": str(g.dst_kind),
-             "copies": int(g.copies), "bytes": int(g.bytes), "total_ns": int(g.total_ns),
-             "gb_per_s": float(g.bytes / g.total_ns) if g.total_ns else None}
+            {
+                "copy_kind": str(g.copy_kind),
+                "src_kind": str(g.src_kind),
+                "dst_kind": str(g.dst_kind),
+                "copies": int(g.copies),
+                "bytes": int(g.bytes),
+                "total_ns": int(g.total_ns),
+                "gb_per_s": float(g.bytes / g.total_ns) if g.total_ns else None,
+            }
             for g in groups
         ],
         "launch_apis": apis,

@@ -7,10 +7,12 @@ from typing import Any
 import duckdb
 
 # Importing a rules module registers its rules; this order is the order `nsa rules` lists them.
-from . import nsys_rules  # noqa: F401, I001
-from . import copy_rules  # noqa: F401
-from . import kernel_rules  # noqa: F401
-from . import ncu_rules  # noqa: F401
+from . import (
+    copy_rules,  # noqa: F401
+    kernel_rules,  # noqa: F401
+    ncu_rules,  # noqa: F401
+    nsys_rules,  # noqa: F401
+)
 from .config import load_config
 from .context import Context
 from .model import REGISTRY, SEVERITY_RANK, Finding, Rule

@@ -36,8 +36,14 @@ def _short(name: str, width: int = 50) -> str:
     "small-kernel-storm",
     kind="nsys",
     severities=("info", "warning", "critical"),
-    thresholds=("small_kernel_ns", "storm_min_kernels", "storm_max_gap_ns", "storm_gap_share_warning",
-                "storm_gap_share_critical", "top_kernels"),
+    thresholds=(
+        "small_kernel_ns",
+        "storm_min_kernels",
+        "storm_max_gap_ns",
+        "storm_gap_share_warning",
+        "storm_gap_share_critical",
+        "top_kernels",
+    ),
 )
 def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     """Many kernels shorter than small_kernel_ns: the run is launch-bound, not compute-bound.
@@ -74,7 +80,10 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         dev_span = {r.device_id: int(r.span_ns) for r in ctx.sql("kernel_span", _KERNEL_SPAN, rid)}
     span = max(dev_span.values()) if dev_span else 0
     storms = ctx.query(
-        "small_kernel_storms", rid, max_kernel_ns=int(small), max_gap_ns=int(ctx["storm_max_gap_ns"]),
+        "small_kernel_storms",
+        rid,
+        max_kernel_ns=int(small),
+        max_gap_ns=int(ctx["storm_max_gap_ns"]),
     )
     if window is not None:
         storms = storms.where(lambda r: r.start_ns >= window.start_ns)
@@ -97,7 +106,8 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         message += " No storm window (a run of tiny kernels with the GPU mostly waiting) was found."
     else:
         of = (
-            f"the {dur(dev_span.get(worst_dev, span))} steady state" if window is not None
+            f"the {dur(dev_span.get(worst_dev, span))} steady state"
+            if window is not None
             else "the span from first to last kernel"
         )
         message += (
@@ -143,7 +153,9 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         )
     title = (
         f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top[0].short_name} at "
-        f"{dur(top[0].avg_ns)} avg" if top else f"{count(n_small)} tiny kernels"
+        f"{dur(top[0].avg_ns)} avg"
+        if top
+        else f"{count(n_small)} tiny kernels"
     )
     ev = {
         "small_kernel_ns": int(small),
@@ -154,14 +166,29 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         "launch_calls": int(s.launch_calls),
         "graph_kernels": graph_small,
         "graph_replays": int(graphs.total("replays")),
-        "storm_windows": int(len(storms)),
+        "storm_windows": len(storms),
         "storm_idle_ns": int(savings),
         "storm_idle_share": gap_share,
         "top_kernels": [
-            {"short_name": r.short_name, "example_name": r.name, "variants": int(r.variants),
-             "launches": int(r.launches), "avg_ns": float(r.avg_ns)}
+            {
+                "short_name": r.short_name,
+                "example_name": r.name,
+                "variants": int(r.variants),
+                "launches": int(r.launches),
+                "avg_ns": float(r.avg_ns),
+            }
             for r in top
         ],
     }
-    return [Finding("small-kernel-storm", severity, rid, title, message, recommendation, ev,
-                    None if not storms else savings)]
+    return [
+        Finding(
+            "small-kernel-storm",
+            severity,
+            rid,
+            title,
+            message,
+            recommendation,
+            ev,
+            None if not storms else savings,
+        )
+    ]

@@ -97,13 +97,17 @@ def _stake(row: pd.Series) -> tuple[str, dict[str, object]]:
     import pandas as pd
 
     ev: dict[str, object] = {
-        "kernel": row["name"], "ncu_launches": int(row["launches"]), "ncu_ns": int(row["ncu_ns"]),
+        "kernel": row["name"],
+        "ncu_launches": int(row["launches"]),
+        "ncu_ns": int(row["ncu_ns"]),
         "time_at_stake_ns": int(row["time_at_stake_ns"]),
     }
     if pd.notna(row["nsys_ns"]):
         ev.update(nsys_report_id=int(row["nsys_report_id"]), nsys_launches=int(row["nsys_launches"]))
-        text = (f"{dur(row['nsys_ns'])} of timeline time in {int(row['nsys_launches']):,} launches "
-                f"(nsys report {int(row['nsys_report_id'])})")
+        text = (
+            f"{dur(row['nsys_ns'])} of timeline time in {int(row['nsys_launches']):,} launches "
+            f"(nsys report {int(row['nsys_report_id'])})"
+        )
     else:
         text = f"{dur(row['ncu_ns'])} over {int(row['launches'])} profiled launches ({pct(row['share'])} of this ncu report)"
     return text, ev
@@ -121,7 +125,9 @@ def _launch_weights(ctx: Context, rid: int) -> pd.DataFrame:
 def _weighted(df: pd.DataFrame, value: str, weights: pd.DataFrame) -> pd.DataFrame:
     """Per kernel name: the time-weighted mean of `value` over its launches (duration x launches)."""
     d = df.merge(weights, on=["report_id", "launch_id"], how="left")
-    d["w"] = d["duration_ns"].astype("float64").fillna(1.0).clip(lower=1.0) * d["invocations"].astype("float64").fillna(1.0)
+    d["w"] = d["duration_ns"].astype("float64").fillna(1.0).clip(lower=1.0) * d["invocations"].astype(
+        "float64"
+    ).fillna(1.0)
     d["wv"] = d[value] * d["w"]
     g = d.groupby(["report_id", "name"], dropna=False).agg(wv=("wv", "sum"), w=("w", "sum"))
     return (g["wv"] / g["w"]).rename(value).reset_index()
@@ -170,17 +176,34 @@ def stall_dominated(ctx: Context, rid: int) -> list[Finding]:
     for _, r in cands.iterrows():
         stake, ev = _stake(r)
         reason = str(r["reason"])
-        ev.update(reason=reason, share_pct=float(r["share_pct"]),
-                  reason_time_upper_bound_ns=int(r["time_at_stake_ns"] * r["share_pct"] / 100))
+        ev.update(
+            reason=reason,
+            share_pct=float(r["share_pct"]),
+            reason_time_upper_bound_ns=int(r["time_at_stake_ns"] * r["share_pct"] / 100),
+        )
         second = shares[(shares["name"] == r["name"]) & (shares["reason"] != reason)].nlargest(1, "share_pct")
-        runner = (f"; next: {second.iloc[0]['reason']} {second.iloc[0]['share_pct']:.0f}%" if len(second) else "")
-        message = (f"{reason} is {r['share_pct']:.0f}% of the warp stall cycles of {_short(r['name'])}{runner}. "
-                   f"The kernel holds {stake}.")
-        fix = _STALL_FIX.get(reason, "see ncu's Warp State Statistics and Source pages for the stalling instructions")
-        out.append(Finding(
-            "stall-dominated", "warning", rid, f"{reason} stalls dominate {_short(r['name'], 60)}",
-            message, f"{fix[0].upper()}{fix[1:]}.", ev, None,
-        ))
+        runner = (
+            f"; next: {second.iloc[0]['reason']} {second.iloc[0]['share_pct']:.0f}%" if len(second) else ""
+        )
+        message = (
+            f"{reason} is {r['share_pct']:.0f}% of the warp stall cycles of {_short(r['name'])}{runner}. "
+            f"The kernel holds {stake}."
+        )
+        fix = _STALL_FIX.get(
+            reason, "see ncu's Warp State Statistics and Source pages for the stalling instructions"
+        )
+        out.append(
+            Finding(
+                "stall-dominated",
+                "warning",
+                rid,
+                f"{reason} stalls dominate {_short(r['name'], 60)}",
+                message,
+                f"{fix[0].upper()}{fix[1:]}.",
+                ev,
+                None,
+            )
+        )
     return out
 
 
@@ -251,15 +274,19 @@ def _bound_rule(ctx: Context, rid: int, bound: str) -> list[Finding]:
         if bound == "memory":
             severity = "info" if r["memory_pct"] >= 80 else "warning"
             title = f"Memory-bound: {_short(r['name'], 60)} ({r['memory_pct']:.0f}% of DRAM peak)"
-            rec = ("Move fewer bytes: fuse this kernel with its producer/consumer (torch.compile, a Triton "
-                   "kernel) so intermediates stay on chip, use bf16/fp16, vectorise and coalesce loads.")
+            rec = (
+                "Move fewer bytes: fuse this kernel with its producer/consumer (torch.compile, a Triton "
+                "kernel) so intermediates stay on chip, use bf16/fp16, vectorise and coalesce loads."
+            )
             if severity == "warning":
                 rec += " Below ~80% of peak the access pattern also wastes bandwidth: check coalescing and L2 hit rate."
         else:
             severity = "warning"
             title = f"Latency-bound: {_short(r['name'], 60)} (compute {r['compute_pct']:.0f}%, memory {r['memory_pct']:.0f}%)"
-            rec = ("Give the GPU more parallel work per launch: larger batches or fused kernels, more blocks than "
-                   "SMs, more independent work per thread; check low-occupancy for a resource limiter.")
+            rec = (
+                "Give the GPU more parallel work per launch: larger batches or fused kernels, more blocks than "
+                "SMs, more independent work per thread; check low-occupancy for a resource limiter."
+            )
         message = f"{_short(r['name'])}: {sol_text} (duration-weighted over its launches). It holds {stake}."
         out.append(Finding(f"{bound}-bound", severity, rid, title, message, rec, ev, None))
     return out
@@ -278,7 +305,12 @@ _LIMITER_FIX = {
     "low-occupancy",
     kind="ncu",
     severities=("info", "warning"),
-    thresholds=("occupancy_low_pct", "occupancy_theoretical_low_pct", "heavy_kernel_share", "max_kernel_findings"),
+    thresholds=(
+        "occupancy_low_pct",
+        "occupancy_theoretical_low_pct",
+        "heavy_kernel_share",
+        "max_kernel_findings",
+    ),
 )
 def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     """A heavy kernel runs with few resident warps per SM (low achieved occupancy).
@@ -302,7 +334,9 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     sol = _launch_weights(ctx, rid)
     ach = _weighted(occ[["report_id", "launch_id", "name", "achieved_pct"]], "achieved_pct", sol)
     theo = _weighted(occ[["report_id", "launch_id", "name", "theoretical_pct"]], "theoretical_pct", sol)
-    lim = occ.groupby(["report_id", "name"])["limiter"].agg(lambda s: s.mode().iloc[0] if s.notna().any() else None)
+    lim = occ.groupby(["report_id", "name"])["limiter"].agg(
+        lambda s: s.mode().iloc[0] if s.notna().any() else None
+    )
     pcts = ach.merge(theo, on=["report_id", "name"]).merge(lim.reset_index(), on=["report_id", "name"])
     pcts = pcts[pcts["achieved_pct"] < ctx["occupancy_low_pct"]]
     cands = _heavy(ctx, rid).merge(pcts, on=["report_id", "name"]).head(int(ctx["max_kernel_findings"]))
@@ -310,20 +344,31 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     for _, r in cands.iterrows():
         stake, ev = _stake(r)
         limiter = r["limiter"] if isinstance(r["limiter"], str) else None
-        ev.update(achieved_pct=float(r["achieved_pct"]), theoretical_pct=float(r["theoretical_pct"])
-                  if pd.notna(r["theoretical_pct"]) else None, limiter=limiter)
-        limited = pd.notna(r["theoretical_pct"]) and r["theoretical_pct"] < ctx["occupancy_theoretical_low_pct"]
+        ev.update(
+            achieved_pct=float(r["achieved_pct"]),
+            theoretical_pct=float(r["theoretical_pct"]) if pd.notna(r["theoretical_pct"]) else None,
+            limiter=limiter,
+        )
+        limited = (
+            pd.notna(r["theoretical_pct"]) and r["theoretical_pct"] < ctx["occupancy_theoretical_low_pct"]
+        )
         severity = "warning" if limited else "info"
         theo_text = f"{r['theoretical_pct']:.0f}%" if pd.notna(r["theoretical_pct"]) else "n/a"
-        message = (f"{_short(r['name'])}: achieved occupancy {r['achieved_pct']:.0f}% of the SM's warp slots, "
-                   f"theoretical {theo_text}" + (f", limited by {limiter}" if limiter and limited else "")
-                   + f". It holds {stake}.")
+        message = (
+            f"{_short(r['name'])}: achieved occupancy {r['achieved_pct']:.0f}% of the SM's warp slots, "
+            f"theoretical {theo_text}"
+            + (f", limited by {limiter}" if limiter and limited else "")
+            + f". It holds {stake}."
+        )
         if limited and limiter:
             rec = "; ".join(_LIMITER_FIX.get(x, x) for x in limiter.split(",")).capitalize() + "."
         else:
-            rec = ("The limit is not a per-block resource: launch more blocks (at least a few per SM), balance "
-                   "work across blocks, or fuse with neighbouring kernels so the grid fills the GPU.")
+            rec = (
+                "The limit is not a per-block resource: launch more blocks (at least a few per SM), balance "
+                "work across blocks, or fuse with neighbouring kernels so the grid fills the GPU."
+            )
         title = f"Low occupancy ({r['achieved_pct']:.0f}%) in {_short(r['name'], 60)}" + (
-            f", limited by {limiter}" if limiter and limited else "")
+            f", limited by {limiter}" if limiter and limited else ""
+        )
         out.append(Finding("low-occupancy", severity, rid, title, message, rec, ev, None))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from .context import Context, steady_evidence, steady_scope
@@ -85,7 +86,9 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         steady = gaps.where(lambda g: g.phase == "steady")
         startup_ns = 0
     else:
-        first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.sql("first_kernel", _FIRST_KERNEL, rid)}
+        first = {
+            (r.report_id, r.device_id): r.first_kernel_ns for r in ctx.sql("first_kernel", _FIRST_KERNEL, rid)
+        }
 
         def at_startup(g: Any) -> bool:
             first_ns = first.get((g.report_id, g.device_id))
@@ -138,13 +141,11 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         cause_share = cause_ns / gap_total if gap_total else 0.0
         message += (
             f" {pct(cause_share)} of that gap time ({dur(cause_ns)}, {plural(len(cause_gaps), 'gap')}): "
-            f"{_CAUSE_WORDS.get(cause, cause)}"
-            + (f", mostly {detail_name}" if detail else "")
-            + "."
+            f"{_CAUSE_WORDS.get(cause, cause)}" + (f", mostly {detail_name}" if detail else "") + "."
         )
         for other, other_ns in by_cause[1:]:
             if gap_total and other_ns / gap_total >= 0.05:  # a second cause worth naming
-                others = steady.where(lambda g, other=other: g.cause == other)
+                others = steady.where(partial(_has_cause, other))
                 top = others.sum_by("cause_detail", "gap_ns")
                 message += (
                     f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {plural(len(others), 'gap')}): "
@@ -198,7 +199,8 @@ def _host_calls_in(ctx: Context, rid: int, gaps: Any) -> str:
     if not top:
         return ""
     values = ", ".join(
-        f"({int(g.report_id)}, {int(g.launch_global_tid)}, {int(g.gap_start_ns)}, {int(g.gap_end_ns)})" for g in top
+        f"({int(g.report_id)}, {int(g.launch_global_tid)}, {int(g.gap_start_ns)}, {int(g.gap_end_ns)})"
+        for g in top
     )
     lo, hi = min(int(g.gap_start_ns) for g in top), max(int(g.gap_end_ns) for g in top)
     sql = _HOST_CALLS.format(values=values, rid=int(rid), lo=lo, hi=hi)
@@ -210,9 +212,14 @@ def _host_calls_in(ctx: Context, rid: int, gaps: Any) -> str:
         return f" In {which} ({dur(total)}) the launching thread was outside CUDA calls (host code: Python, data, I/O)."
     rest = total - sum(int(r.in_gaps_ns) for r in calls)
     return (
-        f" In {which} ({dur(total)}) the launching thread spent " + ", ".join(parts)
+        f" In {which} ({dur(total)}) the launching thread spent "
+        + ", ".join(parts)
         + f"; {dur(max(0, rest))} outside CUDA calls."
     )
+
+
+def _has_cause(cause: Any, gap: Any) -> bool:
+    return bool(gap.cause == cause)
 
 
 _STARTUP_CALLS = """
@@ -274,7 +281,9 @@ def startup(ctx: Context, rid: int) -> list[Finding]:
     busy = max((int(r.any_busy_ns) for r in startup_util), default=0)
     calls = ctx.sql("startup_calls", _STARTUP_CALLS, rid).where(lambda r: r.category is not None)
     by_cat = sorted(calls, key=lambda r: -r.total_ns)
-    parts = [f"{r.category} {dur(r.total_ns)} in {count(r.calls)} calls" for r in by_cat if r.total_ns >= 1_000_000]
+    parts = [
+        f"{r.category} {dur(r.total_ns)} in {count(r.calls)} calls" for r in by_cat if r.total_ns >= 1_000_000
+    ]
     steps = f"step {window.first_step}" if window.first_step else "the first step"
     message = (
         f"Start-up, from the first GPU activity to the start of {steps} (of {count(window.steps)} steps, "
@@ -284,11 +293,19 @@ def startup(ctx: Context, rid: int) -> list[Finding]:
     if parts:
         message += " Host time in CUDA calls before the steady state: " + "; ".join(parts[:4]) + "."
     message += " Timeline findings judge the steady state only."
-    fixes = [_CATEGORY_FIX[r.category] for r in by_cat[:2] if r.total_ns >= 1_000_000 and r.category in _CATEGORY_FIX]
+    fixes = [
+        _CATEGORY_FIX[r.category]
+        for r in by_cat[:2]
+        if r.total_ns >= 1_000_000 and r.category in _CATEGORY_FIX
+    ]
     recommendation = (
         "To profile the loop itself, start the capture after warm-up (`nsys profile --delay N`, or "
         "`--capture-range=cudaProfilerApi` with cudaProfilerStart/Stop around a few steps)."
-        + (" Where start-up time matters (short jobs, cold starts), cut it by " + "; ".join(fixes) + "." if fixes else "")
+        + (
+            " Where start-up time matters (short jobs, cold starts), cut it by " + "; ".join(fixes) + "."
+            if fixes
+            else ""
+        )
     )
     ev = {
         "startup_ns": startup_ns,
@@ -494,6 +511,6 @@ def no_gpu_activity(ctx: Context, rid: int) -> list[Finding]:
         "installed CUDA driver (an nsys older than the driver records no CUDA activity)."
     )
     ev = {"activity_kinds": kinds, "cuda_api_rows": api_rows}
-    return [Finding("no-gpu-activity", "warning", rid, "No GPU activity captured", message, recommendation, ev)]
-
-
+    return [
+        Finding("no-gpu-activity", "warning", rid, "No GPU activity captured", message, recommendation, ev)
+    ]

@@ -39,10 +39,10 @@ def pct(fraction: float | None) -> str:
     return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
 
 
-def count(n: int | float) -> str:
+def count(n: float) -> str:
     return f"{int(n):,}"
 
 
-def plural(n: int | float, word: str) -> str:
+def plural(n: float, word: str) -> str:
     """'1 gap', '2 gaps', '1,024 kernels'."""
     return f"{count(n)} {word}" + ("" if int(n) == 1 else "s")

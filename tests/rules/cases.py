@@ -14,37 +14,87 @@ US = 1_000
 PID = 100
 
 
-def kernel(start: int, dur: int, name: str = "gemm", rid: int = 1, dev: int = 0, corr: int | None = None) -> dict:
-    return {"report_id": rid, "device_id": dev, "stream_id": 7, "pid": PID, "start_ns": start,
-            "end_ns": start + dur, "duration_ns": dur, "name": name, "short_name": name,
-            "correlation_id": corr}
+def kernel(
+    start: int, dur: int, name: str = "gemm", rid: int = 1, dev: int = 0, corr: int | None = None
+) -> dict:
+    return {
+        "report_id": rid,
+        "device_id": dev,
+        "stream_id": 7,
+        "pid": PID,
+        "start_ns": start,
+        "end_ns": start + dur,
+        "duration_ns": dur,
+        "name": name,
+        "short_name": name,
+        "correlation_id": corr,
+    }
 
 
-def copy(start: int, dur: int, nbytes: int, kind: str = "HtoD", host: str = "pinned", rid: int = 1,
-         corr: int | None = None) -> dict:
+def copy(
+    start: int,
+    dur: int,
+    nbytes: int,
+    kind: str = "HtoD",
+    host: str = "pinned",
+    rid: int = 1,
+    corr: int | None = None,
+) -> dict:
     src, dst = (host, "device") if kind == "HtoD" else ("device", host)
-    return {"report_id": rid, "device_id": 0, "stream_id": 7, "pid": PID, "start_ns": start,
-            "end_ns": start + dur, "duration_ns": dur, "bytes": nbytes, "copy_kind": kind,
-            "src_kind": src, "dst_kind": dst, "correlation_id": corr}
+    return {
+        "report_id": rid,
+        "device_id": 0,
+        "stream_id": 7,
+        "pid": PID,
+        "start_ns": start,
+        "end_ns": start + dur,
+        "duration_ns": dur,
+        "bytes": nbytes,
+        "copy_kind": kind,
+        "src_kind": src,
+        "dst_kind": dst,
+        "correlation_id": corr,
+    }
 
 
 def api(start: int, dur: int, name: str, rid: int = 1, corr: int | None = None) -> dict:
-    return {"report_id": rid, "pid": PID, "tid": PID, "start_ns": start, "end_ns": start + dur,
-            "duration_ns": dur, "name": name, "correlation_id": corr}
+    return {
+        "report_id": rid,
+        "pid": PID,
+        "tid": PID,
+        "start_ns": start,
+        "end_ns": start + dur,
+        "duration_ns": dur,
+        "name": name,
+        "correlation_id": corr,
+    }
 
 
-def launched(start: int, dur: int, corr: int, name: str = "gemm", issue_at: int | None = None) -> tuple[dict, dict]:
+def launched(
+    start: int, dur: int, corr: int, name: str = "gemm", issue_at: int | None = None
+) -> tuple[dict, dict]:
     """A kernel and the cudaLaunchKernel that issued it (by default 5 us before it starts)."""
     at = start - 5 * US if issue_at is None else issue_at
     return kernel(start, dur, name, corr=corr), api(at, 3 * US, "cudaLaunchKernel", corr=corr)
 
 
-def ncu_launch(launch: int, name: str, duration_ns: float, rid: int = 1, **metrics: float) -> tuple[dict, list[dict]]:
+def ncu_launch(
+    launch: int, name: str, duration_ns: float, rid: int = 1, **metrics: float
+) -> tuple[dict, list[dict]]:
     k = {"report_id": rid, "launch_id": launch, "name": name, "device_id": 0}
-    rows = [{"report_id": rid, "launch_id": launch, "metric_name": "gpu__time_duration.sum", "unit": "ns",
-             "value": duration_ns}]
-    rows += [{"report_id": rid, "launch_id": launch, "metric_name": m.replace("__DOT__", "."), "value": v}
-             for m, v in metrics.items()]
+    rows = [
+        {
+            "report_id": rid,
+            "launch_id": launch,
+            "metric_name": "gpu__time_duration.sum",
+            "unit": "ns",
+            "value": duration_ns,
+        }
+    ]
+    rows += [
+        {"report_id": rid, "launch_id": launch, "metric_name": m.replace("__DOT__", "."), "value": v}
+        for m, v in metrics.items()
+    ]
     return k, rows
 
 
@@ -74,13 +124,39 @@ def _warmup_then_steps(steady_busy: int) -> dict[str, list[dict]]:
     """A 100 ms warm-up step (the GPU busy 2 ms of it) and five 10 ms steps whose kernels run
     `steady_busy` ns each: the steps table flags step 0 as warm-up."""
     ks = [kernel(0, 1 * MS), kernel(99 * MS, 1 * MS)]
-    steps = [{"report_id": 1, "step": 0, "name": "step 0", "number": 0, "source": "nvtx", "series": 1, "pid": PID,
-              "start_ns": 0, "end_ns": 100 * MS, "duration_ns": 100 * MS, "steady": False}]
+    steps = [
+        {
+            "report_id": 1,
+            "step": 0,
+            "name": "step 0",
+            "number": 0,
+            "source": "nvtx",
+            "series": 1,
+            "pid": PID,
+            "start_ns": 0,
+            "end_ns": 100 * MS,
+            "duration_ns": 100 * MS,
+            "steady": False,
+        }
+    ]
     for i in range(1, 6):
         t = 100 * MS + (i - 1) * 10 * MS
         ks.append(kernel(t, steady_busy))
-        steps.append({"report_id": 1, "step": i, "name": f"step {i}", "number": i, "source": "nvtx", "series": 1,
-                      "pid": PID, "start_ns": t, "end_ns": t + 10 * MS, "duration_ns": 10 * MS, "steady": True})
+        steps.append(
+            {
+                "report_id": 1,
+                "step": i,
+                "name": f"step {i}",
+                "number": i,
+                "source": "nvtx",
+                "series": 1,
+                "pid": PID,
+                "start_ns": t,
+                "end_ns": t + 10 * MS,
+                "duration_ns": 10 * MS,
+                "steady": True,
+            }
+        )
     ks.append(kernel(150 * MS - 1, 1))  # the last step's work reaches its end
     return {"kernels": ks, "steps": steps}
 
@@ -97,108 +173,276 @@ STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active__DOT__ratio"
 CASES: list[dict[str, Any]] = [
     # gpu-idle
     # These captures are milliseconds long: idle_min_span_ns is lowered so the rule judges them.
-    {"id": "idle-sync-critical", "rules": ["gpu-idle"], "rows": _idle(9, "sync"),
-     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
-    {"id": "idle-late-launch-critical", "rules": ["gpu-idle"], "rows": _idle(9, "late"),
-     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
-    {"id": "idle-warning", "rules": ["gpu-idle"], "config": {"idle_min_span_ns": MS},
-     "rows": {"kernels": [kernel(0, 7 * MS), kernel(10 * MS, 1 * MS)]}, "expect": [("gpu-idle", "warning")]},
+    {
+        "id": "idle-sync-critical",
+        "rules": ["gpu-idle"],
+        "rows": _idle(9, "sync"),
+        "config": {"idle_min_span_ns": MS},
+        "expect": [("gpu-idle", "critical")],
+    },
+    {
+        "id": "idle-late-launch-critical",
+        "rules": ["gpu-idle"],
+        "rows": _idle(9, "late"),
+        "config": {"idle_min_span_ns": MS},
+        "expect": [("gpu-idle", "critical")],
+    },
+    {
+        "id": "idle-warning",
+        "rules": ["gpu-idle"],
+        "config": {"idle_min_span_ns": MS},
+        "rows": {"kernels": [kernel(0, 7 * MS), kernel(10 * MS, 1 * MS)]},
+        "expect": [("gpu-idle", "warning")],
+    },
     {"id": "idle-capture-too-short-passes", "rules": ["gpu-idle"], "rows": _idle(9, "sync"), "expect": []},
-    {"id": "idle-threshold-raised", "rules": ["gpu-idle"], "config": {"idle_share_warning": 0.9},
-     "rows": _idle(9, "sync"), "expect": []},
+    {
+        "id": "idle-threshold-raised",
+        "rules": ["gpu-idle"],
+        "config": {"idle_share_warning": 0.9},
+        "rows": _idle(9, "sync"),
+        "expect": [],
+    },
     # steps: warm-up is start-up, not steady-state idle; the steady state is judged on its own
-    {"id": "idle-only-in-warmup-passes", "rules": ["gpu-idle", "startup"], "rows": _warmup_then_steps(10 * MS - 1),
-     "config": {"idle_min_span_ns": MS}, "expect": [("startup", "info")]},
-    {"id": "idle-in-steady-state-critical", "rules": ["gpu-idle"], "rows": _warmup_then_steps(1 * MS),
-     "config": {"idle_min_span_ns": MS}, "expect": [("gpu-idle", "critical")]},
-    {"id": "short-startup-passes", "rules": ["startup"], "rows": _warmup_then_steps(10 * MS - 1),
-     "config": {"startup_min_ns": 200 * MS}, "expect": []},
+    {
+        "id": "idle-only-in-warmup-passes",
+        "rules": ["gpu-idle", "startup"],
+        "rows": _warmup_then_steps(10 * MS - 1),
+        "config": {"idle_min_span_ns": MS},
+        "expect": [("startup", "info")],
+    },
+    {
+        "id": "idle-in-steady-state-critical",
+        "rules": ["gpu-idle"],
+        "rows": _warmup_then_steps(1 * MS),
+        "config": {"idle_min_span_ns": MS},
+        "expect": [("gpu-idle", "critical")],
+    },
+    {
+        "id": "short-startup-passes",
+        "rules": ["startup"],
+        "rows": _warmup_then_steps(10 * MS - 1),
+        "config": {"startup_min_ns": 200 * MS},
+        "expect": [],
+    },
     # a CUDA graph replay traced as one row is GPU work, not idle time
-    {"id": "graph-replay-is-busy", "rules": ["gpu-idle"], "config": {"idle_min_span_ns": MS},
-     "rows": {"kernels": [kernel(0, 1 * MS), kernel(9 * MS, 1 * MS)],
-              "graph_executions": [{"report_id": 1, "device_id": 0, "stream_id": 7, "pid": PID, "start_ns": 1 * MS,
-                                    "end_ns": 9 * MS, "duration_ns": 8 * MS, "graph_id": 1, "correlation_id": 9}]},
-     "expect": []},
-    {"id": "idle-busy-passes", "rules": ["gpu-idle"],
-     "rows": {"kernels": [kernel(0, 5 * MS), kernel(5 * MS + 2 * US, 5 * MS)]}, "expect": []},
+    {
+        "id": "graph-replay-is-busy",
+        "rules": ["gpu-idle"],
+        "config": {"idle_min_span_ns": MS},
+        "rows": {
+            "kernels": [kernel(0, 1 * MS), kernel(9 * MS, 1 * MS)],
+            "graph_executions": [
+                {
+                    "report_id": 1,
+                    "device_id": 0,
+                    "stream_id": 7,
+                    "pid": PID,
+                    "start_ns": 1 * MS,
+                    "end_ns": 9 * MS,
+                    "duration_ns": 8 * MS,
+                    "graph_id": 1,
+                    "correlation_id": 9,
+                }
+            ],
+        },
+        "expect": [],
+    },
+    {
+        "id": "idle-busy-passes",
+        "rules": ["gpu-idle"],
+        "rows": {"kernels": [kernel(0, 5 * MS), kernel(5 * MS + 2 * US, 5 * MS)]},
+        "expect": [],
+    },
     # host-sync
-    {"id": "sync-while-idle", "rules": ["host-sync"], "rows": _idle(9, "sync"),
-     "expect": [("host-sync", "critical")]},
-    {"id": "sync-while-busy-info", "rules": ["host-sync"],
-     "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 3 * US, "cudaLaunchKernel"),
-                                                          api(5 * US, 10 * MS, "cudaStreamSynchronize")]},
-     "expect": [("host-sync", "info")]},
-    {"id": "async-calls-pass", "rules": ["host-sync"],
-     "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 10 * MS, "cudaMemcpyAsync")]}, "expect": []},
+    {
+        "id": "sync-while-idle",
+        "rules": ["host-sync"],
+        "rows": _idle(9, "sync"),
+        "expect": [("host-sync", "critical")],
+    },
+    {
+        "id": "sync-while-busy-info",
+        "rules": ["host-sync"],
+        "rows": {
+            "kernels": [kernel(0, 10 * MS)],
+            "cuda_api": [api(0, 3 * US, "cudaLaunchKernel"), api(5 * US, 10 * MS, "cudaStreamSynchronize")],
+        },
+        "expect": [("host-sync", "info")],
+    },
+    {
+        "id": "async-calls-pass",
+        "rules": ["host-sync"],
+        "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 10 * MS, "cudaMemcpyAsync")]},
+        "expect": [],
+    },
     # copy-dominated
-    {"id": "h2d-critical", "rules": ["copy-dominated"],
-     "rows": {"memcpy": [copy(0, 90 * MS, 4_500_000_000)], "kernels": [kernel(90 * MS, 5 * MS)]},
-     "expect": [("copy-dominated", "critical")]},
-    {"id": "d2h-warning", "rules": ["copy-dominated"],
-     "rows": {"memcpy": [copy(0, 40 * MS, 2_000_000_000, "DtoH")], "kernels": [kernel(40 * MS, 10 * MS),
-                                                                            kernel(90 * MS, 10 * MS)]},
-     "expect": [("copy-dominated", "warning")]},
-    {"id": "kernels-busy-passes", "rules": ["copy-dominated"],
-     "rows": {"memcpy": [copy(0, 40 * MS, 2_000_000_000)], "kernels": [kernel(40 * MS, 60 * MS)]}, "expect": []},
-    {"id": "dtod-not-counted", "rules": ["copy-dominated"],
-     "rows": {"memcpy": [{**copy(0, 90 * MS, 10**10), "copy_kind": "DtoD", "src_kind": "device",
-                          "dst_kind": "device"}], "kernels": [kernel(90 * MS, 5 * MS)]}, "expect": []},
+    {
+        "id": "h2d-critical",
+        "rules": ["copy-dominated"],
+        "rows": {"memcpy": [copy(0, 90 * MS, 4_500_000_000)], "kernels": [kernel(90 * MS, 5 * MS)]},
+        "expect": [("copy-dominated", "critical")],
+    },
+    {
+        "id": "d2h-warning",
+        "rules": ["copy-dominated"],
+        "rows": {
+            "memcpy": [copy(0, 40 * MS, 2_000_000_000, "DtoH")],
+            "kernels": [kernel(40 * MS, 10 * MS), kernel(90 * MS, 10 * MS)],
+        },
+        "expect": [("copy-dominated", "warning")],
+    },
+    {
+        "id": "kernels-busy-passes",
+        "rules": ["copy-dominated"],
+        "rows": {"memcpy": [copy(0, 40 * MS, 2_000_000_000)], "kernels": [kernel(40 * MS, 60 * MS)]},
+        "expect": [],
+    },
+    {
+        "id": "dtod-not-counted",
+        "rules": ["copy-dominated"],
+        "rows": {
+            "memcpy": [
+                {**copy(0, 90 * MS, 10**10), "copy_kind": "DtoD", "src_kind": "device", "dst_kind": "device"}
+            ],
+            "kernels": [kernel(90 * MS, 5 * MS)],
+        },
+        "expect": [],
+    },
     # pageable-memcpy
-    {"id": "pageable-critical", "rules": ["pageable-memcpy"],
-     "rows": {"memcpy": [copy(0, 50 * MS, 300_000_000, "DtoH", "pageable"), copy(60 * MS, 2 * MS, 100_000_000)],
-              "kernels": [kernel(62 * MS, 38 * MS)]},
-     "expect": [("pageable-memcpy", "critical")]},
-    {"id": "pageable-info", "rules": ["pageable-memcpy"],
-     "rows": {"memcpy": [copy(0, 2 * MS, 10_000_000, "HtoD", "pageable")], "kernels": [kernel(2 * MS, 98 * MS)]},
-     "expect": [("pageable-memcpy", "info")]},
-    {"id": "pinned-passes", "rules": ["pageable-memcpy"],
-     "rows": {"memcpy": [copy(0, 50 * MS, 2_500_000_000)], "kernels": [kernel(50 * MS, 50 * MS)]}, "expect": []},
+    {
+        "id": "pageable-critical",
+        "rules": ["pageable-memcpy"],
+        "rows": {
+            "memcpy": [copy(0, 50 * MS, 300_000_000, "DtoH", "pageable"), copy(60 * MS, 2 * MS, 100_000_000)],
+            "kernels": [kernel(62 * MS, 38 * MS)],
+        },
+        "expect": [("pageable-memcpy", "critical")],
+    },
+    {
+        "id": "pageable-info",
+        "rules": ["pageable-memcpy"],
+        "rows": {
+            "memcpy": [copy(0, 2 * MS, 10_000_000, "HtoD", "pageable")],
+            "kernels": [kernel(2 * MS, 98 * MS)],
+        },
+        "expect": [("pageable-memcpy", "info")],
+    },
+    {
+        "id": "pinned-passes",
+        "rules": ["pageable-memcpy"],
+        "rows": {"memcpy": [copy(0, 50 * MS, 2_500_000_000)], "kernels": [kernel(50 * MS, 50 * MS)]},
+        "expect": [],
+    },
     # small-kernel-storm
-    {"id": "storm-critical", "rules": ["small-kernel-storm"], "rows": _storm(600),
-     "expect": [("small-kernel-storm", "critical")]},
+    {
+        "id": "storm-critical",
+        "rules": ["small-kernel-storm"],
+        "rows": _storm(600),
+        "expect": [("small-kernel-storm", "critical")],
+    },
     {"id": "few-small-kernels-pass", "rules": ["small-kernel-storm"], "rows": _storm(100), "expect": []},
     # trimmed exports carry no deviceId: the kernels' device is NULL and still one device
-    {"id": "storm-without-device-ids", "rules": ["small-kernel-storm"],
-     "rows": {**_storm(600), "kernels": [{**k, "device_id": None} for k in _storm(600)["kernels"]]},
-     "expect": [("small-kernel-storm", "critical")]},
-    {"id": "storm-threshold-lowered", "rules": ["small-kernel-storm"], "config": {"small_kernel_ns": 1000},
-     "rows": _storm(600), "expect": []},
+    {
+        "id": "storm-without-device-ids",
+        "rules": ["small-kernel-storm"],
+        "rows": {**_storm(600), "kernels": [{**k, "device_id": None} for k in _storm(600)["kernels"]]},
+        "expect": [("small-kernel-storm", "critical")],
+    },
+    {
+        "id": "storm-threshold-lowered",
+        "rules": ["small-kernel-storm"],
+        "config": {"small_kernel_ns": 1000},
+        "rows": _storm(600),
+        "expect": [],
+    },
     # no-gpu-activity
-    {"id": "no-gpu", "rules": ["no-gpu-activity", "gpu-idle", "copy-dominated"],
-     "rows": {"reports": [{"report_id": 1, "kind": "nsys", "has_kernels": False,
-                           "activity_kinds": ["cuda_api", "nvtx", "osrt"]}],
-              "cuda_api": [api(0, 2 * US, "cuModuleGetLoadingMode")]},
-     "expect": [("no-gpu-activity", "warning")]},
+    {
+        "id": "no-gpu",
+        "rules": ["no-gpu-activity", "gpu-idle", "copy-dominated"],
+        "rows": {
+            "reports": [
+                {
+                    "report_id": 1,
+                    "kind": "nsys",
+                    "has_kernels": False,
+                    "activity_kinds": ["cuda_api", "nvtx", "osrt"],
+                }
+            ],
+            "cuda_api": [api(0, 2 * US, "cuModuleGetLoadingMode")],
+        },
+        "expect": [("no-gpu-activity", "warning")],
+    },
     {"id": "gpu-present", "rules": ["no-gpu-activity"], "rows": {"kernels": [kernel(0, MS)]}, "expect": []},
     # ncu
-    {"id": "stall-dominated", "rules": ["stall-dominated"],
-     "rows": _ncu(**{STALL.format("long_scoreboard"): 6.0, STALL.format("barrier"): 1.0,
-                     STALL.format("wait"): 1.0}),
-     "expect": [("stall-dominated", "warning")]},
-    {"id": "stalls-spread-pass", "rules": ["stall-dominated"],
-     "rows": _ncu(**{STALL.format("long_scoreboard"): 3.0, STALL.format("barrier"): 3.0,
-                     STALL.format("wait"): 3.0}),
-     "expect": []},
-    {"id": "memory-bound-at-peak", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 20.0, MEM: 90.0}),
-     "expect": [("memory-bound", "info")]},
-    {"id": "memory-bound-below-peak", "rules": ["memory-bound"], "rows": _ncu(**{SOL: 20.0, MEM: 70.0}),
-     "expect": [("memory-bound", "warning")]},
-    {"id": "latency-bound", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 10.0, MEM: 15.0}),
-     "expect": [("latency-bound", "warning")]},
-    {"id": "compute-bound-passes", "rules": ["memory-bound", "latency-bound"], "rows": _ncu(**{SOL: 85.0, MEM: 30.0}),
-     "expect": []},
-    {"id": "low-occupancy-registers", "rules": ["low-occupancy"],
-     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 25.0,
-                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 22.0,
-                     "launch__occupancy_limit_registers": 2, "launch__occupancy_limit_shared_mem": 8,
-                     "launch__occupancy_limit_warps": 8, "launch__occupancy_limit_blocks": 32}),
-     "expect": [("low-occupancy", "warning")]},
-    {"id": "low-achieved-only", "rules": ["low-occupancy"],
-     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 100.0,
-                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 20.0}),
-     "expect": [("low-occupancy", "info")]},
-    {"id": "occupancy-fine", "rules": ["low-occupancy"],
-     "rows": _ncu(**{"sm__maximum_warps_per_active_cycle_pct": 100.0,
-                     "sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active": 80.0}),
-     "expect": []},
+    {
+        "id": "stall-dominated",
+        "rules": ["stall-dominated"],
+        "rows": _ncu(
+            **{STALL.format("long_scoreboard"): 6.0, STALL.format("barrier"): 1.0, STALL.format("wait"): 1.0}
+        ),
+        "expect": [("stall-dominated", "warning")],
+    },
+    {
+        "id": "stalls-spread-pass",
+        "rules": ["stall-dominated"],
+        "rows": _ncu(
+            **{STALL.format("long_scoreboard"): 3.0, STALL.format("barrier"): 3.0, STALL.format("wait"): 3.0}
+        ),
+        "expect": [],
+    },
+    {
+        "id": "memory-bound-at-peak",
+        "rules": ["memory-bound", "latency-bound"],
+        "rows": _ncu(**{SOL: 20.0, MEM: 90.0}),
+        "expect": [("memory-bound", "info")],
+    },
+    {
+        "id": "memory-bound-below-peak",
+        "rules": ["memory-bound"],
+        "rows": _ncu(**{SOL: 20.0, MEM: 70.0}),
+        "expect": [("memory-bound", "warning")],
+    },
+    {
+        "id": "latency-bound",
+        "rules": ["memory-bound", "latency-bound"],
+        "rows": _ncu(**{SOL: 10.0, MEM: 15.0}),
+        "expect": [("latency-bound", "warning")],
+    },
+    {
+        "id": "compute-bound-passes",
+        "rules": ["memory-bound", "latency-bound"],
+        "rows": _ncu(**{SOL: 85.0, MEM: 30.0}),
+        "expect": [],
+    },
+    {
+        "id": "low-occupancy-registers",
+        "rules": ["low-occupancy"],
+        "rows": _ncu(
+            sm__maximum_warps_per_active_cycle_pct=25.0,
+            sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active=22.0,
+            launch__occupancy_limit_registers=2,
+            launch__occupancy_limit_shared_mem=8,
+            launch__occupancy_limit_warps=8,
+            launch__occupancy_limit_blocks=32,
+        ),
+        "expect": [("low-occupancy", "warning")],
+    },
+    {
+        "id": "low-achieved-only",
+        "rules": ["low-occupancy"],
+        "rows": _ncu(
+            sm__maximum_warps_per_active_cycle_pct=100.0,
+            sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active=20.0,
+        ),
+        "expect": [("low-occupancy", "info")],
+    },
+    {
+        "id": "occupancy-fine",
+        "rules": ["low-occupancy"],
+        "rows": _ncu(
+            sm__maximum_warps_per_active_cycle_pct=100.0,
+            sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active=80.0,
+        ),
+        "expect": [],
+    },
 ]
