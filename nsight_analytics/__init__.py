@@ -7,11 +7,12 @@ The library is the product; the `nsa` CLI is a thin layer over these functions.
     nsa.ingest(con, "trace.sqlite")
     nsa.query(con, "gaps", min_gap_ns=100_000).df()
     con.sql("SELECT * FROM gaps(min_gap_ns := 100000)").df()   # the same, as a table macro
+    nsa.findings(con)                         # ranked findings, as `nsa findings`
 """
 
 from __future__ import annotations
 
-from .api import connect, engine, ingest, query
+from .api import connect, engine, findings, ingest, query
 from .errors import InputError, NsaError, QueryError, WorkspaceError
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "connect",
     "engine",
+    "findings",
     "ingest",
     "query",
 ]

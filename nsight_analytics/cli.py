@@ -1,4 +1,8 @@
-"""`nsa`: a thin click layer over the library. Nothing below this module imports click."""
+"""`nsa`: a thin click layer over the facade (`api`) and the renderers (`render`).
+
+Nothing below this module imports click; this module imports nothing below the facade
+(pyproject.toml's import-linter contract, run by tests/test_layers.py).
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,9 @@ from typing import Any
 import click
 import duckdb
 
-from . import api, queries, schema
-from . import output as out
+from . import api, render
 from .errors import NsaError, WorkspaceError
-from .ingest import IngestResult, ensure_loaded, ingest_file
-from .ingest.nsys import WORKED_OUT
-from .statements import canonical_writes
 from .timing import timed
-from .workspace import ENV_DB, open_workspace
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +37,14 @@ class NsaClickError(click.ClickException):
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--db",
-        envvar=ENV_DB,
+        envvar=api.ENV_DB,
         type=click.Path(dir_okay=False),
         default=None,
-        help=f"Workspace file (default ./nsa.duckdb, or ${ENV_DB}).",
+        help=f"Workspace file (default ./nsa.duckdb, or ${api.ENV_DB}).",
     )(f)
 
 
-def format_option(choices: tuple[str, ...] = out.FORMATS) -> Callable[..., Any]:
+def format_option(choices: tuple[str, ...] = render.FORMATS) -> Callable[..., Any]:
     return click.option(
         "--format", "fmt", type=click.Choice(choices), default=choices[0], show_default=True,
         help="Output format; machine formats print only data.",
@@ -147,13 +146,13 @@ def _progress(quiet: bool) -> tuple[Any, Callable[[str, int, int], None] | None]
     return bar, update
 
 
-def _describe(r: IngestResult) -> str:
+def _describe(r: api.IngestResult) -> str:
     if r.status == "unchanged":
         return f"{r.path.name}: already in the workspace as report {r.report_id} (same content); use --replace to re-ingest."
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
     verb = "replaced" if r.status == "replaced" else "ingested"
     text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
-    copied_later = [t for t in r.deferred if t not in WORKED_OUT]  # worked out, not copied
+    copied_later = [t for t in r.deferred if t not in api.WORKED_OUT]  # worked out, not copied
     if copied_later:
         text += f"; {', '.join(copied_later)} copied on first use (--full copies now)"
     return text + "."
@@ -175,7 +174,7 @@ def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: s
     """
     failed: list[str] = []
     with errors():
-        con = open_workspace(db)
+        con = api.connect(db, load_deferred=False)
         try:
             for f in files:
                 try:
@@ -201,14 +200,14 @@ def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: s
 
 def _ingest_one(
     con: duckdb.DuckDBPyConnection, path: str, replace: bool, full: bool, quiet: bool
-) -> IngestResult:
+) -> api.IngestResult:
     bar, update = _progress(quiet)
     if bar:
         bar.start()
     try:
         defer = () if full else api.ingest_deferrable()
         with timed(log, f"ingest {Path(path).name}"):
-            return ingest_file(con, path, replace=replace, defer=defer, progress=update)
+            return api.ingest(con, path, replace=replace, defer=defer, progress=update)
     finally:
         if bar:
             bar.stop()
@@ -221,12 +220,8 @@ def _ingest_one(
 def reports(db: str | None, fmt: str, output_path: str | None) -> None:
     """List the reports in the workspace."""
     with errors():
-        con = open_workspace(db, read_only=True)
-        res = out.Result.of(con.sql(
-            "SELECT report_id, kind, tool_version, schema_version, activity_kinds, "
-            "regexp_extract(source_path, '[^/]+$') AS file, ingested_at FROM reports ORDER BY report_id"
-        ))  # fmt: skip
-        emit(out.render(res, fmt, "reports"), output_path)
+        con = api.reader(db)
+        emit(render.render(render.Result.of(api.reports(con)), fmt, "reports"), output_path)
 
 
 @main.command(short_help="Run your own SQL on the workspace.")
@@ -253,23 +248,15 @@ def sql(
     every other table): statements that write to them are refused unless --allow-writes is given.
     """
     with errors():
-        writes = [] if allow_writes else canonical_writes(statement)
-        if writes:
-            verb, table = writes[0]
-            raise NsaClickError(
-                f"{verb} on {table} is refused: nsa maintains {table}, and changing it by hand leaves "
-                "the workspace inconsistent; write to a table of your own (CREATE TABLE mine AS ...), "
-                "or pass --allow-writes if you mean it."
-            )
-        needs = api.tables_needed(statement)
-        if read_only:
-            con = api.reader(db, needs=needs)
+        if not allow_writes:
+            api.refuse_canonical_writes(statement)  # before the workspace is opened
+        if read_only or not api.writable(db):  # a workspace this user cannot write still answers
+            con = api.reader(db, needs=api.tables_needed(statement))
         else:
-            con = api.connect(db, load_deferred=False)
-            ensure_loaded(con, needs)  # only what this statement reads, not every deferred table
+            con = api.connect(db, load_deferred=False)  # api.sql loads only what the statement reads
         with timed(log, "sql"):
-            res = out.Result.of(con.sql(statement))
-        emit(out.render(res, fmt), output_path)
+            res = render.Result.of(api.sql(con, statement, allow_writes=True))
+        emit(render.render(res, fmt), output_path)
 
 
 @main.command(short_help="Run a library query by NAME.")
@@ -299,12 +286,10 @@ def query(
     with errors():
         if list_ or not name:
             # machines get the whole text; `docs/queries.md` has it for people
-            emit(out.render(_query_list(full=fmt != "table"), fmt, "queries"), output_path)
+            emit(render.render(_query_list(full=fmt != "table"), fmt, "queries"), output_path)
             return
-        from .rules.config import parse_assignments
-
-        q = queries.get(name)
-        values: dict[str, Any] = dict(parse_assignments(params, "-p", "min_gap_ns=100000"))
+        q = api.get_query(name)
+        values: dict[str, Any] = dict(api.parse_assignments(params, "-p", "min_gap_ns=100000"))
         if report_id is not None:
             if "report_id" not in {p.name for p in q.params}:
                 known = ", ".join(p.name for p in q.params)
@@ -314,34 +299,29 @@ def query(
         reports = [v for k, v in bound.items() if k.endswith("report_id")]
         con = api.reader(db, needs=q.tables(), check=lambda c: api.require_reports(c, reports))
         with timed(log, f"query {q.name}"):
-            res = out.Result.of(api.query(con, name, **values))
-        emit(out.render(res, fmt, name), output_path)
+            res = render.Result.of(api.query(con, name, **values))
+        emit(render.render(res, fmt, name), output_path)
 
 
-def _query_list(full: bool) -> out.Result:
+def _query_list(full: bool) -> render.Result:
     """One row per library query; a table shows the first sentence of each contract's text."""
     rows = []
-    for q in queries.library().values():
+    for q in api.library():
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
         doc = q.doc if full else re.split(r"(?<=\.)\s", q.doc, maxsplit=1)[0]
-        rows.append({"query": q.name, "family": q.family, "parameters": params, "answers": doc})
-    return out.Result.of_records(rows)
+        row = {"query": q.name, "family": q.family, "parameters": params, "answers": doc}
+        if full:  # machines also get the canonical tables it reads (its `-- reads` line)
+            row["reads"] = ", ".join(sorted(q.tables()))
+        rows.append(row)
+    return render.Result.of_records(rows)
 
 
 @main.command("schema", short_help="The canonical tables: columns, types, units, meaning.")
-@format_option((*out.FORMATS, "markdown"))
+@format_option()
 @output_option
 def schema_cmd(fmt: str, output_path: str | None) -> None:
     """Print the canonical tables: columns, types, units, meaning (markdown: docs/schema.md)."""
-    if fmt == "markdown":
-        emit(schema.render_markdown() + "\n", output_path)
-        return
-    rows = [
-        {"table": t.name, "column": c.name, "type": c.type, "unit": c.unit, "meaning": c.doc}
-        for t in schema.TABLES
-        for c in t.cols
-    ]
-    emit(out.render(out.Result.of_records(rows), fmt), output_path)
+    emit(render.render_schema(api.schema_tables(), fmt), output_path)
 
 
 def demo_input() -> Path:
@@ -354,20 +334,17 @@ def demo_input() -> Path:
 )
 def demo(db: str | None) -> None:
     """Ingest the bundled demo export (a real H100 capture) and show what nsa finds in it."""
-    from .rules import run_rules
-    from .rules.render import render
-
     with errors(), tempfile.TemporaryDirectory() as tmp:
         path = Path(db) if db else Path(tmp) / "demo.duckdb"
         con = api.connect(path)
         try:
-            result = ingest_file(con, demo_input(), defer=())
+            result = api.ingest(con, demo_input(), defer=())
             click.echo(f"$ nsa ingest {demo_input().name}\n{_describe(result)}\n")
             click.echo("$ nsa query utilization")
-            click.echo(out.render(out.Result.of(api.query(con, "utilization")), "table"))
+            click.echo(render.render(render.Result.of(api.query(con, "utilization")), "table"))
             click.echo("$ nsa findings")
             names = {result.report_id: demo_input().name}
-            click.echo(render(run_rules(con), "text", names), nl=False)
+            click.echo(render.render_findings(api.findings(con), "text", names), nl=False)
         finally:
             con.close()
 
@@ -375,17 +352,11 @@ def demo(db: str | None) -> None:
 # --- findings and rules (nsight_analytics.rules) -------------------------------------------------
 
 
-def _rules_config(config_path: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
-    from .rules.config import load_config, parse_overrides
-
-    return load_config(config_path, parse_overrides(sets))
-
-
 @main.command(short_help="Ranked findings: evidence, fix, estimated savings.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True,
-    help="text for people, markdown for tickets, json (an array of findings) for machines.",
+    "--format", "fmt", type=click.Choice(["text", *render.FORMATS]), default="text", show_default=True,
+    help="text (or table) for people, markdown for tickets, json (an array of findings) or csv for machines.",
 )  # fmt: skip
 @click.option(
     "--fail-on", type=click.Choice(["warning", "critical"]), default=None,
@@ -423,64 +394,28 @@ def findings(
         [small-kernel-storm]
         small_kernel_ns = 5000
     """
-    from .rules import SEVERITIES, run_rules
-    from .rules.engine import DEFERRED_TABLES_READ
-    from .rules.render import render
-
     with errors():
-        config = _rules_config(config_path, sets)
+        config = api.rules_config(config_path, sets)
         # an unknown report stops before deferred tables are copied
-        needs = set(DEFERRED_TABLES_READ)
+        needs = api.rules_reads()
         con = api.reader(db, needs=needs, check=lambda c: api.require_reports(c, [report_id]))
         try:
             with timed(log, "findings: rules"):
-                found = run_rules(con, report_id=report_id, config=config)
-            names = dict(
-                con.execute("SELECT report_id, regexp_extract(source_path, '[^/]+$') FROM reports").fetchall()
-            )
+                found = api.findings(con, report_id=report_id, config=config)
+            names = api.report_names(con)
         finally:
             con.close()
-        emit(render(found, fmt, names), output_path)
+        emit(render.render_findings(found, fmt, names), output_path)
     if fail_on is not None:
-        floor = SEVERITIES.index(fail_on)
-        if any(SEVERITIES.index(f.severity) >= floor for f in found):
+        severities = api.severities()
+        floor = severities.index(fail_on)
+        if any(severities.index(f.severity) >= floor for f in found):
             sys.exit(EXIT_FINDINGS)
 
 
 @main.command("rules", short_help="List the rules, their thresholds and what they look for.")
-@format_option((*out.FORMATS, "markdown"))
+@format_option()
 @output_option
 def rules_cmd(fmt: str, output_path: str | None) -> None:
     """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
-    from .rules import DEFAULTS, rules
-
-    rows = [
-        {
-            "rule": r.id,
-            "reads": r.kind,
-            "severity": " / ".join(r.severities),
-            "thresholds": ", ".join(f"{t}={DEFAULTS[t].default}" for t in r.thresholds),
-            "looks for": r.summary,
-        }
-        for r in rules()
-    ]
-    if fmt == "markdown":
-        lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
-        lines += [
-            f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |"
-            for x in rows
-        ]
-        lines += ["", "| threshold | default | unit | meaning |", "|---|---|---|---|"]
-        lines += [f"| `{t.name}` | {t.default} | {t.unit} | {t.doc} |" for t in DEFAULTS.values()]
-        emit("\n".join(lines) + "\n", output_path)
-        return
-    if fmt in ("json", "csv"):  # machine formats: the rules only (`nsa rules` tables show thresholds)
-        emit(out.render(out.Result.of_records(rows), fmt), output_path)
-        return
-    text = out.to_table(out.Result.of_records(rows), "rules")
-    text += out.to_table(
-        out.Result.of_records([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
-                      for t in DEFAULTS.values()]),
-        "thresholds (change with --config FILE or --set name=value)",
-    )  # fmt: skip
-    emit(text, output_path)
+    emit(render.render_rules(api.rules(), api.thresholds(), fmt), output_path)

@@ -55,6 +55,7 @@ def render_queries_markdown() -> str:
     out.append("")
     for q in lib.values():
         out += [f"## `{q.name}`", "", f"`queries/{q.family}/{q.path.name}`", "", q.doc, ""]
+        out += ["Reads " + ", ".join(f"`{t}`" for t in sorted(q.tables())) + ".", ""]
         if q.params:
             out += ["| parameter | in SQL | type | default | meaning |", "|---|---|---|---|---|"]
             for p in q.params:

@@ -5,11 +5,15 @@ it: `nsa query --list`, parameter binding, the docs and the test that checks a q
 result columns against its declared ones.
 
     -- What the query answers (one or more lines).
+    -- reads kernel_rows, memcpy, cuda_api
     -- param min_gap_ns BIGINT = 1000000: shortest gap reported (ns).
     -- col report_id INTEGER: workspace report id.
 
 Parameters are DuckDB named parameters (`$min_gap_ns`), bound by DuckDB, never formatted into
-SQL. Files whose name starts with `_` hold shared macros and are not queries.
+SQL. The `-- reads` line names the canonical tables the query reads, directly or through the
+shared macros: what must be materialised before it runs (tests/test_query_contracts.py checks
+it against the SQL with `tables_read`). Files whose name starts with `_` hold shared macros and
+are not queries.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .params import sql as params_sql
 
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
+_READS = re.compile(r"^--\s*reads\s+(\w+(?:\s*,\s*\w+)*)\s*$")
 _USES = re.compile(r"\$(\w+)")
 _INTEGER_TYPES = {"INTEGER", "BIGINT", "INT", "HUGEINT", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -110,6 +115,7 @@ class Query:
     params: tuple[Param, ...]
     columns: tuple[Column, ...]
     sql: str
+    reads: frozenset[str]  # canonical tables, as the contract's `-- reads` line declares them
 
     @property
     def family(self) -> str:
@@ -130,9 +136,9 @@ class Query:
         return {k: v for k, v in bound.items() if k in used}
 
     def tables(self) -> set[str]:
-        """Canonical tables the query reads, directly or through the shared macros it calls
-        (comments are not read: a word in a comment is no dependency)."""
-        return tables_read(self.sql)
+        """Canonical tables the query reads, directly or through the shared macros it calls:
+        its contract's `-- reads` line (never a search of its SQL text)."""
+        return set(self.reads)
 
 
 def parse(path: Path, name: str | None = None) -> Query:
@@ -140,6 +146,7 @@ def parse(path: Path, name: str | None = None) -> Query:
     doc: list[str] = []
     params: list[Param] = []
     cols: list[Column] = []
+    reads: list[str] | None = None
     body_start = 0
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -149,7 +156,9 @@ def parse(path: Path, name: str | None = None) -> Query:
                 body_start = i
                 break
             continue
-        if m := _PARAM.match(s):
+        if m := _READS.match(s):
+            reads = [t.strip() for t in m[1].split(",")]
+        elif m := _PARAM.match(s):
             params.append(Param(m[1], m[2], m[3].strip() if m[3] else None, m[4].strip()))
         elif m := _COL.match(s):
             cols.append(Column(m[1], m[2], m[3].strip()))
@@ -159,11 +168,21 @@ def parse(path: Path, name: str | None = None) -> Query:
     qname = name or path.stem
     if not doc or not cols:
         raise QueryError(f"{path}: the contract needs a description and at least one `-- col` line.")
+    if reads is None:
+        raise QueryError(
+            f"{path}: the contract needs a `-- reads table, ...` line naming the canonical tables "
+            "the query reads (directly or through the shared macros)."
+        )
+    from .schema import BY_NAME
+
+    unknown_tables = [t for t in reads if t not in BY_NAME]
+    if unknown_tables:
+        raise QueryError(f"{path}: `-- reads` names {', '.join(unknown_tables)}, not canonical tables.")
     declared = {p.name for p in params}
     missing = set(_USES.findall(sql)) - declared
     if missing:
         raise QueryError(f"{path}: uses undeclared parameters {sorted(missing)}.")
-    return Query(qname, path, " ".join(doc), tuple(params), tuple(cols), sql)
+    return Query(qname, path, " ".join(doc), tuple(params), tuple(cols), sql, frozenset(reads))
 
 
 def query_root() -> Path:

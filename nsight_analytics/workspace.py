@@ -56,7 +56,9 @@ def _explain(exc: duckdb.Error, path: Path) -> WorkspaceError:
 def open_workspace(
     db: str | os.PathLike[str] | None = None, *, read_only: bool = False
 ) -> duckdb.DuckDBPyConnection:
-    """Open (creating when writable) the workspace and make sure the canonical tables exist."""
+    """Open (creating when writable) the workspace and make sure the canonical tables exist.
+
+    The query library's macros are not installed here: the facade (api) does that, a layer up."""
     path = resolve_db_path(db)
     if read_only and not path.exists():
         raise WorkspaceError(
@@ -85,7 +87,6 @@ def open_workspace(
         con.close()
         open_workspace(path).close()
         return open_workspace(path, read_only=True)
-    _install_macros(con)
     return con
 
 
@@ -208,13 +209,6 @@ def _kernels_table_to_rows(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("INSERT INTO kernel_names BY NAME SELECT * FROM _nsa_upgrade_names")
     con.execute("DROP TABLE kernels")
     con.execute("DROP TABLE _nsa_upgrade_names")
-
-
-def _install_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """Temporary macros shared by queries, so read-only connections get them too."""
-    from .queries import install_macros
-
-    install_macros(con)
 
 
 def next_report_id(con: duckdb.DuckDBPyConnection) -> int:

@@ -207,9 +207,7 @@ def test_deferred_table_whose_source_changed(tmp_path: Path) -> None:
 
 def test_deferred_table_of_a_touched_source_checks_the_bytes(tmp_path: Path, monkeypatch) -> None:
     """A new mtime alone (touch, a copy) costs one hash; an unchanged size and mtime cost none."""
-    ingest = sys.modules[
-        "nsight_analytics.ingest"
-    ]  # the module: `nsight_analytics.ingest` is also a function
+    ingest = sys.modules["nsight_analytics.ingest.pipeline"]
     src, db, mtime = _ingest_copy(tmp_path)
     hashed: list[Path] = []
     real_hash = ingest.sha256_file

@@ -347,16 +347,17 @@ FORMATS = {
         lambda tmp: realdata("kineto", "h100_torch2.11_train_fused.json.gz"),
         "{path} is a gzip-compressed PyTorch profiler trace " + KINETO_TAIL,
     ),
-    "sqlite.gz": (
-        lambda tmp: _gz(tmp / "run.sqlite.gz", realdata("nsys", TINY).read_bytes()),
-        (
-            "{path} is a gzip-compressed SQLite export; decompress it first (`gunzip -k run.sqlite.gz`) and "
-            "ingest the .sqlite file."
-        ),
-    ),
     "other gzip": (
         lambda tmp: _gz(tmp / "notes.gz", b"hello\n"),
-        "{path} is gzip-compressed; decompress it first (`gunzip -k notes.gz`) and ingest the file inside.",
+        (
+            "{path} is gzip-compressed, and the file inside is neither an nsys SQLite export nor an ncu CSV; "
+            "for nsys, export it with `nsys export --type sqlite report.nsys-rep`; for ncu, "
+            "`ncu --import report.ncu-rep --csv --page details > report.csv`."
+        ),
+    ),
+    "damaged gzip": (
+        lambda tmp: _write(tmp / "cut.sqlite.gz", gzip.compress(b"SQLite format 3\x00" * 4096)[:20]),
+        "{path} is a damaged, truncated or empty gzip file; copy it again.",
     ),
     "ncu-rep": (
         lambda tmp: realdata("ncu-rep", "jax_cuda_graph_pdl_stream_capture.ncu-rep"),
@@ -415,8 +416,8 @@ def test_csv_and_table_keep_infinities(tmp_path: Path) -> None:
 
 
 def test_findings_json_writes_null_for_infinities() -> None:
+    from nsight_analytics.render.findings import to_json
     from nsight_analytics.rules import Finding
-    from nsight_analytics.rules.render import to_json
 
     f = Finding("gpu-idle", "info", 1, "t", "m", "r", {"ratio": float("inf"), "share": float("nan"), "n": 3})
     text = to_json([f])
@@ -564,7 +565,7 @@ def test_rule_tables_take_that_rules_thresholds(db: Path, tmp_path: Path) -> Non
     [
         ("[gpu-idle]\nsmall_kernel_ns = 5000\n",
          ("rules config {cfg}: [gpu-idle] has no threshold 'small_kernel_ns'; its thresholds: idle_share_warning, "
-         "idle_share_critical, min_gap_ns, idle_min_span_ns (small_kernel_ns belongs to [small-kernel-storm]).")),
+         "idle_share_critical, min_gap_ns, idle_min_span_ns, idle_min_steps (small_kernel_ns belongs to [small-kernel-storm]).")),
         ("[gpu-idel]\nidle_share_warning = 0.1\n",
          "rules config {cfg}: [gpu-idel] is neither [thresholds] nor a rule; rule ids: {ids}."),
         ("[stall-dominated]\nheavy_kernel_share = 0.1\n[memory-bound]\nheavy_kernel_share = 0.2\n",

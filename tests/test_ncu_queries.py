@@ -87,7 +87,13 @@ def test_contract_matches_result(path: Path) -> None:
 
 
 def test_query_files_exist() -> None:
-    assert {p.stem for p in QUERY_FILES} == {"stalls", "speed_of_light", "occupancy", "stall_time"}
+    assert {p.stem for p in QUERY_FILES} == {
+        "stalls",
+        "speed_of_light",
+        "occupancy",
+        "stall_time",
+        "kernel_weights",
+    }
 
 
 # --- the name normaliser --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import json
 
 import duckdb
 
-from nsight_analytics import output as out
+from nsight_analytics import render as out
 
 SQL = """
 SELECT * FROM (VALUES

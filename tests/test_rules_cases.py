@@ -12,6 +12,19 @@ from nsight_analytics import schema
 from nsight_analytics.rules import run_rules
 from rows import insert
 
+ACTIVITY_KIND = {
+    "kernels": "kernel",
+    "memcpy": "memcpy",
+    "memset": "memset",
+    "graph_executions": "graph",
+    "graph_events": "graph",
+    "cuda_api": "cuda_api",
+    "nvtx_ranges": "nvtx",
+    "osrt_api": "osrt",
+    "ncu_metrics": "ncu_metrics",
+    "ncu_rules": "ncu_rules",
+}
+
 
 def _insert(con, table: str, rows: list[dict]) -> None:
     cols = schema.BY_NAME[table].col_names
@@ -28,11 +41,8 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
             if "report_id" in r and r["report_id"] not in reports:
                 reports[r["report_id"]] = {"report_id": r["report_id"], "kind": "nsys"}
     for rid, rep in reports.items():
-        kinds = rep.get("activity_kinds") or sorted(
-            {"kernels": "kernel", "memcpy": "memcpy", "cuda_api": "cuda_api"}[t]
-            for t in rows
-            if t in ("kernels", "memcpy", "cuda_api")
-        )
+        # what an ingest would record: the activity kinds the case has rows of (rules run by them)
+        kinds = rep.get("activity_kinds") or sorted({ACTIVITY_KIND[t] for t in rows if t in ACTIVITY_KIND})
         _insert(
             con,
             "reports",

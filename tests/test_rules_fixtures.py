@@ -8,7 +8,7 @@ import pytest
 
 import nsight_analytics as nsa
 from fixtures.nsys_fixtures import SCENARIOS
-from nsight_analytics.rules import run_rules
+from nsight_analytics.api import findings
 
 EXPECTED = {
     "idle_gaps": "gpu-idle",
@@ -24,7 +24,7 @@ def _findings(name: str, tmp_path: Path):
     con = nsa.connect(tmp_path / "w.duckdb")
     try:
         nsa.ingest(con, tmp_path / f"{name}.sqlite")
-        return answers, run_rules(con)
+        return answers, findings(con)
     finally:
         con.close()
 

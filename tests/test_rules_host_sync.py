@@ -8,8 +8,7 @@ import duckdb
 import pytest
 
 from nsight_analytics import schema
-from nsight_analytics.queries import install_macros
-from nsight_analytics.rules.nsys_rules import _SYNC_BEYOND
+from nsight_analytics.queries import install_macros, run
 from rows import union_within
 
 SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")
@@ -66,9 +65,7 @@ def test_beyond_gpu_time_matches_interval_arithmetic(seed: int) -> None:
         agg[0] += 1
         agg[1] += e - s
         agg[2] += max(0, e - s - busy)
-    got = {
-        (r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in con.execute(_SYNC_BEYOND, {"rid": None}).fetchall()
-    }
+    got = {(r[0], r[1], r[2]): [r[3], r[4], r[5]] for r in run(con, "sync_beyond_gpu").fetchall()}
     assert got == expected
 
 

@@ -9,14 +9,14 @@ import pytest
 
 import nsight_analytics as nsa
 from conftest import realdata
-from nsight_analytics.rules import run_rules
+from nsight_analytics.api import findings
 
 
 def _run(path: Path, tmp_path: Path):
     con = nsa.connect(tmp_path / "w.duckdb")
     try:
         rid = nsa.ingest(con, path).report_id
-        return run_rules(con, report_id=rid)
+        return findings(con, report_id=rid)
     finally:
         con.close()
 

@@ -11,8 +11,8 @@ import pytest
 
 import nsight_analytics as nsa
 from fixtures.nsys_fixtures import SCENARIOS
+from nsight_analytics.api import findings
 from nsight_analytics.ingest import ensure_loaded
-from nsight_analytics.rules import run_rules
 from rows import union_within
 
 
@@ -76,7 +76,7 @@ def test_graph_replay_counts_as_busy_on_the_real_capture(tmp_path: Path, real_sq
     ).fetchone()[0]
     assert [(g[1], g[2], g[3], g[4], g[5]) for g in graphs] == [(1, "graph", 1, launch, r_end - r_start)]
     # findings do not advise a CUDA graph to a program that replays one
-    for f in run_rules(con, rid):
+    for f in findings(con, rid):
         assert "capture the steady-state step in a CUDA graph" not in f.recommendation
         assert "capture the steady state in a CUDA graph" not in f.recommendation
     con.close()
@@ -112,7 +112,7 @@ def test_graph_node_kernels_share_one_launch(tmp_path: Path, real_sqlite) -> Non
     assert (row["launch_api_ns"], row["launch_calls"], row["graph_kernels"]) == (launch_ns, calls, in_graph)
     g = nsa.query(con, "graph_launches", report_id=rid).fetchall()
     assert [(r[2], r[3], r[4], r[7]) for r in g] == [("node", 1, graph_launch, 12000.0)]
-    storm = next(f for f in run_rules(con, rid) if f.rule_id == "small-kernel-storm")
+    storm = next(f for f in findings(con, rid) if f.rule_id == "small-kernel-storm")
     assert storm.evidence["graph_kernels"] == in_graph
     assert "only fusion" in storm.message and "capture the steady-state step" not in storm.recommendation
     con.close()
@@ -132,7 +132,7 @@ def test_graph_decode_loop_is_busy_not_idle(tmp_path: Path) -> None:
     assert (whole[3], whole[6]) == (a["span_ns"], a["busy_ns"])
     g = nsa.query(con, "graph_launches", report_id=rid).fetchall()
     assert [(r[1], r[3], r[4], r[5]) for r in g] == [(1, a["replays"], a["graph_launch_ns"], a["replay_ns"])]
-    found = run_rules(con, rid)
+    found = findings(con, rid)
     assert "gpu-idle" not in {f.rule_id for f in found}
     con.close()
 
@@ -242,7 +242,7 @@ def test_warm_up_is_not_steady_state_idle(
     rel = nsa.query(con, "utilization", report_id=rid, phase="steady")
     row = dict(zip([d[0] for d in rel.description], rel.fetchone()))
     assert (row["phase"], row["span_ns"], row["idle_ns"]) == ("steady", end - steady, idle)
-    found = {f.rule_id: f for f in run_rules(con, rid)}
+    found = {f.rule_id: f for f in findings(con, rid)}
     share = idle / (end - steady)
     if share < 0.20:
         assert "gpu-idle" not in found
@@ -260,8 +260,8 @@ def test_foreach_storm_leads_and_fused_storm_is_gone(tmp_path: Path, real_sqlite
         n: nsa.ingest(con, real_sqlite(f"h100_nsys2025.3_train_{n}_gpumetrics.sqlite")).report_id
         for n in ("foreach", "fused")
     }
-    foreach = run_rules(con, rid["foreach"])
-    fused = run_rules(con, rid["fused"])
+    foreach = findings(con, rid["foreach"])
+    fused = findings(con, rid["fused"])
     assert foreach[0].rule_id == "small-kernel-storm" and foreach[0].severity in ("warning", "critical")
     assert not [f for f in fused if f.rule_id == "small-kernel-storm" and f.severity != "info"]
     con.close()
@@ -290,7 +290,7 @@ def test_moved_export_still_answers_utilization_and_findings(tmp_path: Path, rea
     src.rename(tmp_path / "moved.sqlite")
     util = nsa.query(con, "utilization", report_id=rid).fetchall()
     assert len(util) == 1 and util[0][2] == "run"
-    found = {f.rule_id: f for f in run_rules(con, rid)}
+    found = {f.rule_id: f for f in findings(con, rid)}
     assert "steps are not known" in found["gpu-idle"].message  # whole run: start-up counted again
     assert "startup" not in found
     con.close()

@@ -1,4 +1,4 @@
-"""Files users have that nsa cannot read yet, each told apart by its first bytes.
+"""Files users have that no reader reads yet, each told apart by its first bytes.
 
 Each gets its own sentence naming the format and the step that turns it into something nsa
 reads, instead of the generic "not an SQLite file nor an ncu CSV".
@@ -6,20 +6,19 @@ reads, instead of the generic "not an SQLite file nor an ncu CSV".
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
+from typing import NoReturn
 
 from ..errors import InputError
-from .sqlite_source import SQLITE_MAGIC
+from .sqlite_source import EXPORT_HINT, check_sqlite_file
 
-GZIP_MAGIC = b"\x1f\x8b"
+NCU_HINT = "`ncu --import report.ncu-rep --csv --page details > report.csv`"
 NCU_REP_MAGIC = b"NVR\x00"  # Nsight Compute reports (.ncu-rep)
 NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"  # Nsight Systems reports (.nsys-rep, .qdrep)
 
 
 def refuse_unsupported(path: Path, head: bytes) -> None:
-    """Raise InputError for an empty file or a known format nsa does not ingest; `head` is the
+    """Raise InputError for an empty file or a known format no reader ingests; `head` is the
     file's first bytes (64 KiB is plenty)."""
     if not head:
         raise InputError(f"{path} is empty (0 bytes); copy or export it again.")
@@ -33,19 +32,6 @@ def refuse_unsupported(path: Path, head: bytes) -> None:
             f"{path} is an Nsight Compute report (.ncu-rep), which nsa cannot read yet; export it "
             f"as CSV with `ncu --import {path.name} --csv --page details > {Path(path.name).stem}.csv` "
             "and ingest the .csv file."
-        )
-    if head.startswith(GZIP_MAGIC):
-        inner = _gunzip_head(path)
-        if inner.startswith(SQLITE_MAGIC):
-            raise InputError(
-                f"{path} is a gzip-compressed SQLite export; decompress it first "
-                f"(`gunzip -k {path.name}`) and ingest the .sqlite file."
-            )
-        if is_chrome_trace(inner):
-            raise InputError(_kineto_message(path, compressed=True))
-        raise InputError(
-            f"{path} is gzip-compressed; decompress it first (`gunzip -k {path.name}`) and ingest "
-            "the file inside."
         )
     if is_chrome_trace(head):
         raise InputError(_kineto_message(path, compressed=False))
@@ -68,9 +54,20 @@ def _kineto_message(path: Path, compressed: bool) -> str:
     )
 
 
-def _gunzip_head(path: Path, size: int = 65536) -> bytes:
-    try:
-        with gzip.open(path, "rb") as fh:
-            return fh.read(size)
-    except (OSError, EOFError, zlib.error):
-        return b""  # damaged gzip: still gzip, and the caller says to decompress it
+def refuse_unknown(path: Path) -> NoReturn:
+    """Raise InputError for a file no reader recognises (the nsys and ncu hints)."""
+    check_sqlite_file(path)  # a missing file, a folder, or "not an SQLite file nor an ncu CSV"
+    raise InputError(f"{path} is not a file nsa reads; for nsys, {EXPORT_HINT}; for ncu, {NCU_HINT}.")
+
+
+def refuse_compressed(path: Path, inner: bytes) -> NoReturn:
+    """Raise InputError for a gzip file whose content no reader recognises; `inner` is the
+    decompressed head (empty when the gzip is damaged)."""
+    if not inner:
+        raise InputError(f"{path} is a damaged, truncated or empty gzip file; copy it again.")
+    if is_chrome_trace(inner):
+        raise InputError(_kineto_message(path, compressed=True))
+    raise InputError(
+        f"{path} is gzip-compressed, and the file inside is neither an nsys SQLite export nor an ncu "
+        f"CSV; for nsys, {EXPORT_HINT}; for ncu, {NCU_HINT}."
+    )

@@ -39,23 +39,16 @@ import pandas as pd
 from .. import schema
 from ..errors import InputError
 from .ncu_metric_names import LABEL_TO_NAME
+from .ncu_sniff import BOM as _BOM
+from .ncu_sniff import HEADER_RE as _HEADER_RE
+from .ncu_sniff import LOG_RE as _LOG_RE
 
 Page = Literal["details", "raw", "summary"]
 Rows = list[tuple[int, list[str]]]  # (line number in the file, CSV fields)
 
-# The first columns of every ncu CSV layout, details and raw, 2019 to 2026; summaries
-# (`--print-summary`) have no ID column and are told by their `Invocations` column.
-_HEADER_RE = re.compile(
-    r'^(?:"ID","Process ID","Process Name","Host Name","Kernel Name",'
-    r'|"Process ID","Process Name","Host Name",(?=[^\n]*"Kernel Name")(?=[^\n]*"Invocations"))',
-    re.MULTILINE,
-)
 # A quoted CSV header naming kernels or metrics, for telling an unknown ncu layout apart.
 _OTHER_HEADER_RE = re.compile(r'^"[^"\n]+"(?:,"[^"\n]*")*,"(?:Kernel Name|Metric Name)"', re.MULTILINE)
-# ncu's own log lines (`==PROF==`, `==ERROR==`, `==WARNING==`), as opposed to the app's output.
-_LOG_RE = re.compile(r"^==[A-Z]+==", re.MULTILINE)
 _SNIFF_BYTES = 4 << 20
-_BOM = "\ufeff"
 
 # Columns describing the launch rather than a metric, in every layout -> ncu_kernels column.
 _KERNEL_COLS: dict[str, str | None] = {
@@ -196,6 +189,18 @@ def parse_ncu(path: Path) -> NcuParsed:
 def load_ncu(con: duckdb.DuckDBPyConnection, path: Path, report_id: int) -> dict[str, object]:
     """Parse `path` and append its rows under `report_id`, inside the caller's transaction."""
     parsed = parse_ncu(path)
+    counts = insert_parsed(con, parsed, report_id)
+    return {
+        "tool_version": parsed.tool_version,
+        "kernels": counts["ncu_kernels"],
+        "metrics": counts["ncu_metrics"],
+        "rules": counts["ncu_rules"],
+        "activity_kinds": activity_kinds(counts),
+    }
+
+
+def insert_parsed(con: duckdb.DuckDBPyConnection, parsed: NcuParsed, report_id: int) -> dict[str, int]:
+    """Append parsed rows under `report_id`, inside the caller's transaction; rows per table."""
     counts: dict[str, int] = {}
     for table, frame in (
         ("ncu_kernels", parsed.kernels),
@@ -213,13 +218,11 @@ def load_ncu(con: duckdb.DuckDBPyConnection, path: Path, report_id: int) -> dict
         finally:
             con.unregister(view)
         counts[table] = len(frame)
-    return {
-        "tool_version": parsed.tool_version,
-        "kernels": counts["ncu_kernels"],
-        "metrics": counts["ncu_metrics"],
-        "rules": counts["ncu_rules"],
-        "activity_kinds": [t for t in ("ncu_metrics", "ncu_rules") if counts[t]],
-    }
+    return counts
+
+
+def activity_kinds(counts: dict[str, int]) -> list[str]:
+    return [t for t in ("ncu_metrics", "ncu_rules") if counts[t]]
 
 
 # --- reading the text ------------------------------------------------------------------------

@@ -10,16 +10,17 @@ under a table named after the rule that uses them (`nsa rules` lists each rule's
     [gpu-idle]
     idle_share_warning = 0.10
 
-Unknown names are errors (a typo must not silently keep the default). Thresholds are shared by
-the rules that list them (`heavy_kernel_share` by every ncu rule), so a threshold takes one value:
-setting it twice to different values is an error too.
+Each rule declares its thresholds (name, default, unit, meaning) next to its check; the table
+here is built from the rules. Unknown names are errors (a typo must not silently keep the
+default). Thresholds are shared by the rules that list them (`heavy_kernel_share` by every ncu
+rule), so a threshold takes one value: setting it twice to different values is an error too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import tomllib
@@ -27,150 +28,49 @@ except ModuleNotFoundError:  # Python 3.10: tomllib is new in 3.11; tomli is the
     import tomli as tomllib  # type: ignore[no-redef]  # a dependency on 3.10 only (pyproject.toml)
 
 from ..errors import NsaError
+from .model import Rule, Threshold
+
+if TYPE_CHECKING:
+    DEFAULTS: dict[str, Threshold]  # built from the rules on first use (__getattr__)
 
 
 class ConfigError(NsaError):
     """A rules config file or a --set override is wrong."""
 
 
-@dataclass(frozen=True)
-class Threshold:
-    name: str
-    default: float | int
-    unit: str
-    doc: str
+def table(ruleset: Sequence[Rule] | None = None) -> dict[str, Threshold]:
+    """Every threshold the rules declare, by name, in the order `nsa rules` lists the rules."""
+    found: dict[str, Threshold] = {}
+    for r in _ruleset(ruleset):
+        for t in r.declared:
+            if found.setdefault(t.name, t) != t:
+                raise ValueError(
+                    f"threshold {t.name} is declared twice, differently (rule {r.id}): share one declaration"
+                )
+    return found
 
 
-def _t(name: str, default: float, unit: str, doc: str) -> Threshold:
-    return Threshold(name, default, unit, doc)
+def _ruleset(ruleset: Sequence[Rule] | None) -> Sequence[Rule]:
+    if ruleset is not None:
+        return ruleset
+    from .discovery import builtin  # imports every rule module: only when thresholds are looked up
+
+    return builtin()
 
 
-DEFAULTS: dict[str, Threshold] = {
-    t.name: t
-    for t in (
-        # gpu-idle
-        _t(
-            "idle_share_warning",
-            0.20,
-            "fraction",
-            "GPU idle share of the steady-state span (the whole span without steps) that is a warning.",
-        ),
-        _t(
-            "idle_share_critical",
-            0.50,
-            "fraction",
-            "GPU idle share of the steady-state span that is critical.",
-        ),
-        _t(
-            "min_gap_ns",
-            100_000,
-            "ns",
-            "Idle gaps shorter than this are not attributed to a cause (launch jitter).",
-        ),
-        _t(
-            "idle_min_span_ns",
-            50_000_000,
-            "ns",
-            "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run).",
-        ),
-        # startup
-        _t(
-            "startup_share_info",
-            0.20,
-            "fraction",
-            "Start-up (before the first steady step) share of the capture's GPU timeline worth an info finding.",
-        ),
-        _t("startup_min_ns", 100_000_000, "ns", "Start-up shorter than this is not reported."),
-        # copy-dominated / pageable-memcpy
-        _t("copy_share_warning", 0.30, "fraction", "Host<->device copy share of the span that is a warning."),
-        _t("copy_share_critical", 0.60, "fraction", "Host<->device copy share of the span that is critical."),
-        _t(
-            "copy_kernel_share_max",
-            0.30,
-            "fraction",
-            "copy-dominated fires only while kernels fill less than this share of the span.",
-        ),
-        _t("pageable_min_ns", 1_000_000, "ns", "Pageable copy time below this is not reported."),
-        _t("pageable_share_warning", 0.05, "fraction", "Pageable copy share of the span that is a warning."),
-        _t("pageable_share_critical", 0.25, "fraction", "Pageable copy share of the span that is critical."),
-        # small-kernel-storm
-        _t(
-            "small_kernel_ns",
-            10_000,
-            "ns",
-            "A kernel shorter than this is small: launch overhead is comparable.",
-        ),
-        _t("storm_min_kernels", 500, "count", "Fewest small kernels in a report for a storm."),
-        _t(
-            "storm_max_gap_ns",
-            50_000,
-            "ns",
-            "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle).",
-        ),
-        _t(
-            "storm_gap_share_warning",
-            0.02,
-            "fraction",
-            "Launch-gap idle share of the kernel span (first to last kernel) that makes a storm a warning (else info).",
-        ),
-        _t(
-            "storm_gap_share_critical",
-            0.20,
-            "fraction",
-            "Launch-gap idle share of the kernel span that is critical.",
-        ),
-        _t("top_kernels", 3, "count", "How many kernels a finding names."),
-        # host-sync
-        _t(
-            "sync_share_warning",
-            0.20,
-            "fraction",
-            "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
-            "that is a warning.",
-        ),
-        _t("sync_share_critical", 0.50, "fraction", "The same share that is critical."),
-        _t(
-            "sync_share_info",
-            0.20,
-            "fraction",
-            "Blocked share (all of it, GPU busy or not) worth an info finding even when the GPU was busy.",
-        ),
-        # ncu
-        _t(
-            "heavy_kernel_share",
-            0.05,
-            "fraction",
-            "A kernel is heavy when it holds at least this share of the report's kernel time.",
-        ),
-        _t("max_kernel_findings", 3, "count", "At most this many kernels per ncu rule and report."),
-        _t("stall_share_min", 40.0, "%", "A stall reason dominates at this share of all stall cycles."),
-        _t("sol_busy_pct", 60.0, "%", "Throughput at or above which a unit counts as busy (speed_of_light)."),
-        _t(
-            "latency_bound_max_pct",
-            40.0,
-            "%",
-            "latency-bound fires when both compute and memory throughput are below this.",
-        ),
-        _t("occupancy_low_pct", 40.0, "%", "Achieved occupancy below this is low."),
-        _t(
-            "occupancy_theoretical_low_pct",
-            50.0,
-            "%",
-            "low-occupancy is a warning when the theoretical occupancy is below this (a limiter bites).",
-        ),
-    )
-}
+def __getattr__(name: str) -> Any:
+    # DEFAULTS is built from the rules, so importing this module (`nsa query` parses `-p
+    # name=value` with parse_assignments) does not import every rule module.
+    if name == "DEFAULTS":
+        return table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def defaults() -> dict[str, float | int]:
-    return {name: t.default for name, t in DEFAULTS.items()}
-
-
-def _coerce(name: str, value: Any) -> float | int:
-    if name not in DEFAULTS:
-        known = ", ".join(sorted(DEFAULTS))
-        raise ConfigError(f"unknown rule threshold {name!r}; `nsa rules` lists them: {known}.")
-    want = type(DEFAULTS[name].default)
+def _coerce(known: dict[str, Threshold], name: str, value: Any) -> float | int:
+    if name not in known:
+        names = ", ".join(sorted(known))
+        raise ConfigError(f"unknown rule threshold {name!r}; `nsa rules` lists them: {names}.")
+    want = type(known[name].default)
     if isinstance(value, bool):
         raise ConfigError(f"threshold {name} wants a number, got {value!r}.")
     try:
@@ -181,10 +81,15 @@ def _coerce(name: str, value: Any) -> float | int:
 
 
 def load_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    ruleset: Sequence[Rule] | None = None,
 ) -> dict[str, float | int]:
-    """Defaults, then the TOML file, then `overrides` (the CLI's --set)."""
-    values = defaults()
+    """Defaults, then the TOML file, then `overrides` (the CLI's --set); `ruleset`: the rules
+    whose thresholds count (default: the built-in rules)."""
+    rules = _ruleset(ruleset)
+    known = table(rules)
+    values = {name: t.default for name, t in known.items()}
     if path is not None:
         p = Path(path)
         try:
@@ -193,19 +98,22 @@ def load_config(
             raise ConfigError(f"cannot read rules config {p}: {exc.strerror or exc}.") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"rules config {p} is not valid TOML: {exc}.") from exc
-        values.update(_file_values(p, data))
+        values.update(_file_values(p, data, rules, known))
     for k, v in (overrides or {}).items():
-        values[k] = _coerce(k, v)
+        values[k] = _coerce(known, k, v)
     return values
 
 
-def _file_values(path: Path, data: dict[str, Any]) -> dict[str, float | int]:
+def _file_values(
+    path: Path, data: dict[str, Any], rules: Sequence[Rule], known: dict[str, Threshold]
+) -> dict[str, float | int]:
     """The thresholds a parsed config file sets: top-level keys, `[thresholds]`, `[rule-id]`."""
     found: dict[str, tuple[float | int, str]] = {}  # name -> (value, where it was set)
+    by_id = {r.id: r for r in rules}
 
     def put(name: str, value: Any, where: str) -> None:
         try:
-            number = _coerce(name, value)
+            number = _coerce(known, name, value)
         except ConfigError as exc:
             raise ConfigError(f"rules config {path}{where}: {exc}") from exc
         if name in found and found[name][0] != number:
@@ -220,34 +128,22 @@ def _file_values(path: Path, data: dict[str, Any]) -> dict[str, float | int]:
         if not isinstance(value, dict):
             put(key, value, "")
             continue
-        allowed = None if key == "thresholds" else _rule_thresholds(path, key)
+        if key != "thresholds" and key not in by_id:
+            raise ConfigError(
+                f"rules config {path}: [{key}] is neither [thresholds] nor a rule; rule ids: "
+                f"{', '.join(by_id)}."
+            )
+        allowed = None if key == "thresholds" else by_id[key].thresholds
         for name, v in value.items():
             if allowed is not None and name not in allowed:
+                owners = [r.id for r in rules if name in r.thresholds]
+                belongs = f" ({name} belongs to {', '.join(f'[{o}]' for o in owners)})" if owners else ""
                 raise ConfigError(
                     f"rules config {path}: [{key}] has no threshold {name!r}; its thresholds: "
-                    f"{', '.join(allowed) or 'none'}{_owners(name)}."
+                    f"{', '.join(allowed) or 'none'}{belongs}."
                 )
             put(name, v, f" [{key}]")
     return {name: number for name, (number, _) in found.items()}
-
-
-def _rule_thresholds(path: Path, rule_id: str) -> tuple[str, ...]:
-    from .engine import rules  # registers every rule; only files with rule tables pay for it
-
-    by_id = {r.id: r for r in rules()}
-    if rule_id not in by_id:
-        raise ConfigError(
-            f"rules config {path}: [{rule_id}] is neither [thresholds] nor a rule; rule ids: "
-            f"{', '.join(by_id)}."
-        )
-    return by_id[rule_id].thresholds
-
-
-def _owners(name: str) -> str:
-    from .engine import rules
-
-    owners = [r.id for r in rules() if name in r.thresholds]
-    return f" ({name} belongs to {', '.join(f'[{o}]' for o in owners)})" if owners else ""
 
 
 def parse_overrides(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:

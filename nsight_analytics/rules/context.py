@@ -140,7 +140,7 @@ class Context:
         return self._frame(self._run_sql(key, sql, params, as_df=True), report_id)
 
     def _run_query(self, name: str, params: dict[str, Any], as_df: bool) -> Any:
-        key = ("q", name, tuple(sorted(params.items())), as_df)
+        key = ("q", name, _key(params), as_df)
         if key not in self._cache:
             q = queries.get(name)
             if any(p.name == "report_id" for p in q.params):
@@ -149,7 +149,7 @@ class Context:
         return self._cache[key]
 
     def _run_sql(self, key: str, sql: str, params: dict[str, Any], as_df: bool) -> Any:
-        ck = ("sql", key, tuple(sorted(params.items())), as_df)
+        ck = ("sql", key, _key(params), as_df)
         if ck not in self._cache:
             self._cache[ck] = self._convert(
                 params_sql(self.con, sql, {"rid": self.report_id, **params}), as_df
@@ -171,6 +171,11 @@ class Context:
         if report_id is None or "report_id" not in df.columns:
             return df
         return df[df["report_id"] == report_id]
+
+
+def _key(params: dict[str, Any]) -> tuple[Any, ...]:
+    """Parameters as a cache key (list parameters as tuples)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items()))
 
 
 def steady_scope(window: Any, unknown: bool = False) -> str:

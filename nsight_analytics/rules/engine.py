@@ -1,26 +1,22 @@
-"""Run the registered rules over a workspace and rank what they find."""
+"""Run the rules over a workspace, each on every report that has the data it needs, and rank
+what they find."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 
-# Importing a rules module registers its rules; this order is the order `nsa rules` lists them.
-from . import (
-    copy_rules,  # noqa: F401
-    kernel_rules,  # noqa: F401
-    ncu_rules,  # noqa: F401
-    nsys_rules,  # noqa: F401
-)
 from .config import load_config
 from .context import Context
-from .model import REGISTRY, SEVERITY_RANK, Finding, Rule
+from .discovery import builtin
+from .model import SEVERITY_RANK, Finding, Rule
 
 
 def rules() -> list[Rule]:
-    """Every registered rule, in registration order."""
-    return list(REGISTRY.values())
+    """The built-in rules (`nsight_analytics.rules.checks`), in the order `nsa rules` lists them."""
+    return list(builtin())
 
 
 def rank_key(f: Finding) -> tuple[Any, ...]:
@@ -47,20 +43,22 @@ def run_rules(
     report_id: int | None = None,
     config: dict[str, Any] | None = None,
     only: list[str] | None = None,
+    ruleset: Sequence[Rule] | None = None,
 ) -> list[Finding]:
-    """All findings for one report (or every report), ranked; `config` overrides thresholds."""
-    from ..api import is_read_only
-    from ..ingest import ensure_loaded
+    """All findings for one report (or every report), ranked; `config` overrides thresholds.
 
-    if not is_read_only(con):
-        ensure_loaded(con, DEFERRED_TABLES_READ)
-    values = load_config(overrides=config)
+    A rule runs on every report whose activity kinds give it the data it `needs`, whichever
+    tool wrote the report. `ruleset`: the rules to choose from (default: the built-in ones).
+    """
+    # Loads nothing: the facade (api.findings) materialises the deferred tables the rules read.
+    ruleset = rules() if ruleset is None else list(ruleset)
+    values = load_config(overrides=config, ruleset=ruleset)
     ctx = Context(con, values, report_id)
-    selected = [r for r in rules() if only is None or r.id in only]
+    selected = [r for r in ruleset if only is None or r.id in only]
     found: list[Finding] = []
-    for kind in ("nsys", "ncu"):
-        for rid in ctx.reports(kind).values("report_id"):
-            for r in selected:
-                if r.kind == kind:
-                    found.extend(r.check(ctx, int(rid)))
+    for report in ctx.reports():
+        kinds = report.activity_kinds or ()
+        for r in selected:
+            if r.runs_on(kinds):
+                found.extend(r.check(ctx, int(report.report_id)))
     return sorted(found, key=rank_key)

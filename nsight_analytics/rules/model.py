@@ -1,8 +1,16 @@
-"""What a rule produces (`Finding`) and how rules are declared and found (the registry)."""
+"""What a rule is and what it produces: `Rule`, its `Threshold`s and the data it `needs`, and `Finding`.
+
+A rule is one decorated check function in a module of its own (see `discovery`):
+
+    @rule("copy-dominated", order=10, needs=("memcpy",), severities=("warning", "critical"),
+          thresholds=(Threshold("copy_share_warning", 0.30, "fraction", "..."), ...))
+    def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
+        \"\"\"Summary line. Anti-pattern ... Fix: ... est_savings_ns: ...\"\"\"
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +19,27 @@ if TYPE_CHECKING:
 
 SEVERITIES = ("info", "warning", "critical")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+# The values of reports.activity_kinds a rule can need: what a report holds at least one row of,
+# whatever tool wrote it (schema: reports.activity_kinds).
+ACTIVITY_KINDS = frozenset(
+    {
+        "kernel",
+        "memcpy",
+        "memset",
+        "graph",
+        "cuda_api",
+        "sync",
+        "nvtx",
+        "osrt",
+        "gpu_info",
+        "processes",
+        "ncu_metrics",
+        "ncu_rules",
+    }
+)
+# Work on a GPU timeline: kernels, copies, memsets or CUDA graph replays (nsa_gpu_activity).
+GPU_ACTIVITY = frozenset({"kernel", "memcpy", "memset", "graph"})
 
 
 @dataclass
@@ -41,18 +70,44 @@ class Finding:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Threshold:
+    """A number a rule compares against, with its default; users change it by name (config)."""
+
+    name: str
+    default: float | int
+    unit: str
+    doc: str
+
+
 CheckFn = Callable[["Context", int], list[Finding]]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A registered rule: `check(ctx, report_id)` returns its findings for one report."""
+    """A rule: `check(ctx, report_id)` returns its findings for one report.
+
+    `needs` says which reports it runs on: each entry is a set of activity kinds of which the
+    report must hold at least one (reports.activity_kinds); no entries: every report. `order`
+    places it in `nsa rules` (then the id). `queries` and `reads` say what must be
+    materialised before it runs (the queries' `-- reads` lines, plus `reads`). The check
+    function's docstring is the rule's documentation: its first paragraph the summary, its
+    `Fix:` paragraph the advice.
+    """
 
     id: str
-    kind: str  # the report kind it reads: 'nsys' or 'ncu'
+    needs: tuple[frozenset[str], ...]
     severities: tuple[str, ...]
-    thresholds: tuple[str, ...]
+    declared: tuple[Threshold, ...]
     check: CheckFn
+    order: int = 1000
+    queries: tuple[str, ...] = ()  # the library queries the check runs (ctx.query, ctx.query_df)
+    reads: tuple[str, ...] = ()  # canonical tables it reads outside them (ctx.steady: steps)
+
+    @property
+    def thresholds(self) -> tuple[str, ...]:
+        """The names of the thresholds the rule reads, as config files and --set spell them."""
+        return tuple(t.name for t in self.declared)
 
     @property
     def doc(self) -> str:
@@ -62,24 +117,56 @@ class Rule:
     def summary(self) -> str:
         return self.doc.split("\n\n")[0].replace("\n", " ").strip()
 
+    @property
+    def fix(self) -> str:
+        """The docstring's `Fix:` paragraph as one line, without its label ('' when none)."""
+        for para in self.doc.split("\n\n"):
+            text = " ".join(para.split())
+            if text.startswith("Fix: "):
+                return text.removeprefix("Fix: ")
+        return ""
 
-REGISTRY: dict[str, Rule] = {}
+    @property
+    def needs_text(self) -> str:
+        """What the rule needs, in words: 'kernel', 'graph or kernel or memcpy or memset', 'any report'."""
+        return " and ".join(" or ".join(sorted(group)) for group in self.needs) or "any report"
+
+    def runs_on(self, activity_kinds: Iterable[str]) -> bool:
+        """True when a report holding these activity kinds has the data the rule needs."""
+        have = set(activity_kinds)
+        return all(group & have for group in self.needs)
 
 
 def rule(
-    rule_id: str, *, kind: str, severities: tuple[str, ...], thresholds: tuple[str, ...] = ()
-) -> Callable[[CheckFn], CheckFn]:
-    """Register a check function under `rule_id`; its docstring is the rule's documentation."""
+    rule_id: str,
+    *,
+    needs: tuple[str | frozenset[str], ...],
+    severities: tuple[str, ...],
+    thresholds: tuple[Threshold, ...] = (),
+    queries: tuple[str, ...] = (),
+    reads: tuple[str, ...] = (),
+    order: int = 1000,
+) -> Callable[[CheckFn], Rule]:
+    """Declare a check function as the rule `rule_id`; its docstring is the rule's documentation.
 
-    def register(fn: CheckFn) -> CheckFn:
-        if rule_id in REGISTRY:
-            raise ValueError(f"rule {rule_id} registered twice")
+    `needs`: activity kinds the report must hold, one per entry; an entry that is a set is
+    satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
+    runs; `reads`: canonical tables it reads otherwise.
+    """
+    groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
+    unknown = set().union(*groups) - ACTIVITY_KINDS
+    if unknown:
+        raise ValueError(f"rule {rule_id} needs unknown activity kinds {sorted(unknown)}")
+    bad = [s for s in severities if s not in SEVERITY_RANK]
+    if bad:
+        raise ValueError(f"rule {rule_id}: severities must be among {SEVERITIES}, got {bad}")
+
+    def declare(fn: CheckFn) -> Rule:
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {rule_id} needs a docstring: the anti-pattern and the fix")
-        REGISTRY[rule_id] = Rule(rule_id, kind, severities, thresholds, fn)
-        return fn
+        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads)
 
-    return register
+    return declare
 
 
 def severity_for(value: float, warning: float, critical: float, below: str = "info") -> str:
@@ -87,7 +174,3 @@ def severity_for(value: float, warning: float, critical: float, below: str = "in
     if value >= critical:
         return "critical"
     return "warning" if value >= warning else below
-
-
-def max_severity(*levels: str) -> str:
-    return max(levels, key=SEVERITY_RANK.__getitem__)

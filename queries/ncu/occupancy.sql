@@ -2,6 +2,7 @@
 -- theoretical one. Each launch__occupancy_limit_* metric is the number of blocks per SM that
 -- one resource allows; the smallest wins, and `limiter` names it (ties list every resource at
 -- the minimum, comma-separated, in the order registers, shared_memory, warps, blocks, barriers).
+-- reads ncu_kernels, ncu_metrics
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col launch_id INTEGER: ncu launch ID within the report.

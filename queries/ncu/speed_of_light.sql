@@ -3,6 +3,7 @@
 -- section: below busy_pct on both units the kernel is latency bound (neither unit is kept
 -- busy); otherwise it is bound by the busier unit, or balanced when the two are within
 -- balance_margin_pct points of each other. NULL when the export lacks either percentage.
+-- reads ncu_kernels, ncu_metrics
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param busy_pct DOUBLE = 60: throughput at or above which a unit counts as busy (% of peak).
 -- param balance_margin_pct DOUBLE = 10: compute and memory closer than this are balanced (percentage points).

@@ -5,6 +5,7 @@
 -- export has only sample counts or percentages and no total warp latency to scale them by.
 -- For a `--print-summary` export a launch_id is one summarized kernel and its numbers are the
 -- Averages over ncu_kernels.invocations launches.
+-- reads ncu_kernels, ncu_metrics
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param top_n INTEGER = NULL: keep only the top N reasons of each launch; all when NULL.
 -- col report_id INTEGER: workspace report id.

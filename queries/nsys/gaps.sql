@@ -17,6 +17,7 @@
 -- The launch call is the cuda_api row with the same report_id, pid and correlation_id. The gap
 -- is found in one sorted pass (running max of earlier ends); the blocking call by an ASOF join
 -- per host thread at the gap's midpoint (a call covering half the gap covers the midpoint).
+-- reads cuda_api, graph_executions, host_waits, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 1000000: shortest gap reported (ns).
 -- col report_id INTEGER: workspace report id.

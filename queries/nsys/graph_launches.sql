@@ -5,6 +5,7 @@
 -- one by one, sharing the launch call's correlation id: kernels_per_replay counts them and the
 -- replay runs from the first of them to the last. A graph's kernels pay one launch call per
 -- replay, however many kernels it holds.
+-- reads cuda_api, graph_executions, kernel_rows
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col graph_id BIGINT: graph id (NULL when only the graph's nodes were traced).

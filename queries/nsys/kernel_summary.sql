@@ -4,6 +4,7 @@
 -- instance as nsys prints it; time_pct is the kernel's share of the report's total kernel time
 -- (a sum of durations, not of wall time). nsys rounds avg/median/stddev/time_pct to 0.1 when it
 -- prints; these columns are unrounded. Ordered like nsys: total time desc, instances, name.
+-- reads kernel_names, kernel_rows
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col name VARCHAR: kernel name (demangled, else the short name).

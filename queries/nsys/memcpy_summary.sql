@@ -7,6 +7,7 @@
 -- 'steady' ('startup'), reports that have steps count only the copies starting at or after (before)
 -- their first steady step (nsa_steady), and span_pct is against that part of the device's span;
 -- reports without steps keep all their copies.
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.

@@ -19,6 +19,7 @@
 -- mean no other thread of the process launched a kernel while the range was open.
 -- Both are computed once per range, the first time a report's NVTX ranges are read (running
 -- totals and ASOF joins, linear in ranges + calls), so this query is one aggregation.
+-- reads nvtx_ranges
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).

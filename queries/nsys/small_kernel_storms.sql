@@ -4,6 +4,7 @@
 -- busy at most max_busy_pct of the window: the GPU mostly waits for the host to launch the next
 -- tiny kernel. A larger kernel or a longer pause ends a storm. busy_ns is the union of the
 -- storm's kernels (overlaps once); memcpy/memset are not considered, except by idle_ns.
+-- reads graph_executions, kernel_names, kernel_rows, memcpy, memset
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param max_kernel_ns BIGINT = 10000: kernels shorter than this are tiny (ns).
 -- param max_gap_ns BIGINT = 50000: longest pause between kernels inside a storm (ns).

@@ -6,6 +6,7 @@
 -- the most frequent names. Many tiny kernels with launch time close to or above their GPU time
 -- mean a launch-bound workload: fuse them or capture them in a CUDA graph; tiny kernels that
 -- already run inside a graph (graph_kernels) are no longer launch-bound, only fusion helps them.
+-- reads cuda_api, kernel_names, kernel_rows
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param max_kernel_ns BIGINT = 10000: kernels shorter than this are small (ns).
 -- param top_n INTEGER = 5: how many names top_names lists.

@@ -9,6 +9,7 @@
 --                own launch overhead between back-to-back work (CUDA graphs shrink it);
 --   other        otherwise (queued long before but started late: waits on events/other streams,
 --                or no launch call recorded).
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest gap reported (ns); gaps are always > 0.
 -- param kernel_wait_ns BIGINT = 30000: gaps shorter than this whose work was already queued are kernel_wait (ns).

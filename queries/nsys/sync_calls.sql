@@ -3,6 +3,7 @@
 -- nsa_sync_kind list; cudaStreamWaitEvent, queries and *Async calls do not block). span_pct is
 -- the blocked time as a share of the report span (first to last start/end of any CUDA API call,
 -- kernel, memcpy or memset of the report); several threads can block at once, so it can pass 100.
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col pid BIGINT: process id.

@@ -10,6 +10,7 @@
 -- first steady step (nsa_steady) to its last GPU activity: activities are clipped to that window
 -- and span_ns is its length; with 'startup', over the time before it. Reports without steps keep
 -- their whole span (column phase says 'run').
+-- reads graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.

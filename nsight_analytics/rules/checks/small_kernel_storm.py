@@ -1,48 +1,53 @@
-"""Kernel-launch rules on nsys reports: storms of tiny kernels that leave the GPU launch-bound."""
+"""small-kernel-storm: many kernels too short to pay for their launch."""
 
 from __future__ import annotations
 
-from .context import Context
-from .model import Finding, rule, severity_for
-from .units import count, dur, pct, plural
-
-_TOP_SMALL = """
-SELECT c.report_id, coalesce(n.short_name, n.name) AS short_name, count(DISTINCT n.name) AS variants,
-       min(n.name) AS name, sum(c.launches) AS launches, sum(c.total_ns) / sum(c.launches) AS avg_ns,
-       sum(c.total_ns) AS total_ns
-FROM (
-    SELECT report_id, name_id, count(*) AS launches, sum(duration_ns) AS total_ns
-    FROM kernel_rows
-    WHERE ($rid IS NULL OR report_id = $rid) AND duration_ns < $small
-    GROUP BY ALL
-) AS c
-LEFT JOIN kernel_names AS n USING (report_id, name_id)
-GROUP BY ALL
-ORDER BY c.report_id, launches DESC, short_name
-"""
-
-
-_KERNEL_SPAN = """
-SELECT report_id, device_id, max(end_ns) - min(start_ns) AS span_ns
-FROM kernel_rows WHERE $rid IS NULL OR report_id = $rid GROUP BY ALL
-"""
-
-
-def _short(name: str, width: int = 50) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+from ..context import Context
+from ..model import Finding, Threshold, rule, severity_for
+from ..units import count, dur, pct, plural
 
 
 @rule(
     "small-kernel-storm",
-    kind="nsys",
+    order=30,
+    needs=("kernel",),
+    queries=(
+        "small_kernels",
+        "utilization",
+        "kernel_span",
+        "small_kernel_storms",
+        "small_kernel_names",
+        "graph_launches",
+    ),
+    reads=("steps",),
     severities=("info", "warning", "critical"),
     thresholds=(
-        "small_kernel_ns",
-        "storm_min_kernels",
-        "storm_max_gap_ns",
-        "storm_gap_share_warning",
-        "storm_gap_share_critical",
-        "top_kernels",
+        Threshold(
+            "small_kernel_ns",
+            10_000,
+            "ns",
+            "A kernel shorter than this is small: launch overhead is comparable.",
+        ),
+        Threshold("storm_min_kernels", 500, "count", "Fewest small kernels in a report for a storm."),
+        Threshold(
+            "storm_max_gap_ns",
+            50_000,
+            "ns",
+            "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle).",
+        ),
+        Threshold(
+            "storm_gap_share_warning",
+            0.02,
+            "fraction",
+            "Launch-gap idle share of the kernel span (first to last kernel) that makes a storm a warning (else info).",
+        ),
+        Threshold(
+            "storm_gap_share_critical",
+            0.20,
+            "fraction",
+            "Launch-gap idle share of the kernel span that is critical.",
+        ),
+        Threshold("top_kernels", 3, "count", "How many kernels a finding names."),
     ),
 )
 def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
@@ -52,12 +57,14 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     loops launching kernels), each shorter than the ~2-5 us a launch costs on the host. The
     GPU finishes each one before the host has issued the next and waits in between.
 
-    Fix: fuse the elementwise chains (torch.compile, a custom/Triton kernel, fused optimizers
-    such as AdamW(fused=True) or foreach=True), capture the steady-state step in a CUDA graph
-    (torch.cuda.graphs / CUDAGraph, cudaStreamBeginCapture) so one launch replays hundreds of
-    kernels, and batch work so each kernel does more. A program that already replays graphs
-    (table `graph_executions`, or kernels with a graph_node_id) is told so: its graph kernels
-    pay one launch per replay, and only fusion is left to advise.
+    Fix: Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the
+    elementwise chain; fused/foreach optimizers for parameter updates), and capture the
+    steady-state step in a CUDA graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one
+    launch replays them all. Batch small operations so each kernel does more work.
+
+    A program that already replays graphs (table `graph_executions`, or kernels with a
+    graph_node_id) is told so: its graph kernels pay one launch per replay, and only fusion is
+    left to advise.
 
     est_savings_ns: the GPU idle time (nothing running at all, copies included) in gaps of at
     most storm_max_gap_ns inside storm windows (`small_kernel_storms`: runs of consecutive
@@ -77,7 +84,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     if window is not None:  # the steady state: from the first steady step to the end
         dev_span = {r.device_id: int(r.span_ns) for r in ctx.query("utilization", rid, phase="steady")}
     else:
-        dev_span = {r.device_id: int(r.span_ns) for r in ctx.sql("kernel_span", _KERNEL_SPAN, rid)}
+        dev_span = {r.device_id: int(r.span_ns) for r in ctx.query("kernel_span", rid)}
     span = max(dev_span.values()) if dev_span else 0
     storms = ctx.query(
         "small_kernel_storms",
@@ -91,7 +98,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     worst_dev, savings = idle[0] if idle else (None, 0)
     gap_share = savings / dev_span.get(worst_dev, span) if idle and span else 0.0
     severity = severity_for(gap_share, ctx["storm_gap_share_warning"], ctx["storm_gap_share_critical"])
-    top = ctx.sql("top_small", _TOP_SMALL, rid, small=int(small))[: int(ctx["top_kernels"])]
+    top = ctx.query("small_kernel_names", rid, max_kernel_ns=int(small))[: int(ctx["top_kernels"])]
     named = "; ".join(
         f"{_short(r.short_name)} x{count(r.launches)} (avg {dur(r.avg_ns)}"
         + (f", {r.variants} template variants)" if r.variants > 1 else ")")
@@ -145,12 +152,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
             )
         )
     else:
-        recommendation = (
-            "Fuse the tiny kernels: torch.compile the step (or write one Triton/CUDA kernel for the elementwise "
-            "chain; fused/foreach optimizers for parameter updates), and capture the steady-state step in a CUDA "
-            "graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one launch replays them all. Batch small "
-            "operations so each kernel does more work."
-        )
+        recommendation = small_kernel_storm.fix
     title = (
         f"{count(n_small)} tiny kernels (< {dur(small)}), led by {top[0].short_name} at "
         f"{dur(top[0].avg_ns)} avg"
@@ -192,3 +194,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
             None if not storms else savings,
         )
     ]
+
+
+def _short(name: str, width: int = 50) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."

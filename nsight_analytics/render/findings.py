@@ -1,4 +1,4 @@
-"""Findings as text for a performance engineer, Markdown for a ticket, JSON for machines."""
+"""Findings as text for a performance engineer, Markdown for a ticket, JSON or CSV for machines."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import json
 import textwrap
 from collections.abc import Callable
 
-from .model import Finding
-from .units import dur
+from ..rules.model import Finding
+from ..rules.units import dur
+from .rows import Result, jsonable
+from .rows import to_csv as rows_to_csv
 
-FORMATS = ("text", "json", "markdown")
+# `text` (also spelled `table`, the name every other command gives its human format)
+FORMATS = ("text", "table", "csv", "json", "markdown")
 
 
 def _savings(f: Finding) -> str:
@@ -54,14 +57,36 @@ def to_markdown(findings: list[Finding], reports: dict[int, str] | None = None) 
 
 
 def to_json(findings: list[Finding]) -> str:
-    from ..output import jsonable  # NaN and infinities as null: JSON has no such numbers
-
+    # NaN and infinities as null: JSON has no such numbers
     return json.dumps(jsonable([f.to_dict() for f in findings]), indent=2, ensure_ascii=False) + "\n"
+
+
+def to_csv(findings: list[Finding], reports: dict[int, str] | None = None) -> str:
+    """One row per finding, ranked; the evidence as one JSON object per cell."""
+    reports = reports or {}
+    rows = [
+        {
+            "rank": i,
+            "severity": f.severity,
+            "rule_id": f.rule_id,
+            "report_id": f.report_id,
+            "file": reports.get(f.report_id),
+            "title": f.title,
+            "est_savings_ns": f.est_savings_ns,
+            "message": f.message,
+            "recommendation": f.recommendation,
+            "evidence": f.evidence,
+        }
+        for i, f in enumerate(findings, 1)
+    ]
+    return rows_to_csv(Result.of_records(rows))
 
 
 def render(findings: list[Finding], fmt: str, reports: dict[int, str] | None = None) -> str:
     renderers: dict[str, Callable[[], str]] = {
         "text": lambda: to_text(findings, reports),
+        "table": lambda: to_text(findings, reports),
+        "csv": lambda: to_csv(findings, reports),
         "markdown": lambda: to_markdown(findings, reports),
         "json": lambda: to_json(findings),
     }

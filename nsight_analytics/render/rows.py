@@ -1,4 +1,4 @@
-"""Turning results into text: a table for humans, CSV or JSON for machines.
+"""Rows as text: a table for humans, CSV or JSON for machines, Markdown for documents.
 
 Machine formats print nothing but data; JSON is an array of row objects. Results come straight
 from DuckDB (`Result.of(relation)`) or from Python rows (`Result.of_records`): no pandas, whose
@@ -20,7 +20,8 @@ from typing import Any
 
 import duckdb
 
-FORMATS = ("table", "csv", "json")
+# The one --format set of every command (findings also take `text`, their table for people).
+FORMATS = ("table", "csv", "json", "markdown")
 
 _NUMERIC_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -154,7 +155,21 @@ def to_table(res: Result, title: str | None = None, width: int | None = None) ->
     return buf.getvalue()
 
 
+def _md_cell(value: Any) -> str:
+    return _cell(value).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(res: Result) -> str:
+    """A Markdown table (numbers right-aligned), as GitHub and most ticket systems show it."""
+    lines = ["| " + " | ".join(_md_cell(c) for c in res.columns) + " |"]
+    lines.append("|" + "|".join("---:" if n else "---" for n in res.numeric) + "|")
+    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in res.rows]
+    return "\n".join(lines) + "\n"
+
+
 def render(res: Result, fmt: str, title: str | None = None) -> str:
+    if fmt == "markdown":
+        return to_markdown(res)
     if fmt == "json":
         return to_json(res) + "\n"
     if fmt == "csv":

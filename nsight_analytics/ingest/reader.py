@@ -1,0 +1,133 @@
+"""The interface every input format implements, and the registry that finds them.
+
+A reader recognises its files from their content, checks them (one-sentence InputError), and
+writes canonical rows; the pipeline (pipeline.py) owns everything around that: detection across
+readers, `.gz`, hashing, the transaction, --replace and the `reports` row. Readers are found by
+discovery: every module in `nsight_analytics/ingest/readers/` that defines `READER` is one; code
+outside the package (a plugin, a test) adds one with `register`. docs/readers.md has the steps.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import duckdb
+
+Progress = Callable[[str, int, int], None]
+Handle = TypeVar("Handle")
+
+
+@dataclass
+class LoadResult:
+    """What one load wrote: the pipeline turns it into the `reports` row and the user's summary."""
+
+    rows: dict[str, int] = field(default_factory=dict)  # rows per table, as the user knows them
+    activity_kinds: list[str] = field(default_factory=list)  # reports.activity_kinds
+    # reports columns the reader knows: tool_version, schema_version, session_start_utc_ns
+    metadata: dict[str, object] = field(default_factory=dict)
+    deferred: list[str] = field(default_factory=list)  # steps left for load_deferred
+    # has_kernels & co. where the activity kinds alone do not say (ncu's kernels are no `kernel` activity)
+    flags: dict[str, bool] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+class Reader(ABC, Generic[Handle]):
+    """One input format.
+
+    `open` is the validation: it reads what it must (attaches an SQLite file, parses a CSV) and
+    raises InputError naming the file and what to do, before the workspace is touched. Its
+    handle then serves `load`, which runs inside the pipeline's transaction and must only write
+    rows under the given report id; and `load_deferred`, for the steps `load` left to first use.
+    """
+
+    name: str  # reports.kind
+    # Steps `load` may leave for first use, in the order they must run.
+    deferrable: tuple[str, ...] = ()
+    # Deferred steps computed from the workspace alone: they need no source file (handle None).
+    derived: tuple[str, ...] = ()
+    # Deferred steps whose answers can do without them when the source file is gone.
+    optional: tuple[str, ...] = ()
+
+    @abstractmethod
+    def sniff(self, head: bytes) -> bool:
+        """Is this the reader's format? `head` is the (decompressed) file's first SNIFF_BYTES.
+        Readers must not claim each other's files: content, never the file name, decides."""
+
+    @abstractmethod
+    def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> AbstractContextManager[Handle]:
+        """Validate `path` and hold what load needs (an attached database, parsed rows)."""
+
+    @abstractmethod
+    def load(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        handle: Handle,
+        report_id: int,
+        defer: set[str],
+        progress: Progress | None,
+    ) -> LoadResult:
+        """Write the report's canonical rows; `defer` says which deferrable steps to leave."""
+
+    def steps_for(self, tables: Iterable[str]) -> list[str]:
+        """The deferred steps that must run before `tables` can be read, in running order."""
+        wanted = set(tables)
+        return [s for s in self.deferrable if s in wanted]
+
+    def load_deferred(
+        self, con: duckdb.DuckDBPyConnection, handle: Handle | None, report_id: int, step: str
+    ) -> int:
+        """Run one deferred step inside the pipeline's transaction; returns rows written."""
+        raise NotImplementedError(f"the {self.name} reader defers nothing")
+
+
+SNIFF_BYTES = 4 << 20  # ncu's CSV may follow megabytes of the application's own output
+
+_REGISTERED: dict[str, Reader[Any]] = {}
+
+
+def register(reader: Reader[Any]) -> Reader[Any]:
+    """Add a reader defined outside nsight_analytics/ingest/readers/ (a plugin, a test);
+    a reader of the same name is replaced."""
+    _REGISTERED[reader.name] = reader
+    return reader
+
+
+def unregister(name: str) -> None:
+    _REGISTERED.pop(name, None)
+
+
+def _discovered() -> dict[str, Reader[Any]]:
+    package = importlib.import_module(f"{__package__}.readers")
+    found: dict[str, Reader[Any]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        reader = getattr(module, "READER", None)
+        if isinstance(reader, Reader):
+            found[reader.name] = reader
+    return found
+
+
+_DISCOVERED: dict[str, Reader[Any]] | None = None
+
+
+def all_readers() -> list[Reader[Any]]:
+    """Every reader: the package's own (by module name), then registered ones."""
+    global _DISCOVERED
+    if _DISCOVERED is None:
+        _DISCOVERED = _discovered()
+    return list({**_DISCOVERED, **_REGISTERED}.values())
+
+
+def by_name(name: str) -> Reader[Any] | None:
+    return next((r for r in all_readers() if r.name == name), None)
+
+
+def sniff(head: bytes) -> Reader[Any] | None:
+    return next((r for r in all_readers() if r.sniff(head)), None)

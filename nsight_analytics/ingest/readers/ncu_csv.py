@@ -1,0 +1,61 @@
+"""Nsight Compute CSV exports (`ncu --csv`, `ncu -i REPORT --csv`): details, raw and summary
+pages, any units, locale or metric-name option, with the app's own output around them.
+
+The parser lives in ingest/ncu.py; the whole file is parsed (and so validated) in `open`,
+before the workspace is touched. Nothing is deferred: ncu CSVs are small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+
+from ..ncu_sniff import sniff_head
+from ..reader import LoadResult, Progress, Reader
+
+if TYPE_CHECKING:  # the parser imports pandas: only when an ncu file is read
+    from ..ncu import NcuParsed
+
+
+class NcuCsvReader(Reader["NcuParsed"]):
+    name = "ncu"
+
+    def sniff(self, head: bytes) -> bool:
+        return sniff_head(head)
+
+    @contextmanager
+    def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[NcuParsed]:
+        from ..ncu import parse_ncu
+
+        yield parse_ncu(path)
+
+    def load(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        handle: NcuParsed,
+        report_id: int,
+        defer: set[str],
+        progress: Progress | None,
+    ) -> LoadResult:
+        if progress:
+            progress("ncu", 0, 1)
+        from .. import ncu
+
+        counts = ncu.insert_parsed(con, handle, report_id)
+        return LoadResult(
+            rows={
+                "kernels": counts["ncu_kernels"],
+                "metrics": counts["ncu_metrics"],
+                "rules": counts["ncu_rules"],
+            },
+            activity_kinds=ncu.activity_kinds(counts),
+            metadata={"tool_version": handle.tool_version},
+            flags={"has_kernels": counts["ncu_kernels"] > 0},
+        )
+
+
+READER = NcuCsvReader()

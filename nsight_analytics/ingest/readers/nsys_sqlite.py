@@ -1,0 +1,163 @@
+"""Nsight Systems SQLite exports (`nsys export --type sqlite`), every schema from 2021 to 2026.
+
+The table builders live in ingest/nsys.py; this reader attaches the file, validates it and runs
+them. The host-side tables, the launch configuration and the steps can be deferred to first use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from ... import params
+from ...errors import InputError
+from ...timing import timed
+from .. import nsys, sqlite_source
+from ..reader import LoadResult, Progress, Reader
+
+log = logging.getLogger(__name__)
+
+# While copying: canonical tables promise no row order, and not keeping the export's order
+# makes copies ~1.3x faster (benchmarks/README.md).
+COPY_SETTINGS = {"preserve_insertion_order": "false"}
+
+
+@dataclass
+class Export:
+    """An attached, validated export."""
+
+    src: nsys.Source
+    path: Path
+
+
+class NsysSqliteReader(Reader[Export]):
+    name = "nsys"
+    deferrable = nsys.DEFERRABLE
+    derived = nsys.DERIVED
+    optional = nsys.OPTIONAL
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(sqlite_source.SQLITE_MAGIC)
+
+    @contextmanager
+    def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[Export]:
+        sqlite_source.check_sqlite_file(path)
+        src = nsys.Source(sqlite_source.attach(con, path))
+        previous = _copy_settings(con)
+        try:
+            nsys.validate(src, path)
+            yield Export(src, path)
+        finally:
+            _restore(con, previous)
+            sqlite_source.detach(con)  # after the transaction: DuckDB refuses to detach inside it
+
+    def load(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        handle: Export,
+        report_id: int,
+        defer: set[str],
+        progress: Progress | None,
+    ) -> LoadResult:
+        src, path = handle.src, handle.path
+        steps = list(nsys.LOADERS)
+        # Derived columns (the NVTX ranges' kernels) are computed on first use even after --full:
+        # they need no source file, cost seconds at millions of ranges, and UPDATE rows by rowid,
+        # which DuckDB does slowly on rows the same transaction inserted.
+        defer = defer | set(nsys.DERIVED)
+        deferred = [t for t in steps if t in defer and nsys.LOADERS[t][0](src) is not None]
+        try:
+            meta = nsys.metadata(con, src)
+            nsys.prepare_strings(con, src)
+            rows: dict[str, int] = {}
+            launch = "kernel_launch" not in deferred  # else copied with the kernel rows
+            for i, table in enumerate(steps):
+                if progress:
+                    progress(table, i, len(steps))
+                if table not in deferred and table != "kernel_launch":
+                    with timed(log, f"ingest {path.name}: {table}"):
+                        rows[table] = nsys.load_table(con, src, table, report_id, launch=launch)
+            con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
+        except duckdb.Error as exc:
+            raise _read_error(path, exc) from exc
+        if progress:
+            progress("done", len(steps), len(steps))
+        kinds = _activity_kinds(src, rows)
+        result = LoadResult(
+            # users know the kernels by the view's name
+            rows={("kernels" if t == "kernel_rows" else t): n for t, n in rows.items()},
+            activity_kinds=kinds,
+            metadata=meta,
+            deferred=deferred,
+        )
+        if not {"kernel", "memcpy", "memset", "graph"} & set(kinds):
+            result.warnings.append(
+                f"report {report_id} ({path.name}) has no kernel, memcpy or memset records: CUDA "
+                "tracing was off or failed (for example an nsys too old for the driver), so nothing "
+                "can be said about GPU use. Profile again with `nsys profile -t cuda` using a current nsys."
+            )
+        return result
+
+    def steps_for(self, tables: Iterable[str]) -> list[str]:
+        wanted = set(tables)
+        if "kernels" in wanted:  # the view shows the launch columns kernel_rows may still lack
+            wanted.add("kernel_launch")
+        if wanted & {"nvtx_ranges", "nvtx_kernels"}:  # the ranges' kernels come from the API calls
+            wanted |= {"nvtx_ranges", "nvtx_kernels", "cuda_api"}
+        if "host_waits" in wanted:  # found with the steps, in one scan of the NVTX ranges
+            wanted.add("steps")
+        return [t for t in nsys.LOADERS if t in wanted]  # kernels and cuda_api before what derives from them
+
+    def load_deferred(
+        self, con: duckdb.DuckDBPyConnection, handle: Export | None, report_id: int, step: str
+    ) -> int:
+        """`handle` is None for the derived steps, which read only the workspace."""
+        try:
+            if handle is not None:
+                nsys.prepare_strings(con, handle.src)
+            with timed(log, f"report {report_id}: loaded deferred {step}"):
+                n = nsys.load_table(con, handle.src if handle else nsys.Source({}), step, report_id)
+            con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
+        except duckdb.Error as exc:
+            raise _read_error(handle.path if handle else Path(f"report {report_id}"), exc) from exc
+        return n
+
+
+def _copy_settings(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    previous = {
+        k: str(params.first_row(con.execute(f"SELECT current_setting('{k}')"))[0]) for k in COPY_SETTINGS
+    }
+    for key, value in COPY_SETTINGS.items():
+        con.execute(f"SET {key} = {value}")
+    return previous
+
+
+def _restore(con: duckdb.DuckDBPyConnection, previous: dict[str, str]) -> None:
+    for key, value in previous.items():
+        con.execute(f"SET {key} = {params.literal(value)}")
+
+
+def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
+    kinds = []
+    for table, (builder, kind) in nsys.LOADERS.items():
+        if kind is None:
+            continue
+        present = rows.get(table, 0) > 0 if table in rows else builder(src) is not None
+        if present and kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def _read_error(path: Path, exc: duckdb.Error) -> InputError:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "malformed" in text or "corrupt" in text or "not a database" in text:
+        return InputError(f"{path} is damaged or truncated ({text}); copy or export it again.")
+    return InputError(f"{path} could not be ingested: {text}")
+
+
+READER = NsysSqliteReader()

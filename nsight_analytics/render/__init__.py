@@ -1,0 +1,29 @@
+"""The one render layer: rows, findings, rules and the schema as table, CSV, JSON or Markdown.
+
+Analysis code returns data (DuckDB relations, findings, dataclasses); only this package turns it
+into text, and every command offers the same `--format` set (`FORMATS`).
+
+    from nsight_analytics import render
+    print(render.render(render.Result.of(relation), "markdown"))
+"""
+
+from __future__ import annotations
+
+from .findings import render as render_findings
+from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdown, to_table
+from .rules import render_rules
+from .schema import render_schema
+
+__all__ = [
+    "FORMATS",
+    "Result",
+    "jsonable",
+    "render",
+    "render_findings",
+    "render_rules",
+    "render_schema",
+    "to_csv",
+    "to_json",
+    "to_markdown",
+    "to_table",
+]

@@ -1,0 +1,46 @@
+"""The rules and their thresholds (`nsa rules`): one table each for people, the rules only for
+machines, and the Markdown reference tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..rules.config import Threshold
+from ..rules.model import Rule
+from .rows import Result, render, to_table
+
+
+def _rows(rules: Sequence[Rule], thresholds: Sequence[Threshold]) -> list[dict[str, str]]:
+    defaults = {t.name: t.default for t in thresholds}
+    return [
+        {
+            "rule": r.id,
+            "reads": r.needs_text,
+            "severity": " / ".join(r.severities),
+            "thresholds": ", ".join(f"{t}={defaults[t]}" for t in r.thresholds),
+            "looks for": r.summary,
+        }
+        for r in rules
+    ]
+
+
+def render_rules(rules: Sequence[Rule], thresholds: Sequence[Threshold], fmt: str) -> str:
+    rows = _rows(rules, thresholds)
+    if fmt == "markdown":
+        lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |"
+            for x in rows
+        ]
+        lines += ["", "| threshold | default | unit | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{t.name}` | {t.default} | {t.unit} | {t.doc} |" for t in thresholds]
+        return "\n".join(lines) + "\n"
+    if fmt in ("json", "csv"):  # machine formats: the rules only (`nsa rules` tables show thresholds)
+        return render(Result.of_records(rows), fmt)
+    text = to_table(Result.of_records(rows), "rules")
+    text += to_table(
+        Result.of_records([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
+                           for t in thresholds]),
+        "thresholds (change with --config FILE or --set name=value)",
+    )  # fmt: skip
+    return text

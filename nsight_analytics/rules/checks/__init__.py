@@ -1,0 +1,1 @@
+"""The built-in rules, one per module, found by `rules.discovery` (docs/rules.md)."""

@@ -1,0 +1,278 @@
+"""gpu-idle: the GPU idles in the steady state; the dominant cause of its gaps says why."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from ..context import Context, steady_evidence, steady_scope
+from ..model import GPU_ACTIVITY, Finding, Threshold, rule
+from ..units import count, dur, pct, plural
+
+_CAUSE_WORDS = {
+    "sync": "the host blocked in a synchronising call",
+    "host_wait": "the thread that launches the next work was waiting",
+    "late_launch": "the host issued the next work late",
+    "unknown": "work queued but not started (dependency, other process, or no launch record)",
+}
+
+
+_CAUSE_FIX = {
+    "sync": (
+        "Take the synchronisation out of the steady-state loop: {detail} blocks the host until the GPU "
+        "drains, then the GPU waits for the next launch. Synchronise once every N steps; express "
+        "dependencies with cudaEventRecord + cudaStreamWaitEvent; in PyTorch avoid .item(), .cpu(), "
+        "printing tensors and torch.cuda.synchronize() per step, and copy results back with "
+        "non_blocking=True into pinned buffers."
+    ),
+    "host_wait": (
+        "The launching thread was waiting in {detail} while the GPU idled. Communication (MPI_*, nccl*, "
+        "ucp_*): overlap it with compute (non-blocking MPI_Isend/Irecv with work between post and wait, "
+        "CUDA-aware MPI or NCCL on a side stream, gradient bucketing) and look for load imbalance across "
+        "ranks. Sleeps: take them out of the loop. Condition variables, semaphores, locks, poll: the "
+        "thread waits for a producer (a data loader, a queue), so make the producer faster (more "
+        "DataLoader workers, prefetch_factor, pinned memory). Reads: data loading from storage; cache or "
+        "prefetch it."
+    ),
+    "late_launch": (
+        "The CPU thread is the bottleneck between bursts (launch call {detail} issued after the GPU went "
+        "idle): move host work off the critical path (DataLoader workers, prefetching, no sleeps or I/O "
+        "in the loop), queue the next step before waiting on this one, or capture the steady state in "
+        "a CUDA graph."
+    ),
+    "unknown": (
+        "The work was already queued but did not start: look for cross-stream event waits, another "
+        "process sharing the GPU, or missing launch records; `nsa query gaps` lists each gap with what "
+        "ran before and after it."
+    ),
+}
+
+
+# Most of the idle time in gaps shorter than min_gap_ns: no single wait, the host is too slow
+# for how little work each launch carries. Keyed by "does the program replay CUDA graphs".
+_SHORT_GAPS_FIX = {
+    False: (
+        "The GPU waits on the host between short bursts of work: fuse the small kernels and capture the "
+        "steady-state step in a CUDA graph so one launch replays it, avoid a host readback every step "
+        "(.item(), .tolist(), .cpu(): copy into pinned memory asynchronously and read the previous step's "
+        "result), and give each step more work (larger batches)."
+    ),
+    True: (
+        "The program already replays CUDA graphs, yet each step still leaves the GPU waiting on the host "
+        "between short bursts of work: capture the whole step in the graph (input copies, sampling), avoid "
+        "a host readback every step (.item(), .tolist(), .cpu(): copy into pinned memory asynchronously "
+        "and read the previous step's result), and give each step more work (larger batches, several "
+        "decode steps per launch)."
+    ),
+}
+
+
+@rule(
+    "gpu-idle",
+    order=80,
+    needs=(GPU_ACTIVITY,),
+    queries=("utilization", "gaps", "kernel_span", "gap_calls", "graph_launches"),
+    reads=("steps",),
+    severities=("warning", "critical"),
+    thresholds=(
+        Threshold(
+            "idle_share_warning",
+            0.20,
+            "fraction",
+            "GPU idle share of the steady-state span (the whole span without steps) that is a warning.",
+        ),
+        Threshold(
+            "idle_share_critical",
+            0.50,
+            "fraction",
+            "GPU idle share of the steady-state span that is critical.",
+        ),
+        Threshold(
+            "min_gap_ns",
+            100_000,
+            "ns",
+            "Idle gaps shorter than this are not attributed to a cause (launch jitter).",
+        ),
+        Threshold(
+            "idle_min_span_ns",
+            50_000_000,
+            "ns",
+            "Steady-state spans shorter than this are too short to judge idleness (a smoke test, not a run),",
+        ),
+        Threshold(
+            "idle_min_steps",
+            10,
+            "count",
+            "... unless they hold at least this many steady steps: a loop that repeats is judged however fast it is.",
+        ),
+    ),
+)
+def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
+    """The GPU sits idle for a large share of the steady state.
+
+    Anti-pattern: inside the program's main loop the device runs nothing for long stretches,
+    because the host blocks in synchronising calls (cause `sync`), the launching thread waits in
+    communication or the OS (`host_wait`: MPI_Recv, a NCCL call, a sleep, a lock, a read), issues
+    the next work late (`late_launch`: Python overhead, slow host code) or work waits on something
+    the trace cannot show (`unknown`). The loop is judged on its steady state (table `steps`: from the
+    first step after warm-up to the end of the last step); start-up is the `startup` rule's.
+    Reports without steps are judged over their whole span, less the idle time before each
+    device's first kernel, and the finding says so.
+
+    Fix: depends on the dominant cause; the finding says which and what to change.
+
+    est_savings_ns: the steady-state idle time in gaps of the dominant cause (gaps >=
+    min_gap_ns), the most that removing that cause can give back; the largest device's value
+    when several GPUs run side by side. None when the dominant cause is `unknown` (no honest fix
+    to estimate). Severity follows the steady-state idle share.
+    """
+    util = ctx.query("utilization", rid, phase="steady")
+    if not util:
+        return []
+    gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["min_gap_ns"]))
+    window = ctx.steady(rid)
+    if window is not None:
+        steady = gaps.where(lambda g: g.phase == "steady")
+        startup_ns = 0
+    else:
+        first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.query("kernel_span", rid)}
+
+        def at_startup(g: Any) -> bool:
+            first_ns = first.get((g.report_id, g.device_id))
+            return first_ns is None or g.gap_end_ns <= first_ns
+
+        steady = gaps.where(lambda g: not at_startup(g))
+        startup_ns = int(gaps.where(at_startup).total("gap_ns"))
+    span = int(util.total("span_ns")) - startup_ns
+    idle = int(util.total("idle_ns")) - startup_ns
+    steps = int(window.steady_steps) if window is not None else 0
+    if span <= 0 or (span < ctx["idle_min_span_ns"] and steps < ctx["idle_min_steps"]):
+        return []
+    share = idle / span
+    if share < ctx["idle_share_warning"]:
+        return []
+    severity = "critical" if share >= ctx["idle_share_critical"] else "warning"
+    by_cause = steady.sum_by("cause", "gap_ns")
+    gap_total = int(steady.total("gap_ns"))
+    devices = len(util)
+    where = f" on {devices} GPUs" if devices > 1 else ""
+    scope = steady_scope(window, ctx.steps_unknown(rid))
+    ev = {
+        "phase": "steady" if window is not None else "run",
+        "span_ns": span,
+        "idle_ns": idle,
+        "idle_share": share,
+        "devices": devices,
+        "gaps": len(steady),
+        "gap_ns": gap_total,
+        "min_gap_ns": int(ctx["min_gap_ns"]),
+        "startup_idle_ns": startup_ns,
+        "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause},
+        **steady_evidence(window),
+    }
+    message = (
+        f"{scope[0].upper()}{scope[1:]}, the GPU was idle {dur(idle)} of {dur(span)}{where} ({pct(share)}); "
+        f"{count(len(steady))} gaps of at least {dur(ctx['min_gap_ns'])} hold {dur(gap_total)}."
+    )
+    savings = None
+    graphs = bool(ctx.query("graph_launches", rid))
+    short = idle - gap_total >= 0.5 * idle  # most of the idle time lies in short gaps
+    short_text = ""
+    if short:
+        short_text = (
+            f" Most of the idle time, {dur(idle - gap_total)}, lies in gaps shorter than {dur(ctx['min_gap_ns'])}: "
+            "the host issues the work too slowly for how short it is."
+        )
+        if window is not None and steps:
+            short_text += (
+                f" A steady step takes {dur(span / steps)} on average and keeps the GPU busy "
+                f"{dur((span - idle) / steps)} of it."
+            )
+        ev["short_gap_idle_ns"] = idle - gap_total
+    if not by_cause:
+        recommendation = _SHORT_GAPS_FIX[graphs]
+    else:
+        cause, cause_ns = by_cause[0]
+        cause_gaps = steady.where(lambda g: g.cause == cause)
+        detail = cause_gaps.sum_by("cause_detail", "gap_ns")
+        detail_name = str(detail[0][0]) if detail else "the call"
+        ev.update(dominant_cause=cause, dominant_detail=detail_name if detail else None)
+        cause_share = cause_ns / gap_total if gap_total else 0.0
+        message += (
+            f" {pct(cause_share)} of that gap time ({dur(cause_ns)}, {plural(len(cause_gaps), 'gap')}): "
+            f"{_CAUSE_WORDS.get(cause, cause)}" + (f", mostly {detail_name}" if detail else "") + "."
+        )
+        for other, other_ns in by_cause[1:]:
+            if gap_total and other_ns / gap_total >= 0.05:  # a second cause worth naming
+                others = steady.where(partial(_has_cause, other))
+                top = others.sum_by("cause_detail", "gap_ns")
+                message += (
+                    f" Also {pct(other_ns / gap_total)} ({dur(other_ns)}, {plural(len(others), 'gap')}): "
+                    f"{_CAUSE_WORDS.get(str(other), str(other))}"
+                    + (f", mostly {top[0][0]}" if top else "")
+                    + "."
+                )
+        if cause == "late_launch":
+            message += _host_calls_in(ctx, rid, cause_gaps)
+        recommendation = _CAUSE_FIX.get(cause, _CAUSE_FIX["unknown"]).format(detail=detail_name)
+        if graphs:  # no advice to capture graphs to a program that does
+            recommendation = recommendation.replace(
+                ", or capture the steady state in a CUDA graph.",
+                "; the program already replays CUDA graphs, so look at what the host does before each launch.",
+            )
+        if cause != "unknown":
+            savings = int(cause_gaps.sum_by("device_id", "gap_ns", nulls=True)[0][1])
+        if short:
+            recommendation = (
+                f"{_SHORT_GAPS_FIX[graphs]} The longer gaps: {recommendation[0].lower()}{recommendation[1:]}"
+            )
+    message += short_text
+    if window is not None:
+        message += f" Start-up before step {window.first_step} is not counted (see the startup rule)."
+    elif startup_ns:
+        message += f" Not counted: {dur(startup_ns)} idle before the first kernel (start-up)."
+        recommendation += (
+            " To profile only the steady state, start the capture later (`nsys profile --delay`, or "
+            "--capture-range=cudaProfilerApi around the loop)."
+        )
+    title = f"GPU idle {pct(share)} of the {'steady state' if window is not None else 'run'}{where}"
+    if short:
+        title += ", mostly in short gaps between the host's launches"
+    elif "dominant_cause" in ev:
+        title += f", mostly {ev['dominant_cause'].replace('_', ' ')}"
+    return [Finding("gpu-idle", severity, rid, title, message, recommendation, ev, savings)]
+
+
+# What the launching threads did during the largest late-launch gaps (query gap_calls).
+_HOST_GAPS = 20
+
+
+def _host_calls_in(ctx: Context, rid: int, gaps: Any) -> str:
+    """' In the N largest of these gaps the launching thread spent X in A, Y in B ...; the rest
+    outside CUDA calls.' ('' when no launching thread is known)."""
+    top = sorted((g for g in gaps if g.launch_global_tid is not None), key=lambda g: -g.gap_ns)[:_HOST_GAPS]
+    if not top:
+        return ""
+    calls = ctx.query(
+        "gap_calls",
+        rid,
+        thread_ids=[int(g.launch_global_tid) for g in top],
+        starts_ns=[int(g.gap_start_ns) for g in top],
+        ends_ns=[int(g.gap_end_ns) for g in top],
+        top_n=3,
+    )
+    total = sum(int(g.gap_ns) for g in top)
+    parts = [f"{dur(r.in_gaps_ns)} in {r.name}" for r in calls if r.in_gaps_ns >= 0.05 * total]
+    which = f"the {len(top)} largest of these gaps" if len(gaps) > len(top) else "these gaps"
+    if not parts:
+        return f" In {which} ({dur(total)}) the launching thread was outside CUDA calls (host code: Python, data, I/O)."
+    rest = total - sum(int(r.in_gaps_ns) for r in calls)
+    return (
+        f" In {which} ({dur(total)}) the launching thread spent "
+        + ", ".join(parts)
+        + f"; {dur(max(0, rest))} outside CUDA calls."
+    )
+
+
+def _has_cause(cause: Any, gap: Any) -> bool:
+    return bool(gap.cause == cause)

@@ -1,0 +1,115 @@
+"""host-sync: host threads block in synchronising CUDA calls while their GPUs idle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import Context
+from ..model import Finding, Threshold, rule
+from ..units import count, dur, pct
+
+
+@rule(
+    "host-sync",
+    order=100,
+    needs=("cuda_api",),
+    queries=("sync_beyond_gpu",),
+    severities=("info", "warning", "critical"),
+    thresholds=(
+        Threshold(
+            "sync_share_warning",
+            0.20,
+            "fraction",
+            "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
+            "that is a warning.",
+        ),
+        Threshold("sync_share_critical", 0.50, "fraction", "The same share that is critical."),
+        Threshold(
+            "sync_share_info",
+            0.20,
+            "fraction",
+            "Blocked share (all of it, GPU busy or not) worth an info finding even when the GPU was busy.",
+        ),
+    ),
+)
+def host_sync(ctx: Context, rid: int) -> list[Finding]:
+    """Host threads spend a large share of the run blocked in synchronising CUDA calls.
+
+    Anti-pattern: cudaDeviceSynchronize / cudaStreamSynchronize / cudaEventSynchronize and
+    synchronous cudaMemcpy / cudaMemset in the hot loop. While the host waits it cannot queue
+    more work, so after the call returns the GPU waits for the host in turn. Time blocked while
+    the process's GPUs were busy is mostly harmless (the host waits for work it needs); time
+    blocked while they were idle is pure loss for both (waiting on another stream, process or
+    event that is late).
+
+    Fix: synchronise less often (every N steps), replace host syncs with stream/event
+    dependencies, use async copies into pinned buffers and read results a step later.
+
+    est_savings_ns: the blocked time during which the process's GPUs were idle ("beyond GPU
+    work"), for the process the finding names (the one with the largest such share of its run,
+    or for an info finding the largest blocked share); time covered by GPU work is not counted.
+    Severity follows that share of the process's run; an info finding notes a large blocked
+    share when the GPU was busy throughout.
+    """
+    calls = ctx.query("sync_beyond_gpu", rid)
+    per_pid: dict[Any, dict[str, Any]] = {}
+    for r in sorted((r for r in calls if r.pid is not None), key=lambda r: r.pid):
+        p = per_pid.setdefault(r.pid, {"blocked_ns": 0, "beyond_ns": 0, "span_ns": None})
+        p["blocked_ns"] += r.blocked_ns
+        p["beyond_ns"] += r.beyond_ns
+        if r.pid_span_ns is not None and (p["span_ns"] is None or r.pid_span_ns > p["span_ns"]):
+            p["span_ns"] = r.pid_span_ns
+    per_pid = {pid: p for pid, p in per_pid.items() if p["span_ns"] is not None and p["span_ns"] > 0}
+    if not per_pid:
+        return []
+    for p in per_pid.values():
+        p["share"] = p["blocked_ns"] / p["span_ns"]
+        p["beyond_share"] = p["beyond_ns"] / p["span_ns"]
+    worst_pid = max(per_pid, key=lambda pid: per_pid[pid]["beyond_share"])  # first of equals
+    w = per_pid[worst_pid]
+    if w["beyond_share"] >= ctx["sync_share_critical"]:
+        severity = "critical"
+    elif w["beyond_share"] >= ctx["sync_share_warning"]:
+        severity = "warning"
+    else:
+        worst_pid = max(per_pid, key=lambda pid: per_pid[pid]["share"])
+        w = per_pid[worst_pid]
+        if w["share"] < ctx["sync_share_info"]:
+            return []
+        severity = "info"
+    # the query lists each process's calls by blocked time, most first
+    mine = [r for r in calls if r.pid == worst_pid]
+    top = mine[0]
+    names = ", ".join(f"{r.name} {dur(r.blocked_ns)} in {count(r.calls)} calls" for r in mine[:3])
+    procs = f" (worst of {len(per_pid)} processes)" if len(per_pid) > 1 else ""
+    ev = {
+        "pid": int(worst_pid),
+        "blocked_ns": int(w["blocked_ns"]),
+        "beyond_gpu_ns": int(w["beyond_ns"]),
+        "process_span_ns": int(w["span_ns"]),
+        "blocked_share": float(w["share"]),
+        "beyond_gpu_share": float(w["beyond_share"]),
+        "calls": {str(r.name): {"calls": int(r.calls), "blocked_ns": int(r.blocked_ns)} for r in mine},
+        "processes": len(per_pid),
+    }
+    message = (
+        f"Process {int(worst_pid)}{procs} spent {dur(w['blocked_ns'])} of its {dur(w['span_ns'])} run "
+        f"({pct(w['share'])}) blocked in synchronising calls: {names}. Its GPUs were idle for "
+        f"{dur(w['beyond_ns'])} of that ({pct(w['beyond_share'])} of the run)."
+    )
+    if severity == "info":
+        title = f"Host blocked {pct(w['share'])} of the run in {top.name}, while the GPU was busy"
+        recommendation = (
+            "The waits cover GPU work, so they are not the bottleneck today; but a host that waits cannot "
+            "queue ahead. Once the GPU work shrinks, replace per-step synchronisation with events or "
+            "synchronise every N steps."
+        )
+    else:
+        title = f"Host blocked in {top.name} while the GPU idles: {pct(w['beyond_share'])} of the run"
+        recommendation = (
+            f"Remove {top.name} from the hot loop or make it rarer: synchronise every N steps, express "
+            "dependencies with cudaEventRecord + cudaStreamWaitEvent, use cudaMemcpyAsync into pinned "
+            "buffers and consume results one step later (PyTorch: avoid .item()/.cpu()/print per step)."
+        )
+    savings = int(w["beyond_ns"])  # the process the finding names, so message and estimate agree
+    return [Finding("host-sync", severity, rid, title, message, recommendation, ev, savings)]

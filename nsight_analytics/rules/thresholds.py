@@ -1,0 +1,18 @@
+"""Thresholds that several rules read: declared once here, listed by each rule that uses them.
+
+A threshold used by one rule is declared in that rule's module.
+"""
+
+from __future__ import annotations
+
+from .model import Threshold
+
+HEAVY_KERNEL_SHARE = Threshold(
+    "heavy_kernel_share",
+    0.05,
+    "fraction",
+    "A kernel is heavy when it holds at least this share of the report's kernel time.",
+)
+MAX_KERNEL_FINDINGS = Threshold(
+    "max_kernel_findings", 3, "count", "At most this many kernels per ncu rule and report."
+)

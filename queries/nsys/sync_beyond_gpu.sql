@@ -1,0 +1,79 @@
+-- Blocking CUDA API calls per report, process and call name, with the part of the blocked time
+-- the process's GPUs had nothing to do ("beyond GPU work"). Time blocked while a GPU of the
+-- process was busy is mostly harmless (the host waits for work it needs); time blocked while
+-- they were all idle is lost on both sides. The calls are those of nsa_sync_kind, as in
+-- sync_calls; each call's busy time is the union of the GPU activity (nsa_gpu_activity) of its
+-- process's devices inside the call, on the device that was busiest.
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col pid BIGINT: process id.
+-- col name VARCHAR: CUDA API call.
+-- col calls BIGINT: number of calls.
+-- col blocked_ns BIGINT: summed time blocked in the calls (ns).
+-- col beyond_ns BIGINT: the part of blocked_ns during which the process's GPUs were idle (ns).
+-- col pid_span_ns BIGINT: the process's run: first to last CUDA API call of the process (ns).
+WITH act AS (
+    SELECT report_id, device_id, pid, start_ns, end_ns FROM nsa_gpu_activity($report_id)
+),
+devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
+calls AS (
+    SELECT report_id, pid, tid, start_ns, end_ns, duration_ns, name,
+           row_number() OVER () AS call_id
+    FROM cuda_api
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_sync_kind(name) IS NOT NULL
+),
+-- each call's start and end as probe rows on each GPU of its process, placed after the
+-- activities that start at the same time (end_ns NULL: a probe adds nothing)
+probes AS (
+    SELECT c.report_id, d.device_id, t.probe_ns AS start_ns, CAST(NULL AS BIGINT) AS end_ns, c.call_id, t.side
+    FROM calls AS c
+    JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
+    CROSS JOIN LATERAL (VALUES (c.start_ns, -1), (c.end_ns, 1)) AS t(probe_ns, side)
+),
+rows AS (
+    SELECT report_id, device_id, start_ns, end_ns, NULL AS call_id, 0 AS side FROM act
+    UNION ALL
+    SELECT * FROM probes
+),
+-- one sorted pass per device: prev_end is the latest end before the row, and each activity adds
+-- to the busy union the part of it not covered before
+o AS (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS prev_end
+    FROM rows
+),
+-- at a probe at time t: busy_to is the union of the activities starting by t, and all of
+-- [t, prev_end] is covered (by the activity ending at prev_end), so busy time up to t is
+-- busy_to - (prev_end - t) when prev_end > t
+b AS (
+    SELECT call_id, device_id, side,
+           coalesce(busy_to, 0) - greatest(0, coalesce(prev_end, start_ns) - start_ns) AS busy_until
+    FROM (
+        SELECT *, sum(CASE WHEN call_id IS NULL THEN nsa_union_ns(end_ns, start_ns, prev_end) END) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL ROWS UNBOUNDED PRECEDING
+        ) AS busy_to
+        FROM o
+    )
+    WHERE call_id IS NOT NULL
+),
+per_call AS (
+    SELECT call_id, max(busy_ns) AS busy_ns
+    FROM (SELECT call_id, device_id, sum(side * busy_until) AS busy_ns FROM b GROUP BY ALL)
+    GROUP BY ALL
+),
+spans AS (
+    SELECT report_id, pid, max(end_ns) - min(start_ns) AS pid_span_ns
+    FROM cuda_api WHERE $report_id IS NULL OR report_id = $report_id GROUP BY ALL
+)
+SELECT c.report_id, c.pid, c.name, count(*) AS calls,
+       CAST(sum(c.duration_ns) AS BIGINT) AS blocked_ns,
+       CAST(sum(greatest(0, c.duration_ns - coalesce(p.busy_ns, 0))) AS BIGINT) AS beyond_ns,
+       any_value(s.pid_span_ns) AS pid_span_ns
+FROM calls AS c
+LEFT JOIN per_call AS p USING (call_id)
+LEFT JOIN spans AS s ON s.report_id = c.report_id AND s.pid = c.pid
+GROUP BY ALL
+ORDER BY c.report_id, c.pid, blocked_ns DESC, c.name

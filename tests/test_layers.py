@@ -1,0 +1,33 @@
+"""The import-layering contract (pyproject.toml's [tool.importlinter]) holds: cli -> api -> rules
+-> queries -> ingest/workspace -> schema; the CLI reaches the library only through the facade
+and the renderers."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+
+from test_lint import _tool
+
+from conftest import ROOT
+
+
+def test_import_layers_contract() -> None:
+    # the checkout's package, whatever else the interpreter could import
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 broken" in res.stdout
+
+
+def test_cli_imports_only_the_facade_and_the_renderers() -> None:
+    tree = ast.parse((ROOT / "nsight_analytics" / "cli.py").read_text(encoding="utf-8"))
+    local = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            local |= {f"{node.module}.{a.name}" if node.module else a.name for a in node.names}
+    allowed = {"api", "render", "errors.NsaError", "errors.WorkspaceError", "timing.timed"}
+    assert local <= allowed, sorted(local - allowed)
