@@ -97,7 +97,10 @@ shares AS (
         *,
         CASE WHEN sum(value) OVER w > 0 THEN 100.0 * value / sum(value) OVER w END AS share_pct
     FROM chosen
-    WINDOW w AS (PARTITION BY report_id, launch_id)
+    -- summed in reason order over the whole partition: the same float sum on every run
+    WINDOW w AS (
+        PARTITION BY report_id, launch_id ORDER BY reason ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING
+    )
 )
 SELECT
     s.report_id,

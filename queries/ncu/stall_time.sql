@@ -13,6 +13,7 @@
 -- literals (`(int)`, `(unsigned long)`, `(bool)`), spells true/false as 1/0, drops a leading
 -- `void` and all whitespace. Kernels found in only one of the two reports are left out.
 -- Every (nsys report, ncu report) pair that shares a kernel is reported unless narrowed.
+-- reads kernel_names, kernel_rows, ncu_kernels, ncu_metrics
 -- param nsys_report_id INTEGER = NULL: only this nsys report; all when NULL.
 -- param ncu_report_id INTEGER = NULL: only this ncu report; all when NULL.
 -- col nsys_report_id INTEGER: workspace report id of the nsys report.
@@ -71,7 +72,9 @@ ncu AS (
         -- one row per launch and reason (nsa_ncu_stall_reasons), so this counts launches
         CAST(sum(l.launches) AS BIGINT) AS ncu_launches,
         -- weight: the ncu time of the launch(es), Average duration times invocations for summaries
-        sum(s.share_pct * l.duration * l.launches) / sum(l.duration * l.launches) AS share_pct
+        -- (summed in launch order: the same float sum on every run)
+        sum(s.share_pct * l.duration * l.launches ORDER BY l.launch_id)
+            / sum(l.duration * l.launches ORDER BY l.launch_id) AS share_pct
     FROM ncu_launch AS l
     JOIN nsa_ncu_stall_reasons($ncu_report_id) AS s
         ON s.report_id = l.ncu_report_id AND s.launch_id = l.launch_id
