@@ -294,3 +294,25 @@ def test_moved_export_still_answers_utilization_and_findings(tmp_path: Path, rea
     assert "steps are not known" in found["gpu-idle"].message  # whole run: start-up counted again
     assert "startup" not in found
     con.close()
+
+
+def test_phases_split_the_timeline_where_the_rules_do(tmp_path: Path, real_sqlite) -> None:
+    path = real_sqlite("h100_nsys2025.3_train_fused_gpumetrics.sqlite")
+    db = _src(path)
+    steps = _nvtx_steps(db, "step ")
+    acts = _gpu_intervals(db, *ACTIVITY)
+    first, last = min(s for s, _ in acts), max(e for _, e in acts)
+    con, rid = _ingest(tmp_path, path)
+    rel = nsa.query(con, "phases", report_id=rid)
+    got = [dict(zip([d[0] for d in rel.description], r)) for r in rel.fetchall()]
+    steady = steps[1][1]  # step 0 is warm-up (test_warm_up_is_not_steady_state_idle)
+    assert [(p["phase"], p["start_ns"], p["end_ns"], p["steps"]) for p in got] == [
+        ("startup", first, steady, 1),
+        ("steady", steady, last, 24),
+    ]
+    spans = {
+        p: nsa.query(con, "utilization", report_id=rid, phase=p).fetchall()[0][3]
+        for p in ("startup", "steady")
+    }
+    assert spans == {"startup": steady - first, "steady": last - steady}
+    con.close()
