@@ -60,8 +60,9 @@ CORR = _c(
     "CUPTI correlation id; joins GPU work to the API call that issued it (same pid).",
 )
 GRAPH = _c("graph_node_id", "BIGINT", "", "CUDA graph node id when launched from a graph, else NULL.")
-# The first columns of every table of GPU activity.
+# The first columns of every table of GPU activity, and of every table of host activity.
 DEVICE_TIMELINE = (RID, DEV, CTX, STREAM, PID, GPID, START, END, DUR)
+HOST_TIMELINE = (RID, PID, TID, GTID, START, END, DUR)
 NAME = _c("name", "VARCHAR", "", "Demangled kernel name (falls back to the short name).")
 SHORT_NAME = _c("short_name", "VARCHAR", "", "Short kernel name, as nsys prints it in summaries.")
 NAME_ID = _c(
@@ -244,13 +245,7 @@ TABLES: tuple[Table, ...] = (
         "Host-side CUDA graph events (nsys CUDA_GRAPH_EVENTS and CUDA_GRAPH_NODE_EVENTS): graph "
         "and graph-node creation, with the ids that tie nodes to the kernels they ran.",
         (
-            RID,
-            PID,
-            TID,
-            GTID,
-            START,
-            END,
-            DUR,
+            *HOST_TIMELINE,
             _c(
                 "name",
                 "VARCHAR",
@@ -317,13 +312,7 @@ TABLES: tuple[Table, ...] = (
         "cuda_api",
         "CUDA runtime and driver API calls on the host (nsys CUPTI_ACTIVITY_KIND_RUNTIME).",
         (
-            RID,
-            PID,
-            TID,
-            GTID,
-            START,
-            END,
-            DUR,
+            *HOST_TIMELINE,
             _c("name", "VARCHAR", "", "API name without its version suffix (cudaLaunchKernel)."),
             CORR,
             _c("return_value", "BIGINT", "", "CUresult / cudaError_t returned."),
@@ -353,13 +342,7 @@ TABLES: tuple[Table, ...] = (
         "closed has NULL end_ns and duration_ns. Copied on first use; `kernels`, `kernel_ns` and "
         "their `process_` forms are computed then, from the report's CUDA API calls and kernels.",
         (
-            RID,
-            PID,
-            TID,
-            GTID,
-            START,
-            END,
-            DUR,
+            *HOST_TIMELINE,
             _c("name", "VARCHAR", "", "Range text: `text`, else the registered string `textId`."),
             _c(
                 "base_name",
@@ -398,7 +381,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "osrt_api",
         "OS runtime calls (nsys OSRT_API): sleeps, locks, I/O waits on the host.",
-        (RID, PID, TID, GTID, START, END, DUR, _c("name", "VARCHAR", "", "libc/pthread function.")),
+        (*HOST_TIMELINE, _c("name", "VARCHAR", "", "libc/pthread function.")),
         "nsys",
     ),
     Table(
@@ -408,13 +391,7 @@ TABLES: tuple[Table, ...] = (
         "(sleeps, condition variables, semaphores, locks, poll/select, reads and receives). A "
         "GPU idle gap while the thread that launches the next work sits in one is that wait's.",
         (
-            RID,
-            PID,
-            TID,
-            GTID,
-            START,
-            END,
-            DUR,
+            *HOST_TIMELINE,
             _c("name", "VARCHAR", "", "Range name (MPI_Recv) or libc/pthread function (pthread_cond_wait)."),
             _c("source", "VARCHAR", "", "'nvtx' or 'osrt'."),
         ),
