@@ -316,3 +316,30 @@ def test_phases_split_the_timeline_where_the_rules_do(tmp_path: Path, real_sqlit
     }
     assert spans == {"startup": steady - first, "steady": last - steady}
     con.close()
+
+
+def test_gap_while_the_launching_thread_waits_in_mpi_is_that_wait(tmp_path: Path) -> None:
+    """An MPI program (nsys writes MPI calls as NVTX ranges): the GPU idles while the rank sits in
+    MPI_Recv; the next kernel is launched right after. That gap is the wait's, not a late launch."""
+    from fixtures.nsys_fixtures import T0, ExportBuilder
+
+    b = ExportBuilder()
+    main = b.process(700, "cloverleaf")
+    helper = b.thread(700, 701, "progress")
+    b.gpu(0)
+    _, g = b.launch_kernel(T0, T0 + 5_000, 1_000_000, "void halo(double*)", gtid=main)
+    recv_start, recv_end = g + 20_000, g + 8_020_000  # 8 ms in MPI_Recv on the launching thread
+    b.nvtx(recv_start, recv_end, "MPI_Recv", gtid=main)
+    b.nvtx(g, g + 9_000_000, "MPI_Wait", gtid=helper)  # another thread's wait does not count
+    _, g2 = b.launch_kernel(recv_end + 2_000, recv_end + 9_000, 1_000_000, "void stencil(double*)", gtid=main)
+    _, _ = b.launch_kernel(g2 + 3_000_000, g2 + 3_007_000, 1_000_000, "void stencil(double*)", gtid=main)
+    path = tmp_path / "mpi.sqlite"
+    b.write(path)
+    con, rid = _ingest(tmp_path, path)
+    gaps = nsa.query(con, "gaps", report_id=rid).fetchall()
+    got = [(g[4], g[7], g[8]) for g in gaps]
+    # the MPI gap, from the first kernel's end to the next start; then a plain late launch
+    assert len(got) == 2
+    assert got[0] == (recv_end + 9_000 - g, "host_wait", "MPI_Recv")
+    assert got[1][1] == "late_launch"
+    con.close()
