@@ -51,6 +51,13 @@ def format_option(choices: tuple[str, ...] = render.FORMATS) -> Callable[..., An
     )  # fmt: skip
 
 
+def wide_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wide", is_flag=True,
+        help="Tables: full kernel names (default: template arguments, arguments and namespaces elided).",
+    )(f)  # fmt: skip
+
+
 def _check_output(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse an --output path that cannot be written before any work is done."""
     if value is None:
@@ -237,9 +244,16 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
 )  # fmt: skip
 @db_option
 @format_option()
+@wide_option
 @output_option
 def sql(
-    statement: str, read_only: bool, allow_writes: bool, db: str | None, fmt: str, output_path: str | None
+    statement: str,
+    read_only: bool,
+    allow_writes: bool,
+    db: str | None,
+    fmt: str,
+    wide: bool,
+    output_path: str | None,
 ) -> None:
     """Run one SQL statement on the workspace (canonical tables and query macros).
 
@@ -256,7 +270,7 @@ def sql(
             con = api.connect(db, load_deferred=False)  # api.sql loads only what the statement reads
         with timed(log, "sql"):
             res = render.Result.of(api.sql(con, statement, allow_writes=True))
-        emit(render.render(res, fmt), output_path)
+        emit(render.render(res, fmt, wide=wide), output_path)
 
 
 @main.command(short_help="Run a library query by NAME.")
@@ -268,6 +282,7 @@ def sql(
 )
 @db_option
 @format_option()
+@wide_option
 @output_option
 def query(
     name: str | None,
@@ -276,6 +291,7 @@ def query(
     params: tuple[str, ...],
     db: str | None,
     fmt: str,
+    wide: bool,
     output_path: str | None,
 ) -> None:
     """Run a library query by NAME, for example `nsa query gaps -p min_gap_ns=100000`.
@@ -299,8 +315,8 @@ def query(
         reports = [v for k, v in bound.items() if k.endswith("report_id")]
         con = api.reader(db, needs=q.tables(), check=lambda c: api.require_reports(c, reports))
         with timed(log, f"query {q.name}"):
-            res = render.Result.of(api.query(con, name, **values))
-        emit(render.render(res, fmt, name), output_path)
+            res = render.Result.of(api.query(con, name, **values), units=q.units())
+        emit(render.render(res, fmt, name, wide=wide), output_path)
 
 
 def _query_list(full: bool) -> render.Result:
@@ -341,7 +357,8 @@ def demo(db: str | None) -> None:
             result = api.ingest(con, demo_input(), defer=())
             click.echo(f"$ nsa ingest {demo_input().name}\n{_describe(result)}\n")
             click.echo("$ nsa query utilization")
-            click.echo(render.render(render.Result.of(api.query(con, "utilization")), "table"))
+            units = api.get_query("utilization").units()
+            click.echo(render.render(render.Result.of(api.query(con, "utilization"), units=units), "table"))
             click.echo("$ nsa findings")
             names = {result.report_id: demo_input().name}
             click.echo(render.render_findings(api.findings(con), "text", names), nl=False)

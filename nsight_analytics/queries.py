@@ -33,6 +33,7 @@ from .params import sql as params_sql
 
 _PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
+_UNIT = re.compile(r"\((ns|byte|GB/s|%)(?=[),\s])")
 _READS = re.compile(r"^--\s*reads\s+(\w+(?:\s*,\s*\w+)*)\s*$")
 _USES = re.compile(r"\$(\w+)")
 _INTEGER_TYPES = {"INTEGER", "BIGINT", "INT", "HUGEINT", "SMALLINT", "TINYINT", "UBIGINT", "UINTEGER"}
@@ -106,6 +107,13 @@ class Column:
     type: str
     doc: str
 
+    @property
+    def unit(self) -> str | None:
+        """The unit the contract declares in parentheses: `(ns)`, `(byte)`, `(GB/s, 1e9 byte/s)`,
+        `(% of peak)`; None for counts, ids and text."""
+        m = _UNIT.search(self.doc)
+        return m[1] if m else None
+
 
 @dataclass(frozen=True)
 class Query:
@@ -134,6 +142,10 @@ class Query:
             bound[p.name] = p.convert(values[p.name]) if p.name in values else p.default_value()
         used = set(_USES.findall(self.sql))
         return {k: v for k, v in bound.items() if k in used}
+
+    def units(self) -> dict[str, str]:
+        """Column name -> declared unit, for the columns that declare one."""
+        return {c.name: c.unit for c in self.columns if c.unit}
 
     def tables(self) -> set[str]:
         """Canonical tables the query reads, directly or through the shared macros it calls:

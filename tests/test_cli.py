@@ -138,7 +138,7 @@ def test_demo_runs_on_the_bundled_export() -> None:
 def test_table_cells_are_not_read_as_markup(tmp_path: Path) -> None:
     # Kernel names such as `[lambda() (instance 1)]` (ncu) or `void f<[bold]>` must print as written.
     stmt = "SELECT 'k<[lambda() (instance 1)]>' AS name, '[red]x[/red]' AS \"[b]col\""
-    res = invoke("sql", "--db", str(tmp_path / "w.duckdb"), stmt)
+    res = invoke("sql", "--db", str(tmp_path / "w.duckdb"), "--wide", stmt)  # full kernel names
     assert res.exit_code == EXIT_OK, res.output
     assert "k<[lambda() (instance 1)]>" in res.output
     assert "[red]x[/red]" in res.output and "[b]col" in res.output

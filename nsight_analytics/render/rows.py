@@ -13,12 +13,15 @@ import decimal
 import io
 import json
 import math
+import re
 import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+
+from ..rules.units import dur, size
 
 # The one --format set of every command (findings also take `text`, their table for people).
 FORMATS = ("table", "csv", "json", "markdown")
@@ -36,21 +39,24 @@ _CSV_AS_IS = _NUMERIC_TYPES - {"FLOAT", "DOUBLE"} | {"VARCHAR", "BOOLEAN"}
 @dataclass(frozen=True)
 class Result:
     """Column names, which columns are numbers (right-aligned in tables), and the rows; `types`
-    are the DuckDB column types when the rows came from DuckDB."""
+    are the DuckDB column types when the rows came from DuckDB; `units` the declared unit of
+    columns that have one (a query's contract: `ns`, `byte`, `GB/s`, `%`), which tables show
+    in human units while csv and json keep the exact values."""
 
     columns: list[str]
     numeric: list[bool]
     rows: list[tuple[Any, ...]]
     types: list[str] | None = None
+    units: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rel: duckdb.DuckDBPyRelation | None) -> Result:
+    def of(cls, rel: duckdb.DuckDBPyRelation | None, units: Mapping[str, str] | None = None) -> Result:
         """A DuckDB relation's rows (None, e.g. from a DDL statement, gives no rows)."""
         if rel is None:
             return cls([], [], [])
         types = [str(t) for t in rel.types]
         numeric = [t in _NUMERIC_TYPES or t.startswith("DECIMAL") for t in types]
-        return cls(list(rel.columns), numeric, rel.fetchall(), types)
+        return cls(list(rel.columns), numeric, rel.fetchall(), types, dict(units or {}))
 
     @classmethod
     def of_records(cls, records: Sequence[dict[str, Any]]) -> Result:
@@ -135,21 +141,115 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def to_table(res: Result, title: str | None = None, width: int | None = None) -> str:
+# Table cells in human units, by the unit a query's contract declares; csv and json keep base units.
+_UNIT_CELL: dict[str, Callable[[float], str]] = {
+    "ns": lambda v: dur(v, micro="µs"),
+    "byte": size,
+    "GB/s": lambda v: f"{v:.3g} GB/s",
+    "%": lambda v: f"{v:.1f}%",
+}
+
+# Columns of the library queries that hold kernel names (`top_names`: 'name (count); ...').
+KERNEL_COLUMNS = frozenset({"name", "short_name", "before", "after", "top_name", "top_names", "kernel"})
+_COUNT_SUFFIX = re.compile(r"^(.*?)(\s*\(\d[\d,]*\))$")
+
+
+def short_kernel_name(name: str) -> str:
+    """A demangled kernel name without its template arguments, argument list, return type and
+    namespaces: `void at::native::vectorized_elementwise_kernel<(int)4, ...>(int, T2, T3)` ->
+    `vectorized_elementwise_kernel`. Names that are not C++ signatures come back as they are."""
+    if "<" not in name and "(" not in name:
+        return name
+    kept, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif not depth:
+            kept.append(ch)
+    words = "".join(kept).split()
+    short = words[-1].rsplit("::", 1)[-1] if words else ""
+    return short if re.fullmatch(r"[A-Za-z_~]\w*", short) else name
+
+
+def _short_cell(column: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if column == "top_names":  # 'name (count); name (count)'
+        parts = []
+        for part in value.split("; "):
+            m = _COUNT_SUFFIX.match(part)
+            parts.append(short_kernel_name(m[1]) + m[2] if m else short_kernel_name(part))
+        return "; ".join(parts)
+    return short_kernel_name(value)
+
+
+def _table_cell(value: Any, unit: str | None) -> str:
+    if unit and isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
+        number = float(value)
+        if math.isfinite(number):
+            return _UNIT_CELL[unit](number)
+    return _cell(value)
+
+
+def _header(name: str, width: int) -> str:
+    """A column name broken after underscores into lines of at most `width` (or its longest
+    part): `kernel_busy_ns` over a 7-wide column of numbers is `kernel_` / `busy_ns`."""
+    parts = re.findall(r"[^_]+_*|_+", name) or [name]
+    width = max(width, *(len(p) for p in parts))
+    lines = [""]
+    for p in parts:
+        if lines[-1] and len(lines[-1]) + len(p) > width:
+            lines.append("")
+        lines[-1] += p
+    return "\n".join(lines)
+
+
+def to_table(res: Result, title: str | None = None, width: int | None = None, wide: bool = False) -> str:
+    """A table for people: numbers in the unit their column declares, never broken over lines;
+    kernel names shortened unless `wide`. Text columns fold to fit the terminal."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title, show_lines=False)
-    for col, numeric in zip(res.columns, res.numeric, strict=True):
-        table.add_column(Text(str(col)), justify="right" if numeric else "left", overflow="fold")
-    for row in res.rows:
-        # Text, not str: kernel names such as `[lambda() (instance 1)]` are not rich markup
-        table.add_row(*(Text(_cell(v)) for v in row))
-    buf = io.StringIO()
+    units = [res.units.get(c) for c in res.columns]
+    short = [not wide and c in KERNEL_COLUMNS for c in res.columns]
+    cells = [
+        [
+            _table_cell(_short_cell(c, v) if s else v, u)
+            for c, s, u, v in zip(res.columns, short, units, row, strict=True)
+        ]
+        for row in res.rows
+    ]
     # The terminal's width ($COLUMNS wins); 160 when printing to a pipe or file.
     width = width or shutil.get_terminal_size((160, 24)).columns
-    Console(file=buf, width=width, force_terminal=False, color_system=None).print(table)
+    whole = res.numeric  # numbers stay whole; text folds
+    number_widths = [
+        max((len(r[i]) for r in cells), default=0) if keep else 0 for i, keep in enumerate(whole)
+    ]
+    headers = [str(c) for c in res.columns]
+    natural = sum(max(len(h), max((len(r[i]) for r in cells), default=0)) + 3 for i, h in enumerate(headers))
+    if natural + 1 > width:  # too wide: numeric columns keep their numbers whole, headers break
+        headers = [_header(h, w) if n else h for h, w, n in zip(headers, number_widths, whole, strict=True)]
+    # A number never folds: when even the narrowest text columns leave too little room, cells lose
+    # their padding (the borders still part them), then the table grows wider than the terminal
+    # rather than cut a number in two.
+    content = sum(
+        (max(w, *(len(line) for line in h.split("\n"))) if n else min(4, len(h)))
+        for h, w, n in zip(headers, number_widths, whole, strict=True)
+    )
+    padding = 1 if content + 3 * len(headers) + 1 <= width else 0
+    needed = content + (2 * padding + 1) * len(headers) + 1
+
+    table = Table(title=title, show_lines=False, padding=(0, padding))
+    for header, numeric, keep in zip(headers, res.numeric, whole, strict=True):
+        table.add_column(Text(header), justify="right" if numeric else "left", overflow="fold", no_wrap=keep)
+    for row in cells:
+        # Text, not str: kernel names such as `[lambda() (instance 1)]` are not rich markup
+        table.add_row(*(Text(c) for c in row))
+    buf = io.StringIO()
+    Console(file=buf, width=max(width, needed), force_terminal=False, color_system=None).print(table)
     if not res.rows:
         buf.write("(no rows)\n")
     return buf.getvalue()
@@ -167,11 +267,12 @@ def to_markdown(res: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(res: Result, fmt: str, title: str | None = None) -> str:
+def render(res: Result, fmt: str, title: str | None = None, wide: bool = False) -> str:
+    """`res` in `fmt`; `wide` keeps full kernel names in a table (other formats always do)."""
     if fmt == "markdown":
         return to_markdown(res)
     if fmt == "json":
         return to_json(res) + "\n"
     if fmt == "csv":
         return to_csv(res)
-    return to_table(res, title)
+    return to_table(res, title, wide=wide)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 
-def dur(ns: float | None) -> str:
-    """A duration in the unit that keeps 3 significant digits: 1.7 us, 45.2 ms, 1.51 s."""
+def dur(ns: float | None, micro: str = "us") -> str:
+    """A duration in the unit that keeps 3 significant digits: 1.7 us, 45.2 ms, 1.51 s. Tables
+    write microseconds as `µs` (`micro`); finding sentences keep ASCII `us`."""
     if ns is None:
         return "n/a"
     ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+    for unit, scale in (("s", 1e9), ("ms", 1e6), (micro, 1e3)):
         if abs(ns) >= scale:
             return f"{ns / scale:.3g} {unit}" if ns / scale < 1000 else f"{ns / scale:,.0f} {unit}"
     return f"{ns:.0f} ns"
