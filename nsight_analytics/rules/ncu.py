@@ -11,6 +11,7 @@ kernel-level fix gains depends on the fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .context import Context
@@ -86,3 +87,26 @@ def sol_by_kernel(ctx: Context, rid: int) -> pd.DataFrame | None:
     comp = weighted(sol[["report_id", "launch_id", "name", "compute_pct"]], "compute_pct", w)
     mem = weighted(sol[["report_id", "launch_id", "name", "memory_pct"]], "memory_pct", w)
     return comp.merge(mem, on=["report_id", "name"])
+
+
+def sol_candidates(
+    ctx: Context, rid: int, keep: Callable[[pd.DataFrame], pd.Series]
+) -> list[tuple[pd.Series, dict[str, object], str]]:
+    """The heavy kernels whose duration-weighted speed-of-light percentages pass `keep` (a row
+    mask over sol_by_kernel), at most max_kernel_findings, heaviest first: each with its evidence
+    and the sentence memory-bound and latency-bound both write."""
+    pcts = sol_by_kernel(ctx, rid)
+    if pcts is None:
+        return []
+    picked = pcts[keep(pcts)]
+    cands = heavy(ctx, rid).merge(picked, on=["report_id", "name"]).head(int(ctx["max_kernel_findings"]))
+    out = []
+    for _, r in cands.iterrows():
+        stake_text, ev = stake(r)
+        ev.update(compute_pct=float(r["compute_pct"]), memory_pct=float(r["memory_pct"]))
+        sol_text = f"memory throughput {r['memory_pct']:.0f}% of peak, compute {r['compute_pct']:.0f}%"
+        message = (
+            f"{short(r['name'])}: {sol_text} (duration-weighted over its launches). It holds {stake_text}."
+        )
+        out.append((r, ev, message))
+    return out

@@ -37,23 +37,14 @@ def latency_bound(ctx: Context, rid: int) -> list[Finding]:
 
     est_savings_ns: None.
     """
-    pcts = ncu.sol_by_kernel(ctx, rid)
-    if pcts is None:
-        return []
     lim = ctx["latency_bound_max_pct"]
-    pick = pcts[(pcts["memory_pct"] < lim) & (pcts["compute_pct"] < lim)]
-    cands = ncu.heavy(ctx, rid).merge(pick, on=["report_id", "name"]).head(int(ctx["max_kernel_findings"]))
     out = []
-    for _, r in cands.iterrows():
-        stake, ev = ncu.stake(r)
-        ev.update(compute_pct=float(r["compute_pct"]), memory_pct=float(r["memory_pct"]))
-        sol_text = f"memory throughput {r['memory_pct']:.0f}% of peak, compute {r['compute_pct']:.0f}%"
+    for r, ev, message in ncu.sol_candidates(
+        ctx, rid, lambda p: (p["memory_pct"] < lim) & (p["compute_pct"] < lim)
+    ):
         title = (
             f"Latency-bound: {ncu.short(r['name'], 60)} "
             f"(compute {r['compute_pct']:.0f}%, memory {r['memory_pct']:.0f}%)"
-        )
-        message = (
-            f"{ncu.short(r['name'])}: {sol_text} (duration-weighted over its launches). It holds {stake}."
         )
         out.append(Finding("latency-bound", "warning", rid, title, message, latency_bound.fix, ev, None))
     return out

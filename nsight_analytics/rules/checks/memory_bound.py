@@ -38,24 +38,15 @@ def memory_bound(ctx: Context, rid: int) -> list[Finding]:
 
     est_savings_ns: None (depends on the bytes a fix removes).
     """
-    pcts = ncu.sol_by_kernel(ctx, rid)
-    if pcts is None:
-        return []
     busy = ctx["sol_busy_pct"]
-    pick = pcts[(pcts["memory_pct"] >= busy) & (pcts["memory_pct"] > pcts["compute_pct"])]
-    cands = ncu.heavy(ctx, rid).merge(pick, on=["report_id", "name"]).head(int(ctx["max_kernel_findings"]))
     out = []
-    for _, r in cands.iterrows():
-        stake, ev = ncu.stake(r)
-        ev.update(compute_pct=float(r["compute_pct"]), memory_pct=float(r["memory_pct"]))
-        sol_text = f"memory throughput {r['memory_pct']:.0f}% of peak, compute {r['compute_pct']:.0f}%"
+    for r, ev, message in ncu.sol_candidates(
+        ctx, rid, lambda p: (p["memory_pct"] >= busy) & (p["memory_pct"] > p["compute_pct"])
+    ):
         severity = "info" if r["memory_pct"] >= 80 else "warning"
         title = f"Memory-bound: {ncu.short(r['name'], 60)} ({r['memory_pct']:.0f}% of DRAM peak)"
         rec = memory_bound.fix
         if severity == "warning":
             rec += " Below ~80% of peak the access pattern also wastes bandwidth: check coalescing and L2 hit rate."
-        message = (
-            f"{ncu.short(r['name'])}: {sol_text} (duration-weighted over its launches). It holds {stake}."
-        )
         out.append(Finding("memory-bound", severity, rid, title, message, rec, ev, None))
     return out
