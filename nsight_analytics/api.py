@@ -284,24 +284,13 @@ def parse_assignments(pairs: Iterable[str], option: str, example: str) -> dict[s
 
 def rules_reads(only: Iterable[str] | None = None) -> set[str]:
     """The canonical tables the rules read: the union of what their queries declare
-    (`-- reads`) and the tables each rule declares it reads outside them (`Rule.reads`).
-
-    Where the rules declare neither (an older rule set), the engine's hand-kept list of the
-    deferrable tables they read (rules.engine.DEFERRED_TABLES_READ) stands in for them.
-    """
-    from .rules import engine
-
-    selected = [r for r in rules() if only is None or r.id in set(only)]
+    (`-- reads`) and the tables each rule declares it reads outside them (`Rule.reads`)."""
     needs: set[str] = set()
-    declared = False
-    for r in selected:
-        reads, names = getattr(r, "reads", None), getattr(r, "queries", None)
-        declared = declared or reads is not None or names is not None
-        needs |= set(reads or ())
-        for name in names or ():
-            needs |= queries.get(name).tables()
-    if not declared:
-        return set(getattr(engine, "DEFERRED_TABLES_READ", ()))
+    for r in rules():
+        if only is None or r.id in set(only):
+            needs |= set(r.reads)
+            for name in r.queries:
+                needs |= queries.get(name).tables()
     return needs
 
 

@@ -32,12 +32,6 @@ def rank_key(f: Finding) -> tuple[Any, ...]:
     )
 
 
-# Canonical tables an ingest may defer that the rules read (through queries or their own SQL);
-# NVTX and OS runtime rows are not among them, so findings never pay for copying those. The
-# graph tables are deferred only for reports ingested before nsa read them.
-DEFERRED_TABLES_READ = frozenset({"cuda_api", "host_waits", "steps", "graph_executions", "graph_events"})
-
-
 def run_rules(
     con: duckdb.DuckDBPyConnection,
     report_id: int | None = None,
