@@ -16,7 +16,7 @@ import duckdb
 from .. import params, schema
 from ..errors import InputError
 from .sqlite_source import EXPORT_HINT
-from .steps import fill_steps
+from .steps import STEP_HINT, fill_steps
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -576,7 +576,7 @@ def processes_sql(src: Source) -> str | None:
 
 
 # NVTX ranges that may be steps or host waits: the one scan of NVTX_EVENTS the `steps` step makes.
-MARK_WORDS = r"(?i)(step|iter|batch)|" + WAIT_RANGES
+MARK_WORDS = STEP_HINT + "|" + WAIT_RANGES
 
 
 def marker_ranges_sql(src: Source) -> str | None:

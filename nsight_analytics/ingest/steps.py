@@ -22,6 +22,9 @@ from .. import params
 STEP_WORD = r"(^|[^A-Za-z])([Ss]tep|STEP|[Ii]teration|ITERATION|[Ii]ter|ITER|[Bb]atch|BATCH)s?$"
 CAMEL_STEP_WORD = r"[a-z0-9](Step|Iteration|Iter|Batch)s?$"
 TRAILING_NUMBER = r"[\s_#:=-]*([0-9]+)\s*$"
+# What a step's range name contains somewhere, whatever its case: the cheap filter before the
+# family test (nsys.MARK_WORDS uses it for the NVTX scan too).
+STEP_HINT = r"(?i)(step|iter|batch)"
 # Steps longer than this many medians before the first one that is not are warm-up.
 WARMUP_FACTOR = 1.5
 # Kernel-pattern steps: a marker kernel occurs at least this often, with at least this many
@@ -39,7 +42,7 @@ SELECT global_tid, pid, start_ns, end_ns, name,
        regexp_replace(name, '{number}', '') AS family,
        TRY_CAST(regexp_extract(name, '{number}', 1) AS BIGINT) AS number
 FROM ({ranges})
-WHERE end_ns > start_ns AND regexp_matches(name, '(?i)(step|iter|batch)')
+WHERE end_ns > start_ns AND regexp_matches(name, '{hint}')
 """
 
 INSERT_NVTX_STEPS = """
@@ -87,7 +90,7 @@ def fill_steps(con: duckdb.DuckDBPyConnection, report_id: int, nvtx_ranges_sql: 
     rid = int(report_id)
     n = 0
     if nvtx_ranges_sql:
-        con.execute(STEP_RANGES.format(number=TRAILING_NUMBER, ranges=nvtx_ranges_sql))
+        con.execute(STEP_RANGES.format(number=TRAILING_NUMBER, hint=STEP_HINT, ranges=nvtx_ranges_sql))
         try:
             row = params.execute(
                 con, INSERT_NVTX_STEPS, {"rid": rid, "word": STEP_WORD, "camel": CAMEL_STEP_WORD}
