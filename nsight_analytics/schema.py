@@ -506,6 +506,74 @@ TABLES: tuple[Table, ...] = (
         ),
         "ncu",
     ),
+    Table(
+        "ncu_metric_instances",
+        "Per-instance values of ncu metrics that have them (per SM, per unit, per PC...): what a "
+        "`--print-metric-instances values|details` export prints in parentheses after the value, "
+        "and what a `.ncu-rep` holds for every instanced metric. `ncu_metrics` keeps the aggregate.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
+            _c("metric_name", "VARCHAR", "", "Metric name (gpu__time_duration.sum) when known."),
+            _c("metric_label", "VARCHAR", "", "Metric label when known."),
+            _c("instance", "INTEGER", "", "0-based position of the instance in ncu's order."),
+            _c(
+                "instance_key",
+                "VARCHAR",
+                "",
+                "The instance's correlation id as written (an SM id, a PC address) when the source "
+                "has one; NULL for value-only instances.",
+            ),
+            _c("unit", "VARCHAR", "", "Base unit, as ncu_metrics.unit."),
+            _c("value", "DOUBLE", "", "Numeric value in `unit`; NULL when not a number."),
+            _c("value_text", "VARCHAR", "", "The instance's value exactly as written."),
+        ),
+        "ncu",
+    ),
+    # --- ncu CSV extras (section body text, source page) go here ---
+    # --- Kineto (cpu_ops, ...) go here ---
+    Table(
+        "memory_events",
+        "Device (and host) memory allocations and frees over time: nsys "
+        "CUDA_GPU_MEMORY_USAGE_EVENTS (`--cuda-memory-usage=true`) and the PyTorch profiler's "
+        "`[memory]` events (`profile_memory=True`). Bytes held at a time = running sum of delta_bytes "
+        "(or allocated_bytes where the source states it).",
+        (
+            RID,
+            _c("device_id", "INTEGER", "", "CUDA device id; NULL for host memory."),
+            PID,
+            GPID,
+            _c("tid", "BIGINT", "", "Thread id when the source has it."),
+            _c("ts_ns", "BIGINT", "ns", "When it happened, on the report's timeline."),
+            _c("operation", "VARCHAR", "", "'alloc' or 'free'."),
+            _c("bytes", "BIGINT", "byte", "Size of the allocation (always >= 0)."),
+            _c("delta_bytes", "BIGINT", "byte", "+bytes for an allocation, -bytes for a free."),
+            _c("address", "BIGINT", "", "Address when the source has it."),
+            _c(
+                "memory_kind",
+                "VARCHAR",
+                "",
+                "'device', 'pinned', 'pageable', 'managed', 'host' or as the source names it.",
+            ),
+            _c(
+                "allocated_bytes",
+                "BIGINT",
+                "byte",
+                "Bytes allocated on this device/process after the event, when the source states it "
+                "(Kineto `Total Allocated`); NULL otherwise.",
+            ),
+            _c(
+                "reserved_bytes",
+                "BIGINT",
+                "byte",
+                "Bytes reserved by the caching allocator after the event (Kineto `Total Reserved`).",
+            ),
+            _c("name", "VARCHAR", "", "What the source calls the allocation, when it says."),
+        ),
+        "nsys",
+    ),
+    # --- GPU metrics go here ---
+    # --- power / energy go here ---
 )
 
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
