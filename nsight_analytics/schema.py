@@ -574,6 +574,7 @@ TABLES: tuple[Table, ...] = (
     ),
     # --- GPU metrics go here ---
     # --- power / energy go here ---
+    # --- diff baselines go here ---
 )
 
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
