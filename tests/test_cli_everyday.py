@@ -436,6 +436,9 @@ def test_rules_in_every_row_format() -> None:
     table = run("rules").stdout
     assert table.splitlines()[0].strip() == "rules"
     assert max(len(line) for line in table.splitlines()) <= 80
+    for r in rules():  # one block per rule: its id and every threshold name whole on a line
+        assert any(line.startswith(r.id + "  (") for line in table.splitlines())
+        assert all(re.search(rf"\b{t}=", table) for t in r.thresholds), r.id
     assert run("rules", "--format", "markdown").stdout.startswith("| rule | reads | severity |")
 
 

@@ -63,3 +63,28 @@ def test_records_infer_numeric_columns() -> None:
     res = out.Result.of_records([{"a": 1, "b": "x"}, {"a": None, "b": "y", "c": 2.0}])
     assert res.columns == ["a", "b", "c"] and res.numeric == [True, False, True]
     assert res.rows == [(1, "x", None), (None, "y", 2.0)]
+
+
+def test_rows_too_wide_for_the_terminal_become_one_block_per_row() -> None:
+    name = (
+        "void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2, T3)"
+    )
+    cols = ", ".join(f"{i * 1_234_567 + 123_456} AS gap_{i}_ns" for i in range(12))
+    res = out.Result.of(duckdb.connect().sql(f"SELECT '{name}' AS name, {cols} FROM range(2)"))
+    res = out.Result(res.columns, res.numeric, res.rows, res.types, {f"gap_{i}_ns": "ns" for i in range(12)})
+    text = out.to_table(res, "gaps", width=80)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[0].startswith("-[ gaps: row 1 of 2 ]")
+    assert "name       vectorized_elementwise_kernel" in lines  # short name, whole
+    assert "gap_11_ns  13.7 ms" in lines  # human units, label then value
+    assert sum(line.startswith("-[ gaps: row") for line in lines) == 2
+    # wide enough: a table again, with the full name under --wide
+    assert out.to_table(res, "gaps", width=400, wide=True).splitlines()[1].startswith("┏")
+    assert name in out.to_table(res, "gaps", width=400, wide=True)
+    # a long value wraps under the value column
+    wrapped = out.to_table(res, "gaps", width=60, wide=True).splitlines()
+    assert max(len(line) for line in wrapped) <= 60
+    value_lines = [wrapped[1]] + [line for line in wrapped[2:5] if line.startswith(" " * 11)]
+    assert wrapped[1].startswith("name       void")
+    assert "".join(line[11:] for line in value_lines) == name

@@ -229,6 +229,8 @@ def to_table(res: Result, title: str | None = None, width: int | None = None, wi
         max((len(r[i]) for r in cells), default=0) if keep else 0 for i, keep in enumerate(whole)
     ]
     headers = [str(c) for c in res.columns]
+    if _min_table_width(headers, cells, whole) > width:
+        return _records(headers, cells, title, width)
     natural = sum(max(len(h), max((len(r[i]) for r in cells), default=0)) + 3 for i, h in enumerate(headers))
     if natural + 1 > width:  # too wide: numeric columns keep their numbers whole, headers break
         headers = [_header(h, w) if n else h for h, w, n in zip(headers, number_widths, whole, strict=True)]
@@ -253,6 +255,42 @@ def to_table(res: Result, title: str | None = None, width: int | None = None, wi
     if not res.rows:
         buf.write("(no rows)\n")
     return buf.getvalue()
+
+
+# A text column narrower than this in a table is unreadable (a kernel name four letters a line).
+_MIN_TEXT = 12
+
+
+def _min_table_width(headers: list[str], cells: list[list[str]], whole: list[bool]) -> int:
+    """The narrowest the table can be drawn readably: numbers whole, text columns folded to no
+    less than _MIN_TEXT, cells without padding (as to_table draws a tight table)."""
+    total = 1
+    for i, (h, keep) in enumerate(zip(headers, whole, strict=True)):
+        longest = max((len(r[i]) for r in cells), default=0)
+        if keep:
+            part = max([longest, *(len(p) for p in re.findall(r"[^_]+_*|_+", h))])
+        else:
+            part = min(max(longest, len(h)), _MIN_TEXT)
+        total += part + 1
+    return total
+
+
+def _records(headers: list[str], cells: list[list[str]], title: str | None, width: int) -> str:
+    """Rows too wide for the terminal, one block per row (psql's expanded display): a column's
+    name, then its value; long values wrap under the value column, never through a number."""
+    label = max((len(h) for h in headers), default=0)
+    room = max(width - label - 2, 20)
+    out: list[str] = []
+    for n, row in enumerate(cells, 1):
+        head = f"-[ {title + ': ' if title else ''}row {n} of {len(cells)} ]"
+        out.append(head + "-" * max(width - len(head), 0))
+        for h, value in zip(headers, row, strict=True):
+            chunks = [value[i : i + room] for i in range(0, len(value), room)] or [""]
+            out.append(f"{h:<{label}}  {chunks[0]}".rstrip())
+            out += [" " * (label + 2) + c for c in chunks[1:]]
+    if not cells:
+        out.append(f"{title}\n(no rows)" if title else "(no rows)")
+    return "\n".join(out) + "\n"
 
 
 def _md_cell(value: Any) -> str:

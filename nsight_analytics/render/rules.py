@@ -3,6 +3,8 @@ machines, and the Markdown reference tables."""
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from collections.abc import Sequence
 
 from ..rules.config import Threshold
@@ -24,7 +26,25 @@ def _rows(rules: Sequence[Rule], thresholds: Sequence[Threshold]) -> list[dict[s
     ]
 
 
-def render_rules(rules: Sequence[Rule], thresholds: Sequence[Threshold], fmt: str) -> str:
+def _blocks(rows: list[dict[str, str]], width: int) -> str:
+    """One block per rule for people: a table of five text columns folds every threshold name
+    at 80 columns; a heading line and wrapped text read whole."""
+    out = ["rules", ""]
+    for x in rows:
+        out.append(f"{x['rule']}  ({x['severity']}; reads {x['reads']})")
+        wrap = textwrap.TextWrapper(width=max(width, 40), initial_indent="  ", subsequent_indent="    ")
+        out += wrap.wrap(x["looks for"])
+        if x["thresholds"]:
+            out += wrap.wrap("thresholds: " + x["thresholds"])
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def render_rules(
+    rules: Sequence[Rule], thresholds: Sequence[Threshold], fmt: str, width: int | None = None
+) -> str:
+    """`nsa rules` in `fmt`; tables fit `width` (the terminal's by default)."""
+    width = width or shutil.get_terminal_size((160, 24)).columns
     rows = _rows(rules, thresholds)
     if fmt == "markdown":
         lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
@@ -37,7 +57,7 @@ def render_rules(rules: Sequence[Rule], thresholds: Sequence[Threshold], fmt: st
         return "\n".join(lines) + "\n"
     if fmt in ("json", "csv"):  # machine formats: the rules only (`nsa rules` tables show thresholds)
         return render(Result.of_records(rows), fmt)
-    text = to_table(Result.of_records(rows), "rules")
+    text = _blocks(rows, width)
     text += to_table(
         Result.of_records([{"threshold": t.name, "default": str(t.default), "unit": t.unit, "meaning": t.doc}
                            for t in thresholds]),
