@@ -8,14 +8,18 @@ turns DuckDB's lock and I/O errors into sentences that say what to do.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import time
 from pathlib import Path
 
 import duckdb
 
 from . import params, schema
 from .errors import WorkspaceError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DB = "nsa.duckdb"
 ENV_DB = "NSA_DB"
@@ -28,14 +32,38 @@ def resolve_db_path(db: str | os.PathLike[str] | None = None) -> Path:
     return Path(db).expanduser().resolve()
 
 
-def _explain(exc: duckdb.Error, path: Path) -> WorkspaceError:
+ENV_LOCK_WAIT = "NSA_LOCK_WAIT"
+DEFAULT_LOCK_WAIT_S = 10.0
+
+
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    return "lock" in str(exc).lower()
+
+
+def _lock_wait_s() -> float:
+    try:
+        return max(float(os.environ.get(ENV_LOCK_WAIT, DEFAULT_LOCK_WAIT_S)), 0.0)
+    except ValueError:
+        return DEFAULT_LOCK_WAIT_S
+
+
+def _explain(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> WorkspaceError:
     text = str(exc)
-    if "lock" in text.lower():
+    if _is_lock_error(exc):
         holder = re.search(r"PID (\d+)", text)
         who = f" (process {holder.group(1)})" if holder else ""
+        waited = f"nsa waited {waited_s:g} s; " if waited_s else ""
+        longer = f"set {ENV_LOCK_WAIT}=SECONDS to wait longer"
+        if read_only:  # readers share the file: only a writer (an ingest, nsa sql) holds it now
+            return WorkspaceError(
+                f"workspace {path} is being written by another process{who}, which keeps it locked "
+                f"until it ends ({waited}{longer}); run again when it is done, or ingest into a "
+                "separate workspace with --db next time to query this one meanwhile."
+            )
         return WorkspaceError(
-            f"workspace {path} is in use by another nsa process{who}; wait for it to finish, "
-            "or open it read-only with --read-only if you only need to query."
+            f"workspace {path} is open in another process{who} (an ingest, a query or a notebook's "
+            f"connection) and DuckDB lets only one process write it ({waited}{longer}); close it "
+            "there or let it finish, then run again."
         )
     if "Permission denied" in text or "Read-only file system" in text:
         return WorkspaceError(
@@ -73,10 +101,7 @@ def open_workspace(
                 f"cannot write the workspace {path}: permission denied; choose a writable path "
                 f"with --db or ${ENV_DB}."
             )
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.Error as exc:
-        raise _explain(exc, path) from exc
+    con = _connect_waiting(path, read_only)
     # Nothing may ever be downloaded at run time (air-gapped clusters).
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -88,6 +113,24 @@ def open_workspace(
         open_workspace(path).close()
         return open_workspace(path, read_only=True)
     return con
+
+
+def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """Connect; while another process holds the file's lock (an ingest a few seconds long),
+    retry for up to $NSA_LOCK_WAIT seconds before saying who holds it and what to do."""
+    deadline = time.monotonic() + _lock_wait_s()
+    pause = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as exc:
+            left = deadline - time.monotonic()
+            if not _is_lock_error(exc) or left <= 0:
+                raise _explain(exc, path, read_only, _lock_wait_s() if _is_lock_error(exc) else 0) from exc
+            if pause == 0.05:
+                log.info("workspace %s is locked by another process; waiting up to %.0f s", path, left)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.5)
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

@@ -6,9 +6,11 @@ one process DuckDB shares the open database and no lock is ever taken.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -92,9 +94,12 @@ class Holder:
             self.proc.wait()
 
 
-def try_open(db: Path, mode: str) -> subprocess.CompletedProcess[str]:
+NO_WAIT = {**os.environ, "NSA_LOCK_WAIT": "0"}
+
+
+def try_open(db: Path, mode: str, env: dict[str, str] = NO_WAIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", TRY, str(db), mode], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", TRY, str(db), mode], capture_output=True, text=True, timeout=60, env=env
     )
 
 
@@ -118,8 +123,9 @@ def test_second_writer_gets_a_workspace_error(db: Path) -> None:
     try:
         res = try_open(db, "rw")
         assert res.returncode == 3, res.stdout + res.stderr
-        assert res.stdout.startswith(f"WorkspaceError: workspace {db} is in use by another nsa process")
-        assert "read-only" in res.stdout
+        assert res.stdout.startswith(f"WorkspaceError: workspace {db} is open in another process (process ")
+        assert "only one process write it" in res.stdout and "NSA_LOCK_WAIT" in res.stdout
+        assert "--read-only" not in res.stdout  # it would not help a writer
         assert "Traceback" not in res.stdout + res.stderr
         writer.release()
     finally:
@@ -131,8 +137,29 @@ def test_reader_beside_a_writer_gets_a_workspace_error(db: Path) -> None:
     try:
         res = try_open(db, "ro")
         assert res.returncode == 3, res.stdout + res.stderr
-        assert "is in use by another nsa process" in res.stdout
+        assert "is being written by another process (process " in res.stdout
+        assert "--read-only" not in res.stdout  # the reader already is one
         writer.release()
+    finally:
+        writer.kill()
+
+
+def test_reader_waits_for_a_short_write(db: Path, kernel_count: int) -> None:
+    """A query started during a short ingest waits for the lock instead of failing."""
+    writer = Holder(db, "rw")
+    try:
+        reader = subprocess.Popen(
+            [sys.executable, "-c", TRY, str(db), "ro"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NSA_LOCK_WAIT": "30"},
+        )
+        time.sleep(1.5)  # the reader is retrying now
+        assert reader.poll() is None, reader.communicate()
+        assert writer.release() == f"kernels {kernel_count}"
+        out, err = reader.communicate(timeout=60)
+        assert reader.returncode == 0 and out.strip() == "opened", out + err
     finally:
         writer.kill()
 
@@ -145,13 +172,14 @@ def test_cli_second_writer_is_one_sentence_and_exit_2(db: Path) -> None:
             capture_output=True,
             text=True,
             timeout=60,
+            env=NO_WAIT,
         )
         writer.release()
     finally:
         writer.kill()
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
-    assert "is in use by another nsa process" in res.stderr
+    assert "is open in another process" in res.stderr
 
 
 # SQLAlchemy engine: pandas.read_sql on the workspace, with the library's table macros.
