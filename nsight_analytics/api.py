@@ -308,6 +308,40 @@ def findings(
     return run_rules(con, report_id=report_id, config=config, only=only)
 
 
+def summary(con: duckdb.DuckDBPyConnection, report_id: int | None = None, top: int = 5) -> list[dict[str, Any]]:
+    """One screen per report: the GPU timeline's span, busy and idle time per device, the `top`
+    kernels by GPU time and the copies by direction (whole capture; `nsa query` for the rest).
+    Plain data in base units (ns, bytes), one dict per report."""
+    require_reports(con, [report_id])
+    util = _by_report(query(con, "utilization", report_id=report_id))
+    kernels = _by_report(query(con, "kernel_summary", report_id=report_id))
+    copies = _by_report(query(con, "memcpy_summary", report_id=report_id))
+    wanted = "" if report_id is None else f" WHERE report_id = {int(report_id)}"
+    rows = con.execute(
+        "SELECT report_id, kind, regexp_extract(source_path, '[^/]+$') FROM reports" + wanted + " ORDER BY 1"
+    ).fetchall()
+    return [
+        {
+            "report_id": rid,
+            "file": file,
+            "kind": kind,
+            "devices": util.get(rid, []),
+            "top_kernels": kernels.get(rid, [])[:top],
+            "kernel_count": sum(k["instances"] for k in kernels.get(rid, [])),
+            "copies": sorted(copies.get(rid, []), key=lambda c: -c["total_ns"]),
+        }
+        for rid, kind, file in rows
+    ]
+
+
+def _by_report(rel: duckdb.DuckDBPyRelation) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in rel.fetchall():
+        record = dict(zip(rel.columns, row, strict=True))
+        out.setdefault(int(record["report_id"]), []).append(record)
+    return out
+
+
 def severities() -> tuple[str, ...]:
     from .rules import SEVERITIES
 

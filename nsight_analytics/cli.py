@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -231,6 +233,23 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
         emit(render.render(render.Result.of(api.reports(con)), fmt, "reports"), output_path)
 
 
+@main.command(short_help="One screen per report: GPU busy, top kernels, copies.")
+@click.option("--report", "report_id", type=int, help="Only this report.")
+@db_option
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="text for people; json for machines (base units: ns, bytes).",
+)  # fmt: skip
+@wide_option
+@output_option
+def summary(report_id: int | None, db: str | None, fmt: str, wide: bool, output_path: str | None) -> None:
+    """What each report holds at a glance: per GPU the span, busy and idle time, the top five
+    kernels by GPU time and the copies by direction, over the whole capture."""
+    with errors():
+        con = api.reader(db)
+        emit(render.render_summary(api.summary(con, report_id), fmt, wide), output_path)
+
+
 @main.command(short_help="Run your own SQL on the workspace.")
 @click.argument("statement")
 @click.option(
@@ -355,13 +374,14 @@ def demo(db: str | None) -> None:
         con = api.connect(path)
         try:
             result = api.ingest(con, demo_input(), defer=())
-            click.echo(f"$ nsa ingest {demo_input().name}\n{_describe(result)}\n")
-            click.echo("$ nsa query utilization")
-            units = api.get_query("utilization").units()
-            click.echo(render.render(render.Result.of(api.query(con, "utilization"), units=units), "table"))
+            width = min(shutil.get_terminal_size((100, 24)).columns, 100)
+            click.echo(f"$ nsa ingest {demo_input().name}\n{textwrap.fill(_describe(result), width)}\n")
             click.echo("$ nsa findings")
             names = {result.report_id: demo_input().name}
-            click.echo(render.render_findings(api.findings(con), "text", names), nl=False)
+            click.echo(render.render_findings(api.findings(con), "text", names))
+            click.echo("$ nsa summary")
+            click.echo(render.render_summary(api.summary(con), "text"), nl=False)
+            click.echo("More: `nsa query --list`, `nsa query gaps`, `nsa rules`, `nsa --help`.")
         finally:
             con.close()
 

@@ -133,6 +133,50 @@ def test_demo_runs_on_the_bundled_export() -> None:
         [steady],
     ).fetchone()
     assert f"{nbytes / ns:.3g} GB/s" in res.output
+    # one fix, one saving: the pageable-memcpy finding is shown under the copy one, not as a second
+    assert "\n2. [" not in res.output
+    assert "+ Same saving, also found by pageable-memcpy [CRITICAL]" in res.output
+    # findings first, then the one-screen summary
+    assert res.output.index("$ nsa findings") < res.output.index("$ nsa summary")
+
+
+def test_demo_fits_an_80_column_terminal() -> None:
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["demo"])
+    assert res.exit_code == EXIT_OK, res.output
+    assert max(len(line) for line in res.output.splitlines()) <= 80
+
+
+def test_summary_numbers_match_the_export(tmp_path: Path) -> None:
+    """`nsa summary`: top kernels by GPU time and copies by direction, checked with plain SQL."""
+    db = str(tmp_path / "w.duckdb")
+    demo = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
+    assert invoke("ingest", "--db", db, str(demo)).exit_code == EXIT_OK
+    res = invoke("summary", "--db", db, "--format", "json")
+    assert res.exit_code == EXIT_OK, res.output
+    (report,) = json.loads(res.output)
+    src = sqlite3.connect(demo)
+    top = src.execute(
+        'SELECT s.value, sum(k."end" - k.start), count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
+        "JOIN StringIds s ON s.id = k.demangledName GROUP BY s.value ORDER BY 2 DESC"
+    ).fetchall()
+    got = [(k["name"], k["total_ns"], k["instances"]) for k in report["top_kernels"]]
+    assert sorted(got, key=lambda k: (-k[1], k[0])) == sorted(top, key=lambda k: (-k[1], k[0]))[:5]
+    assert report["kernel_count"] == sum(n for _, _, n in top)
+    copies = src.execute(
+        'SELECT copyKind, srcKind, dstKind, sum(bytes), sum("end" - start), count(*) '
+        "FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2, 3 ORDER BY 5 DESC"
+    ).fetchall()
+    assert [(c["bytes"], c["total_ns"], c["copies"]) for c in report["copies"]] == [c[3:] for c in copies]
+    (device,) = report["devices"]
+    first, last = src.execute(
+        'SELECT min(start), max("end") FROM (SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL '
+        'UNION ALL SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_MEMCPY)'
+    ).fetchone()
+    assert device["span_ns"] == last - first
+    text = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["summary", "--db", db]).output
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "vectorized_elementwise_kernel<FillFunctor>" in text  # same short names told apart
+    assert "DtoH device -> pageable" in text
 
 
 def test_table_cells_are_not_read_as_markup(tmp_path: Path) -> None:

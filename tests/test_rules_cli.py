@@ -43,6 +43,7 @@ def test_json_shape(db: Path) -> None:
         "evidence",
         "recommendation",
         "est_savings_ns",
+        "same_saving_as",
     }
     assert all(set(f) == keys for f in data)
     assert data[0]["rule_id"] == "copy-dominated"

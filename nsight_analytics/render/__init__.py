@@ -13,6 +13,7 @@ from .findings import render as render_findings
 from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdown, to_table
 from .rules import render_rules
 from .schema import render_schema
+from .summary import render as render_summary
 
 __all__ = [
     "FORMATS",
@@ -22,6 +23,7 @@ __all__ = [
     "render_findings",
     "render_rules",
     "render_schema",
+    "render_summary",
     "to_csv",
     "to_json",
     "to_markdown",

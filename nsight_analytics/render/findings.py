@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from collections.abc import Callable
 
@@ -19,20 +20,50 @@ def _savings(f: Finding) -> str:
     return f"est. savings {dur(f.est_savings_ns)}" if f.est_savings_ns is not None else "no savings estimate"
 
 
+def grouped(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Findings in rank order, each with the lower-ranked findings of the same report that
+    estimate the same saving (`same_saving_as`, either way round): one fix, shown once."""
+    taken: set[int] = set()
+    groups: list[tuple[Finding, list[Finding]]] = []
+    for i, f in enumerate(findings):
+        if i in taken:
+            continue
+        same = [
+            j
+            for j, g in enumerate(findings)
+            if j > i
+            and j not in taken
+            and g.report_id == f.report_id
+            and (g.same_saving_as == f.rule_id or f.same_saving_as == g.rule_id)
+        ]
+        taken.update(same)
+        groups.append((f, [findings[j] for j in same]))
+    return groups
+
+
 def to_text(findings: list[Finding], reports: dict[int, str] | None = None, width: int = 100) -> str:
     if not findings:
         return "No findings: no rule fired on the selected reports.\n"
     reports = reports or {}
     out = []
-    for i, f in enumerate(findings, 1):
+    groups = grouped(findings)
+    for i, (f, same) in enumerate(groups, 1):
         where = f"report {f.report_id}" + (f" ({reports[f.report_id]})" if f.report_id in reports else "")
-        out.append(f"{i}. [{f.severity.upper()}] {f.title}")
+        head = f"{i}. [{f.severity.upper()}] {f.title}"
+        out.append(textwrap.fill(head, width=width, subsequent_indent=" " * (len(str(i)) + 2)))
         out.append(f"   {f.rule_id} | {where} | {_savings(f)}")
         for para, lead in ((f.message, "   "), ("Fix: " + f.recommendation, "   ")):
             out.append(textwrap.fill(para, width=width, initial_indent=lead, subsequent_indent=lead))
+        for g in same:
+            head = f"Same saving, also found by {g.rule_id} [{g.severity.upper()}]: {g.title}. {g.message}"
+            out.append(textwrap.fill(head, width=width, initial_indent="   + ", subsequent_indent="     "))
         out.append("")
-    counts = {s: sum(f.severity == s for f in findings) for s in ("critical", "warning", "info")}
-    out.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".")
+    counts = {s: sum(f.severity == s for f, _ in groups) for s in ("critical", "warning", "info")}
+    merged = len(findings) - len(groups)
+    also = (
+        f" ({merged} more finding{'s' if merged > 1 else ''} shown with the one it repeats)" if merged else ""
+    )
+    out.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) + also + ".")
     return "\n".join(out) + "\n"
 
 
@@ -41,7 +72,7 @@ def to_markdown(findings: list[Finding], reports: dict[int, str] | None = None) 
         return "No findings.\n"
     reports = reports or {}
     out = ["# Findings", ""]
-    for i, f in enumerate(findings, 1):
+    for i, (f, same) in enumerate(grouped(findings), 1):
         where = reports.get(f.report_id, f"report {f.report_id}")
         out += [
             f"## {i}. {f.title}",
@@ -53,6 +84,8 @@ def to_markdown(findings: list[Finding], reports: dict[int, str] | None = None) 
             f"**Fix:** {f.recommendation}",
             "",
         ]
+        for g in same:
+            out += [f"*Same saving, also found by `{g.rule_id}` ({g.severity}):* {g.title}. {g.message}", ""]
     return "\n".join(out)
 
 
@@ -82,10 +115,15 @@ def to_csv(findings: list[Finding], reports: dict[int, str] | None = None) -> st
     return rows_to_csv(Result.of_records(rows))
 
 
+def _text_width() -> int:
+    """Paragraphs as wide as the terminal, up to 100 columns (100 in a pipe)."""
+    return max(min(shutil.get_terminal_size((100, 24)).columns, 100), 40)
+
+
 def render(findings: list[Finding], fmt: str, reports: dict[int, str] | None = None) -> str:
     renderers: dict[str, Callable[[], str]] = {
-        "text": lambda: to_text(findings, reports),
-        "table": lambda: to_text(findings, reports),
+        "text": lambda: to_text(findings, reports, _text_width()),
+        "table": lambda: to_text(findings, reports, _text_width()),
         "csv": lambda: to_csv(findings, reports),
         "markdown": lambda: to_markdown(findings, reports),
         "json": lambda: to_json(findings),

@@ -23,6 +23,12 @@ import duckdb
 
 from ..rules.units import dur, size
 
+
+def rate(gb_per_s: float) -> str:
+    """GB/s with three significant digits, never in exponent notation (1,510 GB/s)."""
+    return f"{gb_per_s:.3g} GB/s" if gb_per_s < 1000 else f"{gb_per_s:,.0f} GB/s"
+
+
 # The one --format set of every command (findings also take `text`, their table for people).
 FORMATS = ("table", "csv", "json", "markdown")
 
@@ -145,7 +151,7 @@ def _cell(value: Any) -> str:
 _UNIT_CELL: dict[str, Callable[[float], str]] = {
     "ns": lambda v: dur(v, micro="µs"),
     "byte": size,
-    "GB/s": lambda v: f"{v:.3g} GB/s",
+    "GB/s": lambda v: rate(v),
     "%": lambda v: f"{v:.1f}%",
 }
 
@@ -171,6 +177,51 @@ def short_kernel_name(name: str) -> str:
     words = "".join(kept).split()
     short = words[-1].rsplit("::", 1)[-1] if words else ""
     return short if re.fullmatch(r"[A-Za-z_~]\w*", short) else name
+
+
+def _template_args(name: str) -> list[str]:
+    """The outermost template's arguments of a demangled name, split at depth-1 commas."""
+    start = name.find("<")
+    if start < 0:
+        return []
+    args, depth, cur = [], 0, ""
+    for ch in name[start + 1 :]:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*args, cur.strip()]
+
+
+_PLAIN_TYPES = frozenset({"float", "double", "int", "bool", "char", "half", "long", "unsigned", "short"})
+
+
+def distinct_short_names(names: Sequence[str]) -> list[str]:
+    """Short kernel names, with the first named template argument added where two different
+    kernels would otherwise read the same: `vectorized_elementwise_kernel<FillFunctor>`."""
+    shorts = [short_kernel_name(n) for n in names]
+    seen: dict[str, set[str]] = {}
+    for n, s in zip(names, shorts, strict=True):
+        seen.setdefault(s, set()).add(n)
+    out = []
+    for n, s in zip(names, shorts, strict=True):
+        if len(seen[s]) > 1:
+            named = [
+                short_kernel_name(a)
+                for a in _template_args(n)
+                if re.search(r"[A-Za-z_]", a) and a.split("<")[0].strip() not in _PLAIN_TYPES
+            ]
+            named = [a for a in named if re.fullmatch(r"[A-Za-z_]\w*", a)]
+            s = f"{s}<{named[0]}>" if named else s
+        out.append(s)
+    return out
 
 
 def _short_cell(column: str, value: Any) -> Any:

@@ -59,6 +59,9 @@ class Finding:
     recommendation: str
     evidence: dict[str, Any] = field(default_factory=dict)
     est_savings_ns: int | None = None
+    # Another rule's id whose finding on this report estimates the same saving (one fix seen
+    # twice): the two are shown as one and their savings must not be added.
+    same_saving_as: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_RANK:

@@ -105,7 +105,8 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
             "them, send only what changed or in lower precision (bf16/fp16/int8), and overlap what remains with "
             "compute (cudaMemcpyAsync on a side stream, double buffering; PyTorch: non_blocking=True)."
         )
-    if pin and savings == max(pin.values()):
+    same_saving = pin and savings == max(pin.values())
+    if same_saving:
         # the same win pageable-memcpy reports: say so, so nobody adds the two estimates
         message += (
             f" Pinning the pageable buffers would save about {dur(savings)}: the same saving as the "
@@ -134,4 +135,9 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         "pinned_gb_per_s": rates or None,
         **steady_evidence(window),
     }
-    return [Finding("copy-dominated", severity, rid, title, message, recommendation, ev, savings)]
+    return [
+        Finding(
+            "copy-dominated", severity, rid, title, message, recommendation, ev, savings,
+            same_saving_as="pageable-memcpy" if same_saving else None,
+        )
+    ]  # fmt: skip
