@@ -308,7 +308,9 @@ def findings(
     return run_rules(con, report_id=report_id, config=config, only=only)
 
 
-def summary(con: duckdb.DuckDBPyConnection, report_id: int | None = None, top: int = 5) -> list[dict[str, Any]]:
+def summary(
+    con: duckdb.DuckDBPyConnection, report_id: int | None = None, top: int = 5
+) -> list[dict[str, Any]]:
     """One screen per report: the GPU timeline's span, busy and idle time per device, the `top`
     kernels by GPU time and the copies by direction (whole capture; `nsa query` for the rest).
     Plain data in base units (ns, bytes), one dict per report."""

@@ -132,6 +132,13 @@ TABLES: tuple[Table, ...] = (
         "workspace",
     ),
     Table(
+        "nsa_workspace",
+        "The workspace's layout version (one row): nsa opens a workspace of an older version by "
+        "running its numbered migrations, and refuses one made by a newer nsa.",
+        (_c("schema_version", "INTEGER", "", "Layout version (nsight_analytics.workspace.SCHEMA_VERSION)."),),
+        "workspace",
+    ),
+    Table(
         "kernel_rows",
         "The storage behind `kernels`: one row per GPU kernel execution (nsys "
         "CUPTI_ACTIVITY_KIND_KERNEL) with its name as an id into `kernel_names`, so a million "

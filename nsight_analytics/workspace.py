@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -107,7 +108,7 @@ def open_workspace(
     con.execute("SET autoload_known_extensions = false")
     if not read_only:
         ensure_schema(con)
-    elif needs_upgrade(con) or (_lacks_columns(con) and os.access(path, os.W_OK)):
+    elif _out_of_date(con) and os.access(path, os.W_OK):
         # Made by an older nsa: upgrade it once in a short writable session, then read.
         con.close()
         open_workspace(path).close()
@@ -133,67 +134,89 @@ def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             pause = min(pause * 2, 0.5)
 
 
-def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create missing tables and views, and bring a workspace made by an older nsa up to date:
-    columns a newer nsa declares are added (NULL in existing rows: those exports were read
-    without them), and a `kernels` table with names on every row becomes kernel_rows."""
-    con.execute("BEGIN TRANSACTION")
-    if needs_upgrade(con):
-        _kernels_table_to_rows(con)
-    before = {t for t, _ in _columns(con)}
-    for table in schema.STORED:
-        con.execute(table.ddl())
-    if "reports" in before:
-        # nsys reports ingested by an nsa that did not read these: from their source on first use
-        for new_table in ("graph_executions", "graph_events", "steps"):  # steps: host_waits too
-            if new_table not in before:
-                params.execute(
-                    con,
-                    "UPDATE reports SET deferred_tables = list_append(deferred_tables, $t) "
-                    "WHERE kind = 'nsys' AND NOT list_contains(deferred_tables, $t)",
-                    {"t": new_table},
-                )
-    have = _columns(con)
-    for table in schema.STORED:
-        for col in table.cols:
-            if (table.name, col.name) not in have:
-                con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
-    nvtx = {c for t, c in have if t == "nvtx_ranges"}
-    if "name" in nvtx and not {"kernels", "process_kernels"} <= nvtx:
-        _defer_nvtx_kernels(con)
-    if "name" in nvtx and "base_name" not in nvtx:
-        from .ingest.nsys import base_name_sql  # the expression the copy uses
+# The workspace layout's version, stored in `nsa_workspace`. Added tables and columns need no
+# new version (ensure_schema adds what schema.py declares; older reports have NULLs / no rows
+# there until ingested again with --replace). Anything else (a rename, a moved column, a
+# recomputed value) bumps SCHEMA_VERSION and registers MIGRATIONS[new_version]: a function
+# that brings a workspace of the previous version up to it, run inside ensure_schema's
+# transaction, oldest first.
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
 
-        con.execute(f"UPDATE nvtx_ranges SET base_name = {base_name_sql('name')}")
-    views = dict(
-        con.execute(
-            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND NOT internal"
-        ).fetchall()
-    )
-    for view in schema.VIEWS:
-        if _bare(view.view) not in _bare(views.get(view.name) or ""):  # missing, or older
-            con.execute(view.ddl())
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create missing tables, columns and views, and run the migrations a workspace of an older
+    version needs, all in one transaction (a failed upgrade leaves the workspace as it was)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        version = stored_version(con)
+        for table in schema.STORED:
+            con.execute(table.ddl())
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            if version and step in MIGRATIONS:
+                MIGRATIONS[step](con)
+        have = _columns(con)
+        for table in schema.STORED:
+            for col in table.cols:
+                if (table.name, col.name) not in have:
+                    con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
+        views = dict(
+            con.execute(
+                "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
+                "AND schema_name = 'main' AND NOT internal"
+            ).fetchall()
+        )
+        for view in schema.VIEWS:
+            if _bare(view.view) not in _bare(views.get(view.name) or ""):  # missing, or older
+                con.execute(view.ddl())
+        con.execute("DELETE FROM nsa_workspace")
+        con.execute("INSERT INTO nsa_workspace VALUES (?)", [SCHEMA_VERSION])
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
     con.execute("COMMIT")
 
 
-def _defer_nvtx_kernels(con: duckdb.DuckDBPyConnection) -> None:
-    """NVTX ranges copied by an nsa that did not store each range's kernels (or only the
-    same-thread ones, not process_kernels): computed on the ranges' next use, like for a new
-    report whose ranges were just copied."""
-    con.execute(
-        "UPDATE reports SET deferred_tables = list_append(deferred_tables, 'nvtx_kernels') "
-        "WHERE report_id IN (SELECT DISTINCT report_id FROM nvtx_ranges) "
-        "AND NOT list_contains(deferred_tables, 'nvtx_kernels')"
-    )
+def stored_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The workspace's layout version: 0 for a new (empty) one. Raises WorkspaceError for one
+    this nsa cannot bring up to date: made by a newer nsa, or by a pre-release nsa (reports
+    but no version)."""
+    tables = {t for t, _ in _columns(con)}
+    if "nsa_workspace" in tables:
+        row = con.execute("SELECT max(schema_version) FROM nsa_workspace").fetchone()
+        version = int(row[0]) if row and row[0] is not None else 0
+    elif "reports" in tables:
+        version = -1
+    else:
+        return 0
+    path = _path(con)
+    if version < 0:
+        raise WorkspaceError(
+            f"workspace {path} was made by a pre-release nsa (it has no layout version); ingest the "
+            "reports again into a new workspace (another --db path)."
+        )
+    if version > SCHEMA_VERSION:
+        raise WorkspaceError(
+            f"workspace {path} has layout version {version}, newer than this nsa's {SCHEMA_VERSION}; "
+            "upgrade nsa (pip install -U nsight-analytics) to open it."
+        )
+    return version
 
 
-def _lacks_columns(con: duckdb.DuckDBPyConnection) -> bool:
-    """A table or column this nsa declares is missing (an older nsa made the workspace): read
-    only, queries would fail on it (nvtx_summary on nvtx_ranges.base_name) or see ranges whose
-    kernels an older nsa did not compute; ensure_schema adds it and defers what must be computed."""
+def _path(con: duckdb.DuckDBPyConnection) -> str:
+    row = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return str(row[0]) if row and row[0] else "(in memory)"
+
+
+def _out_of_date(con: duckdb.DuckDBPyConnection) -> bool:
+    """Something this nsa declares is missing, or the layout version is older: read only,
+    queries would fail on it. ensure_schema brings it up to date."""
     have = _columns(con)
-    return any((t.name, c.name) not in have for t in schema.STORED for c in t.cols)
+    if any((t.name, c.name) not in have for t in schema.STORED for c in t.cols):
+        return True
+    return stored_version(con) < SCHEMA_VERSION
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
@@ -209,49 +232,6 @@ def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
 def _bare(sql: str) -> str:
     """SQL without whitespace and quotes: DuckDB stores a view's text re-quoted on one line."""
     return re.sub(r'[\s"]', "", sql)
-
-
-def needs_upgrade(con: duckdb.DuckDBPyConnection) -> bool:
-    """True for a workspace whose `kernels` is still a table (nsa before kernel_rows)."""
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = 'kernels'"
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _kernels_table_to_rows(con: duckdb.DuckDBPyConnection) -> None:
-    """Move the rows of an old `kernels` table to kernel_rows, naming each distinct name with
-    an id of its own (the export's StringIds ids were not kept), and rebuild kernel_names."""
-    have = _columns(con)
-    cols = {c for t, c in have if t == "kernels"}
-    old_names = {c for t, c in have if t == "kernel_names"}
-    if "mangled_name" in old_names and "name_id" not in old_names:
-        mangled = "(SELECT min(o.mangled_name) FROM kernel_names o WHERE o.report_id = k.report_id AND o.name = k.name)"
-    elif "mangled_name" in cols:
-        mangled = "min(k.mangled_name)"
-    else:
-        mangled = "NULL"
-    con.execute(
-        "CREATE TEMP TABLE _nsa_upgrade_names AS SELECT report_id, "
-        "row_number() OVER (PARTITION BY report_id ORDER BY name) AS name_id, name, short_name, "
-        f"mangled_name, kernels FROM (SELECT k.report_id, k.name, min(k.short_name) AS short_name, "
-        f"{mangled} AS mangled_name, count(*) AS kernels FROM kernels k GROUP BY k.report_id, k.name)"
-    )
-    rows = schema.BY_NAME["kernel_rows"]
-    con.execute("DROP TABLE IF EXISTS kernel_names")
-    con.execute(rows.ddl())
-    con.execute(schema.BY_NAME["kernel_names"].ddl())
-    picked = ", ".join(
-        "n.name_id" if c == "name_id" else (f"k.{c}" if c in cols else "NULL") for c in rows.col_names
-    )
-    con.execute(
-        f"INSERT INTO kernel_rows SELECT {picked} FROM kernels k JOIN _nsa_upgrade_names n "
-        "ON n.report_id = k.report_id AND n.name IS NOT DISTINCT FROM k.name"
-    )
-    con.execute("INSERT INTO kernel_names BY NAME SELECT * FROM _nsa_upgrade_names")
-    con.execute("DROP TABLE kernels")
-    con.execute("DROP TABLE _nsa_upgrade_names")
 
 
 def next_report_id(con: duckdb.DuckDBPyConnection) -> int:

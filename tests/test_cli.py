@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import NVTX_KERNEL_NS_SQL, ROOT, realdata
+from conftest import ROOT, realdata
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 
 
@@ -227,77 +227,6 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
         "sql", "--db", str(path), "SELECT count(mangled_name) AS named FROM kernel_names", "--format", "csv"
     )
     assert res.output == "named\n2\n"
-
-
-def test_workspace_with_a_kernels_table_is_upgraded(tmp_path: Path) -> None:
-    # nsa before kernel_rows stored `kernels` as a table with names on every row and keyed
-    # kernel_names by name; any open, read-only included, moves those rows to kernel_rows
-    import duckdb
-
-    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
-    path = tmp_path / "old.duckdb"
-    assert invoke("ingest", "--db", str(path), "--full", str(src)).exit_code == EXIT_OK
-    with duckdb.connect(str(path)) as con:  # rewrite it into the old layout
-        con.execute("CREATE TABLE old_k AS SELECT * EXCLUDE (name_id) FROM kernels")
-        con.execute("CREATE TABLE old_n AS SELECT * EXCLUDE (name_id) FROM kernel_names")
-        con.execute("DROP VIEW kernels")
-        con.execute("DROP TABLE kernel_rows")
-        con.execute("DROP TABLE kernel_names")
-        con.execute("ALTER TABLE old_k RENAME TO kernels")
-        con.execute("ALTER TABLE old_n RENAME TO kernel_names")
-    res = invoke("query", "kernel_summary", "--db", str(path), "--format", "csv")  # a read-only open
-    assert res.exit_code == EXIT_OK, res.output
-    got = {
-        (r["name"], int(r["instances"]), int(r["total_ns"])) for r in csv.DictReader(io.StringIO(res.output))
-    }
-    with sqlite3.connect(src) as db:
-        expected = set(
-            db.execute(
-                'SELECT s.value, count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k '
-                "JOIN StringIds s ON s.id = k.demangledName GROUP BY 1"
-            ).fetchall()
-        )
-        mangled = set(
-            db.execute(
-                "SELECT d.value, m.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName "
-                "JOIN StringIds m ON m.id = k.mangledName"
-            ).fetchall()
-        )
-    assert got == expected and len(got) == 3
-    res = invoke("sql", "--db", str(path), "SELECT name, mangled_name FROM kernel_names", "--format", "csv")
-    assert {(r["name"], r["mangled_name"]) for r in csv.DictReader(io.StringIO(res.output))} == mangled
-    with duckdb.connect(str(path), read_only=True) as con:
-        kinds = dict(
-            con.execute(
-                "SELECT table_name, 'table' FROM duckdb_tables() UNION ALL "
-                "SELECT view_name, 'view' FROM duckdb_views() WHERE NOT internal"
-            ).fetchall()
-        )
-    assert (kinds["kernels"], kinds["kernel_rows"]) == ("view", "table")
-
-
-@pytest.mark.parametrize("api_copied", [True, False])
-def test_old_nvtx_ranges_gain_their_kernels(tmp_path: Path, api_copied: bool) -> None:
-    # NVTX ranges copied before nvtx_ranges.kernels existed: filled from the report's API calls
-    # when those are in the workspace, else copied again (with kernels) on next use
-    import duckdb
-
-    src = realdata("nsys", "h100x2_nsys2026.2_train_before.sqlite")
-    path = tmp_path / "old.duckdb"
-    assert invoke("ingest", "--db", str(path), str(src)).exit_code == EXIT_OK
-    assert invoke("sql", "--db", str(path), "SELECT count(*) FROM nvtx_ranges").exit_code == EXIT_OK
-    with duckdb.connect(str(path)) as con:
-        con.execute("ALTER TABLE nvtx_ranges DROP COLUMN kernel_ns")
-        con.execute("ALTER TABLE nvtx_ranges DROP COLUMN kernels")
-        if not api_copied:  # as an older nsa could leave it: ranges copied, API calls not
-            con.execute("DELETE FROM cuda_api")
-            con.execute("UPDATE reports SET deferred_tables = list_append(deferred_tables, 'cuda_api')")
-    res = invoke("query", "nvtx_summary", "--db", str(path), "--format", "csv")
-    assert res.exit_code == EXIT_OK, res.output
-    got = sum(int(r["kernel_ns"]) for r in csv.DictReader(io.StringIO(res.output)))
-    with sqlite3.connect(src) as db:
-        (expected,) = db.execute(NVTX_KERNEL_NS_SQL).fetchone()
-    assert got == expected > 0
 
 
 def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:

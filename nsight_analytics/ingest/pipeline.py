@@ -31,7 +31,8 @@ from .reader import LoadResult, Progress, Reader
 
 log = logging.getLogger(__name__)
 
-REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports"]
+# Tables holding a report's rows (reports itself aside); workspace tables such as nsa_workspace have none.
+REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports" and "report_id" in t.col_names]
 # reports columns the pipeline writes itself; a reader's LoadResult.metadata fills the others
 _OWN_COLUMNS = {
     "report_id", "kind", "source_path", "sha256", "size_bytes", "source_mtime_ns", "ingested_at",

@@ -1,0 +1,96 @@
+"""The workspace's layout version: stored on creation, numbered migrations run oldest first in
+one transaction, and workspaces nsa cannot bring up to date are refused with a sentence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+
+from nsight_analytics import workspace
+from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
+from nsight_analytics.errors import WorkspaceError
+
+
+def _version(path: Path) -> int:
+    with duckdb.connect(str(path), read_only=True) as con:
+        return int(con.execute("SELECT schema_version FROM nsa_workspace").fetchone()[0])
+
+
+def test_new_workspace_stores_the_current_version(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    workspace.open_workspace(path).close()
+    assert _version(path) == workspace.SCHEMA_VERSION
+    workspace.open_workspace(path).close()  # opening again changes nothing
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM nsa_workspace").fetchone()[0] == 1
+
+
+def test_migrations_run_oldest_first_then_the_version_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "w.duckdb"
+    workspace.open_workspace(path).close()  # a version-1 workspace
+    ran: list[int] = []
+
+    def step(n: int):
+        def run(con: duckdb.DuckDBPyConnection) -> None:
+            ran.append(n)
+            con.execute(f"CREATE TABLE IF NOT EXISTS migrated_{n} (x INTEGER)")
+
+        return run
+
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(workspace, "MIGRATIONS", {3: step(3), 2: step(2)})
+    workspace.open_workspace(path, read_only=True).close()  # a reader upgrades it once, briefly writable
+    assert ran == [2, 3]
+    assert _version(path) == 3
+    workspace.open_workspace(path).close()
+    assert ran == [2, 3]  # nothing runs twice
+
+
+def test_a_failing_migration_leaves_the_workspace_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "w.duckdb"
+    workspace.open_workspace(path).close()
+
+    def broken(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TABLE half_done (x INTEGER)")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(workspace, "MIGRATIONS", {2: broken})
+    with pytest.raises(RuntimeError):
+        workspace.open_workspace(path).close()
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 1)
+    assert _version(path) == 1
+    with duckdb.connect(str(path), read_only=True) as con:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    assert "half_done" not in tables
+
+
+def test_workspace_of_a_newer_nsa_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    workspace.open_workspace(path).close()
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE nsa_workspace SET schema_version = ?", [workspace.SCHEMA_VERSION + 1])
+    with pytest.raises(WorkspaceError, match="newer than this nsa's"):
+        workspace.open_workspace(path)
+    res = CliRunner().invoke(main, ["reports", "--db", str(path)])
+    assert res.exit_code == EXIT_ERROR
+    assert "upgrade nsa" in res.stderr and "Traceback" not in res.output
+
+
+def test_pre_release_workspace_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    with duckdb.connect(str(path)) as con:  # reports but no layout version: a pre-release nsa
+        con.execute("CREATE TABLE reports (report_id INTEGER)")
+    res = CliRunner().invoke(main, ["reports", "--db", str(path)])
+    assert res.exit_code == EXIT_ERROR
+    assert "pre-release nsa" in res.stderr and "ingest the reports again" in res.stderr
+    assert CliRunner().invoke(main, ["reports", "--db", str(tmp_path / "new.duckdb")]).exit_code == EXIT_ERROR
+    workspace.open_workspace(tmp_path / "new.duckdb").close()
+    assert CliRunner().invoke(main, ["reports", "--db", str(tmp_path / "new.duckdb")]).exit_code == EXIT_OK
