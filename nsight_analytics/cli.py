@@ -427,7 +427,7 @@ def findings(
         # nsa-rules.toml
         [gpu-idle]
         idle_share_warning = 0.10
-        min_gap_ns = 50000
+        idle_gap_min_ns = 50000
         [small-kernel-storm]
         small_kernel_ns = 5000
     """

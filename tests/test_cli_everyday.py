@@ -549,7 +549,7 @@ def test_config_example_in_help_and_readme_is_accepted(tmp_path: Path) -> None:
         path = tmp_path / "nsa-rules.toml"
         path.write_text(example)
         values = load_config(path)
-        assert (values["idle_share_warning"], values["min_gap_ns"], values["small_kernel_ns"]) == (
+        assert (values["idle_share_warning"], values["idle_gap_min_ns"], values["small_kernel_ns"]) == (
             0.10,
             50000,
             5000,
@@ -568,7 +568,7 @@ def test_rule_tables_take_that_rules_thresholds(db: Path, tmp_path: Path) -> Non
     [
         ("[gpu-idle]\nsmall_kernel_ns = 5000\n",
          ("rules config {cfg}: [gpu-idle] has no threshold 'small_kernel_ns'; its thresholds: idle_share_warning, "
-         "idle_share_critical, min_gap_ns, idle_min_span_ns, idle_min_steps (small_kernel_ns belongs to [small-kernel-storm]).")),
+         "idle_share_critical, idle_gap_min_ns, idle_min_span_ns, idle_min_steps (small_kernel_ns belongs to [small-kernel-storm]).")),
         ("[gpu-idel]\nidle_share_warning = 0.1\n",
          "rules config {cfg}: [gpu-idel] is neither [thresholds] nor a rule; rule ids: {ids}."),
         ("[stall-dominated]\nheavy_kernel_share = 0.1\n[memory-bound]\nheavy_kernel_share = 0.2\n",

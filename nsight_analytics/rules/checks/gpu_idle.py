@@ -48,7 +48,7 @@ _CAUSE_FIX = {
 }
 
 
-# Most of the idle time in gaps shorter than min_gap_ns: no single wait, the host is too slow
+# Most of the idle time in gaps shorter than idle_gap_min_ns: no single wait, the host is too slow
 # for how little work each launch carries. Keyed by "does the program replay CUDA graphs".
 _SHORT_GAPS_FIX = {
     False: (
@@ -88,7 +88,7 @@ _SHORT_GAPS_FIX = {
             "GPU idle share of the steady-state span that is critical.",
         ),
         Threshold(
-            "min_gap_ns",
+            "idle_gap_min_ns",
             100_000,
             "ns",
             "Idle gaps shorter than this are not attributed to a cause (launch jitter).",
@@ -122,14 +122,14 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     Fix: depends on the dominant cause; the finding says which and what to change.
 
     est_savings_ns: the steady-state idle time in gaps of the dominant cause (gaps >=
-    min_gap_ns), the most that removing that cause can give back; the largest device's value
+    idle_gap_min_ns), the most that removing that cause can give back; the largest device's value
     when several GPUs run side by side. None when the dominant cause is `unknown` (no honest fix
     to estimate). Severity follows the steady-state idle share.
     """
     util = ctx.query("utilization", rid, phase="steady")
     if not util:
         return []
-    gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["min_gap_ns"]))
+    gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["idle_gap_min_ns"]))
     window = ctx.steady(rid)
     if window is not None:
         steady = gaps.where(lambda g: g.phase == "steady")
@@ -165,14 +165,14 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         "devices": devices,
         "gaps": len(steady),
         "gap_ns": gap_total,
-        "min_gap_ns": int(ctx["min_gap_ns"]),
+        "idle_gap_min_ns": int(ctx["idle_gap_min_ns"]),
         "startup_idle_ns": startup_ns,
         "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause},
         **steady_evidence(window),
     }
     message = (
         f"{scope[0].upper()}{scope[1:]}, the GPU was idle {dur(idle)} of {dur(span)}{where} ({pct(share)}); "
-        f"{count(len(steady))} gaps of at least {dur(ctx['min_gap_ns'])} hold {dur(gap_total)}."
+        f"{count(len(steady))} gaps of at least {dur(ctx['idle_gap_min_ns'])} hold {dur(gap_total)}."
     )
     savings = None
     graphs = bool(ctx.query("graph_launches", rid))
@@ -180,7 +180,7 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     short_text = ""
     if short:
         short_text = (
-            f" Most of the idle time, {dur(idle - gap_total)}, lies in gaps shorter than {dur(ctx['min_gap_ns'])}: "
+            f" Most of the idle time, {dur(idle - gap_total)}, lies in gaps shorter than {dur(ctx['idle_gap_min_ns'])}: "
             "the host issues the work too slowly for how short it is."
         )
         if window is not None and steps:
