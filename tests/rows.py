@@ -14,16 +14,16 @@ NAME_COLS = ("name", "short_name", "mangled_name")
 
 
 def insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> None:
+    """One INSERT per run of rows with the same columns (executemany), not one per row."""
+    if table == "kernels":
+        rows = [_kernel_row(con, row) for row in rows]
+    target = "kernel_rows" if table == "kernels" else table
+    batches: dict[tuple[str, ...], list[list]] = {}
     for row in rows:
-        if table == "kernels":
-            row = _kernel_row(con, row)
-            table_ = "kernel_rows"
-        else:
-            table_ = table
-        cols = ", ".join(f'"{c}"' for c in row)
-        con.execute(
-            f'INSERT INTO "{table_}" ({cols}) VALUES ({", ".join("?" * len(row))})', list(row.values())
-        )
+        batches.setdefault(tuple(row), []).append(list(row.values()))
+    for cols, values in batches.items():
+        names = ", ".join(f'"{c}"' for c in cols)
+        con.executemany(f'INSERT INTO "{target}" ({names}) VALUES ({", ".join("?" * len(cols))})', values)
     if table == "kernels":
         con.execute(
             "UPDATE kernel_names SET kernels = (SELECT count(*) FROM kernel_rows k "
