@@ -17,3 +17,7 @@ class WorkspaceError(NsaError):
 
 class QueryError(NsaError):
     """A query name, parameter or SQL statement is wrong."""
+
+
+class SourceGoneError(NsaError):
+    """Data left in the source file at ingest is needed, and that file is gone or has changed."""

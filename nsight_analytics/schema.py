@@ -92,7 +92,13 @@ TABLES: tuple[Table, ...] = (
         "table reads as 'not captured', never as 'GPU idle'.",
         (
             _c("report_id", "INTEGER", "", "Workspace-unique id, assigned at ingest."),
-            _c("kind", "VARCHAR", "", "'nsys' or 'ncu'."),
+            _c(
+                "kind",
+                "VARCHAR",
+                "",
+                "The reader that read it: 'nsys' (SQLite export), 'nsys-rep', 'ncu' (CSV), 'ncu-rep', "
+                "'kineto' (PyTorch profiler trace), 'nvml' or 'nvidia-smi' (power logs).",
+            ),
             _c("source_path", "VARCHAR", "", "Absolute path of the ingested file."),
             _c("sha256", "VARCHAR", "", "SHA-256 of the file's bytes; the de-duplication key."),
             _c("size_bytes", "BIGINT", "byte", "File size."),
@@ -104,13 +110,16 @@ TABLES: tuple[Table, ...] = (
                 "VARCHAR[]",
                 "",
                 "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
-                "graph (CUDA graph executions or events), sync, nvtx, osrt, gpu_info, ncu_metrics, ncu_rules.",
+                "graph (CUDA graph executions or events), sync, nvtx, osrt, gpu_info, processes, "
+                "ncu_metrics, ncu_rules, gpu_metrics, memory (memory_events), power (power_samples).",
             ),
             _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
             _c("has_memcpy", "BOOLEAN", "", "The export holds memcpy records."),
             _c("has_cuda_api", "BOOLEAN", "", "The export holds CUDA API records."),
             _c("has_nvtx", "BOOLEAN", "", "The export holds NVTX ranges."),
             _c("session_start_utc_ns", "BIGINT", "ns", "Wall clock of session time 0 (UTC epoch ns)."),
+            _c("rank", "INTEGER", "", "Rank of the process in a distributed job (Kineto `distributedInfo`)."),
+            _c("world_size", "INTEGER", "", "Ranks in that job (Kineto `distributedInfo`)."),
             _c(
                 "deferred_tables",
                 "VARCHAR[]",
@@ -457,6 +466,27 @@ TABLES: tuple[Table, ...] = (
                 "Launches a `--print-summary` row aggregates (`Invocations`); its metrics are "
                 "their Average / Minimum / Maximum. NULL for per-launch exports (one launch).",
             ),
+            _c(
+                "demangled_name",
+                "VARCHAR",
+                "",
+                "Full demangled name, namespaces and casts kept, as nsys's demangledName spells "
+                "it (`.ncu-rep` reports; NULL for CSV exports).",
+            ),
+            _c(
+                "mangled_name",
+                "VARCHAR",
+                "",
+                "Mangled symbol, as nsys's mangledName (`.ncu-rep` reports; NULL for CSV exports).",
+            ),
+            _c(
+                "nvtx_ranges",
+                "VARCHAR",
+                "",
+                "NVTX push/pop ranges open on the launching thread, outermost first, joined by "
+                "` > ` (`step 0 > optimizer`); ranges of a domain other than the default one are "
+                "written `domain:range`. Needs `ncu --nvtx` (CSV exports: its NVTX columns); NULL without it.",
+            ),
         ),
         "ncu",
     ),
@@ -538,7 +568,150 @@ TABLES: tuple[Table, ...] = (
         "ncu",
     ),
     # --- ncu CSV extras (section body text, source page) go here ---
+    Table(
+        "ncu_section_text",
+        "What ncu prints in a section's body besides its header metrics (`--print-details body|all`): "
+        "chart and table items (kind 'item'), free text lines (kind 'text') and tables printed as CSV "
+        "(kind 'table'), attached to their launch, and items to their section.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
+            _c(
+                "section",
+                "VARCHAR",
+                "",
+                "kind 'item': the item's section. NULL for 'text' and 'table': ncu's CSV does not "
+                "name their section.",
+            ),
+            _c(
+                "after_section",
+                "VARCHAR",
+                "",
+                "kind 'text' and 'table': the section of the CSV row printed just before (with "
+                "`--print-details all` a section's tables follow its own rows).",
+            ),
+            _c("kind", "VARCHAR", "", "'item' (a body metric), 'text' (a text line) or 'table'."),
+            _c("seq", "INTEGER", "", "0-based position among the launch's body rows, in file order."),
+            _c(
+                "item", "VARCHAR", "", "Body item (chart or table) the metric belongs to (`Body Item Label`)."
+            ),
+            _c("metric_label", "VARCHAR", "", "kind 'item': the metric's label as written."),
+            _c("unit", "VARCHAR", "", "kind 'item': base unit, as ncu_metrics.unit."),
+            _c(
+                "value",
+                "DOUBLE",
+                "",
+                "kind 'item': the value (the aggregate when instances follow) in `unit`.",
+            ),
+            _c(
+                "text",
+                "VARCHAR",
+                "",
+                "The value as written (items), the line without its indent (text), or the table's CSV "
+                "lines joined by newlines (table).",
+            ),
+        ),
+        "ncu",
+    ),
+    Table(
+        "ncu_source",
+        "ncu's source page (`ncu -i REPORT --csv --page source`): per kernel, one row per CUDA source "
+        "line (kind 'line', `--print-source cuda,sass` of a -lineinfo build) and per SASS instruction "
+        "(kind 'sass'), with their warp stall samples. Per-reason samples are in ncu_source_stalls.",
+        (
+            RID,
+            _c(
+                "launch_id",
+                "INTEGER",
+                "",
+                "The kernel's 0-based position in the export (the source page prints no launch ID); "
+                "joins ncu_kernels of the same report.",
+            ),
+            _c("seq", "INTEGER", "", "0-based position of the row within the kernel's listing."),
+            _c("kind", "VARCHAR", "", "'line' (a CUDA source line) or 'sass' (an instruction)."),
+            _c("file", "VARCHAR", "", "Source file (`File Path`); NULL without line info."),
+            _c("line", "INTEGER", "", "Source line number; for a 'sass' row the line it was listed under."),
+            _c("source", "VARCHAR", "", "kind 'line': the CUDA source text of the line."),
+            _c("address", "VARCHAR", "", "kind 'sass': the instruction's address as written (hex)."),
+            _c("sass", "VARCHAR", "", "kind 'sass': the instruction (`@P0 EXIT`), indent removed."),
+            _c("samples", "BIGINT", "sample", "Warp stall samples (`Warp Stall Sampling (All Samples)`)."),
+            _c(
+                "samples_not_issued",
+                "BIGINT",
+                "sample",
+                "Samples of warps not issuing (`Warp Stall Sampling (Not-issued Samples)`).",
+            ),
+            _c("instructions_executed", "BIGINT", "inst", "Warp-level instructions executed."),
+        ),
+        "ncu",
+    ),
+    Table(
+        "ncu_source_stalls",
+        "Warp stall samples of one ncu_source row by stall reason (the source page's `stall_*` "
+        "columns, in long form); reasons with no sample are left out.",
+        (
+            RID,
+            _c("launch_id", "INTEGER", "", "Joins ncu_source.launch_id."),
+            _c("seq", "INTEGER", "", "Joins ncu_source.seq."),
+            _c(
+                "reason",
+                "VARCHAR",
+                "",
+                "Stall reason as ncu names the column, without `stall_` (long_sb, wait...).",
+            ),
+            _c("samples", "BIGINT", "sample", "Samples stalled on this reason."),
+            _c("samples_not_issued", "BIGINT", "sample", "Of those, samples of warps not issuing."),
+        ),
+        "ncu",
+    ),
     # --- Kineto (cpu_ops, ...) go here ---
+    Table(
+        "cpu_ops",
+        "Host-side operations the PyTorch profiler records (Kineto categories `cpu_op`, "
+        "`user_annotation`, `python_function`): aten ops, autograd functions, `record_function` "
+        "ranges, `ProfilerStep#N`, Python frames. Ops nest by time on their thread; the kernels an "
+        "op launched are those whose CUDA API call (cuda_api, same pid and tid) starts inside it.",
+        (
+            *HOST_TIMELINE,
+            _c("name", "VARCHAR", "", "Op name (aten::mm, ProfilerStep#3, nn.Module: Linear_0)."),
+            _c("category", "VARCHAR", "", "'cpu_op', 'user_annotation' or 'python_function'."),
+            _c("external_id", "BIGINT", "", "Kineto `External id`: joins an op to its CUDA API calls."),
+            _c(
+                "sequence_number",
+                "BIGINT",
+                "",
+                "Autograd sequence number: joins a forward op to its backward.",
+            ),
+            _c("fwd_thread_id", "BIGINT", "", "Backward ops: the thread id of their forward op."),
+            _c("record_function_id", "BIGINT", "", "Kineto `Record function id`."),
+            _c(
+                "input_dims",
+                "VARCHAR",
+                "",
+                "Input shapes as JSON (`record_shapes=True`), e.g. [[32, 512], [512]].",
+            ),
+            _c("input_types", "VARCHAR", "", 'Input dtypes as JSON, e.g. ["float", "float"].'),
+            _c("flops", "BIGINT", "count", "Floating-point operations (`with_flops=True`), when estimated."),
+        ),
+        "kineto",
+    ),
+    Table(
+        "flow_links",
+        "Kineto flow events (`ph` s/f): `ac2g` joins a CUDA API call to the GPU activity it "
+        "launched (as correlation_id does), `fwdbwd` a forward op to its backward op.",
+        (
+            RID,
+            _c("kind", "VARCHAR", "", "Flow category: 'ac2g', 'fwdbwd', or as the trace names it."),
+            _c("flow_id", "BIGINT", "", "The flow's id (the correlation id for ac2g)."),
+            _c("src_pid", "BIGINT", "", "Process of the flow's start."),
+            _c("src_tid", "BIGINT", "", "Thread of the flow's start."),
+            _c("src_ns", "BIGINT", "ns", "Time of the flow's start."),
+            _c("dst_pid", "BIGINT", "", "Process of the flow's end (NULL when the trace lacks it)."),
+            _c("dst_tid", "BIGINT", "", "Thread of the flow's end."),
+            _c("dst_ns", "BIGINT", "ns", "Time of the flow's end."),
+        ),
+        "kineto",
+    ),
     Table(
         "memory_events",
         "Device (and host) memory allocations and frees over time: nsys "
@@ -580,8 +753,91 @@ TABLES: tuple[Table, ...] = (
         "nsys",
     ),
     # --- GPU metrics go here ---
+    Table(
+        "gpu_metrics",
+        "GPU hardware metrics sampled by nsys (`--gpu-metrics-devices`; nsys GPU_METRICS and "
+        "TARGET_INFO_GPU_METRICS), one row per sample and metric. Metric names differ per GPU and "
+        "nsys version; `metric` is the stable canonical name (docs/gpu_metrics.md), `raw_name` "
+        "what nsys called it. A sample describes [ts_ns, ts_ns + period_ns).",
+        (
+            RID,
+            DEV,
+            _c("ts_ns", "BIGINT", "ns", "Sample start, on the report's timeline."),
+            _c(
+                "period_ns",
+                "BIGINT",
+                "ns",
+                "Time the sample covers: to the next sample of the same metric (the last one: "
+                "the previous interval).",
+            ),
+            _c(
+                "metric",
+                "VARCHAR",
+                "",
+                "Canonical name: sm_active, sm_issue, tensor_active, warps_in_flight, "
+                "unallocated_warps, dram_read, dram_write, dram_read_bytes, dram_write_bytes, "
+                "pcie_rx, pcie_tx, nvlink_rx, nvlink_tx, gr_active, gpc_clock, sys_clock, ...; "
+                "a metric without one keeps its raw name in lower case with underscores.",
+            ),
+            _c("raw_name", "VARCHAR", "", "The metric's name in the export (SMs Active [Throughput %])."),
+            _c(
+                "unit",
+                "VARCHAR",
+                "",
+                "'%' (of the unit's peak over the sample), 'byte/s', 'hz', 'warp', or the raw unit.",
+            ),
+            _c("value", "DOUBLE", "", "The sample's value in `unit`."),
+        ),
+        "nsys",
+    ),
     # --- power / energy go here ---
+    Table(
+        "power_samples",
+        "GPU power samples from a power log ingested as its own report (an NVML sampler's CSV, "
+        "`nvidia-smi --query-gpu=... --format=csv`). Times are UTC wall clock, so the samples line "
+        "up with every report whose session they cover (`reports.session_start_utc_ns`); the "
+        "`energy` query does that alignment.",
+        (
+            RID,
+            _c("device_id", "INTEGER", "", "GPU index as the logger numbered it (NVML / nvidia-smi index)."),
+            _c("ts_utc_ns", "BIGINT", "ns", "When the sample was taken, UTC epoch nanoseconds."),
+            _c(
+                "power_w",
+                "DOUBLE",
+                "W",
+                "Power the driver reported (NVML power usage, nvidia-smi `power.draw`): on Ampere "
+                "(except GA100) and newer GPUs an average over the last second.",
+            ),
+            _c("power_instant_w", "DOUBLE", "W", "Instantaneous power (nvidia-smi `power.draw.instant`)."),
+            _c(
+                "energy_j",
+                "DOUBLE",
+                "J",
+                "The driver's total-energy counter (NVML total energy consumption) when logged: "
+                "joules since the driver loaded; its deltas are the energy actually drawn.",
+            ),
+            _c("sm_clock_hz", "BIGINT", "hz", "SM clock."),
+            _c("memory_clock_hz", "BIGINT", "hz", "Memory clock."),
+            _c("gpu_util_pct", "DOUBLE", "%", "GPU utilisation the driver reported."),
+            _c("memory_used_bytes", "BIGINT", "byte", "Device memory in use (nvidia-smi `memory.used`)."),
+            _c("temperature_c", "DOUBLE", "C", "GPU temperature."),
+            _c("source", "VARCHAR", "", "'nvml' or 'nvidia-smi'."),
+        ),
+        "power",
+    ),
     # --- diff baselines go here ---
+    Table(
+        "diff_baselines",
+        "Named baselines for `nsa diff`: `nsa diff --baseline NAME --save REPORT...` stores the "
+        "report(s) under NAME (replacing what it held), `nsa diff --baseline NAME REPORT` compares "
+        "a new run with them. One row per report, so a baseline can be a group (all ranks of a run).",
+        (
+            _c("name", "VARCHAR", "", "Baseline name (`main`, `release-1.2`)."),
+            RID,
+            _c("saved_at", "TIMESTAMP", "", "When the baseline was stored (UTC)."),
+        ),
+        "workspace",
+    ),
 )
 
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}

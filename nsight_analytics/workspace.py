@@ -170,7 +170,9 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             if _bare(view.view) not in _bare(views.get(view.name) or ""):  # missing, or older
                 con.execute(view.ddl())
         con.execute("DELETE FROM nsa_workspace")
-        con.execute("INSERT INTO nsa_workspace VALUES (?)", [SCHEMA_VERSION])
+        con.execute(
+            f"INSERT INTO nsa_workspace VALUES ({int(SCHEMA_VERSION)})"
+        )  # a literal: binding imports pandas
     except BaseException:
         con.execute("ROLLBACK")
         raise

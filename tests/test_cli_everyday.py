@@ -325,54 +325,38 @@ def _gz(path: Path, data: bytes) -> Path:
 
 
 KINETO = b'{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "traceEvents": []\n}\n'
-KINETO_TAIL = (
-    "(Chrome trace JSON), which nsa cannot read yet; profile the same run with "
-    "`nsys profile -t cuda,nvtx -o report python train.py`, then `nsys export --type sqlite report.nsys-rep` "
-    "and ingest the .sqlite file."
+NO_EVENTS = (
+    "{path} is a PyTorch profiler trace with no events: the profiler recorded nothing; export the trace "
+    "from inside the profiled region (`on_trace_ready`) or after a step ran."
 )
+CHROME = b'{"traceEvents": [{"ph": "X", "name": "frame", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}'
 FORMATS = {
     "empty file": (
         lambda tmp: _write(tmp / "empty.sqlite", b""),
         "{path} is empty (0 bytes); copy or export it again.",
     ),
-    "PyTorch trace": (
-        lambda tmp: _write(tmp / "trace.json", KINETO),
-        "{path} is a PyTorch profiler trace " + KINETO_TAIL,
-    ),
-    "PyTorch trace, gzip": (
-        lambda tmp: _gz(tmp / "trace.json.gz", KINETO),
-        "{path} is a gzip-compressed PyTorch profiler trace " + KINETO_TAIL,
-    ),
-    "real PyTorch trace": (
-        lambda tmp: realdata("kineto", "h100_torch2.11_train_fused.json.gz"),
-        "{path} is a gzip-compressed PyTorch profiler trace " + KINETO_TAIL,
+    "PyTorch trace without events": (lambda tmp: _write(tmp / "trace.json", KINETO), NO_EVENTS),
+    "PyTorch trace without events, gzip": (lambda tmp: _gz(tmp / "trace.json.gz", KINETO), NO_EVENTS),
+    "another tool's Chrome trace": (
+        lambda tmp: _write(tmp / "chrome.json", CHROME),
+        (
+            "{path} is a Chrome trace JSON that the PyTorch profiler did not write (no Kineto keys or event "
+            "categories); nsa reads nsys reports (.nsys-rep) and their SQLite exports, ncu reports (.ncu-rep) "
+            "and CSV exports, PyTorch profiler traces, and NVML or nvidia-smi power logs "
+            "(`prof.export_chrome_trace(path)` writes a PyTorch trace)."
+        ),
     ),
     "other gzip": (
         lambda tmp: _gz(tmp / "notes.gz", b"hello\n"),
         (
-            "{path} is gzip-compressed, and the file inside is neither an nsys SQLite export nor an ncu CSV; "
-            "for nsys, export it with `nsys export --type sqlite report.nsys-rep`; for ncu, "
-            "`ncu --import report.ncu-rep --csv --page details > report.csv`."
+            "{path} is gzip-compressed, and the file inside is none of them: nsa reads nsys reports "
+            "(.nsys-rep) and their SQLite exports, ncu reports (.ncu-rep) and CSV exports, PyTorch profiler "
+            "traces, and NVML or nvidia-smi power logs."
         ),
     ),
     "damaged gzip": (
         lambda tmp: _write(tmp / "cut.sqlite.gz", gzip.compress(b"SQLite format 3\x00" * 4096)[:20]),
         "{path} is a damaged, truncated or empty gzip file; copy it again.",
-    ),
-    "ncu-rep": (
-        lambda tmp: realdata("ncu-rep", "jax_cuda_graph_pdl_stream_capture.ncu-rep"),
-        (
-            "{path} is an Nsight Compute report (.ncu-rep), which nsa cannot read yet; export it as CSV with "
-            "`ncu --import jax_cuda_graph_pdl_stream_capture.ncu-rep --csv --page details > "
-            "jax_cuda_graph_pdl_stream_capture.csv` and ingest the .csv file."
-        ),
-    ),
-    "nsys-rep": (
-        lambda tmp: realdata("nsys-rep", "h100_nsys2025.3_storm_cudagraph.nsys-rep"),
-        (
-            "{path} is an Nsight Systems report (.nsys-rep), which nsa reads as an SQLite export: run "
-            "`nsys export --type sqlite h100_nsys2025.3_storm_cudagraph.nsys-rep` and ingest the .sqlite file it writes."
-        ),
     ),
 }
 

@@ -713,3 +713,22 @@ def test_load_ncu_writes_summary_columns() -> None:
         "AND metric_name = 'gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed'"
     ).fetchall()
     assert got == [(12.24, 12.26, 12.30)]
+
+
+def test_every_ncu_page_is_sniffed_from_its_content(tmp_path: Path) -> None:
+    nvtx_header = (
+        '"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value:'
+        'CLR_Type:Color:Msg_Type:Msg","Kernel Name","Context","Stream","Section Name","Metric Name",'
+        '"Metric Unit","Metric Value"\n'
+    )
+    heads = {
+        "nvtx": nvtx_header,
+        "per_nvtx": '"Domain","Range:PL_Type:PL_Value","Kernel Name","Block Size","Invocations"\n',
+        "source_sass": '"Kernel Name","k()",\n"Address","Source","Warp Stall Sampling (All Samples)"\n',
+        "source_cuda": '"File Path","/a.cu"\n"Function Name","k()"\n"Line No","Source","Address","Source"\n',
+        "session": 'Launch Settings\n"Launch Attribute","Value"\n"Profiler Command Line","ncu"\n',
+    }
+    for name, head in heads.items():
+        assert sniff_ncu(_write(tmp_path, head, f"{name}.csv")), name
+    for other in ('"Kernel Name","k()"\n"Duration","5"\n', '"Attribute","Value"\n"a","b"\n'):
+        assert not sniff_ncu(_write(tmp_path, other, "other.csv"))

@@ -93,6 +93,8 @@ def test_query_files_exist() -> None:
         "occupancy",
         "stall_time",
         "kernel_weights",
+        "roofline",
+        "source_hotspots",
     }
 
 

@@ -198,35 +198,3 @@ def test_worker_thread_launches_count_for_the_process_not_for_other_processes(tm
     projected = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
     assert [rows["backward"][c] for c in projected] == [2, 1100, 5, 13100]
     con.close()
-
-
-@pytest.mark.parametrize("read_only", [False, True])
-def test_old_workspace_gains_base_names_and_process_kernels(tmp_path, read_only: bool) -> None:
-    # ranges copied and projected by an nsa without these columns: base_name is filled when the
-    # workspace is opened (read-only too: a short writable session first), the process columns
-    # on the ranges' next use
-    import duckdb
-
-    from nsight_analytics.api import reader
-
-    path = tmp_path / "threads.sqlite"
-    _launches_across_threads(path)
-    db = tmp_path / "old.duckdb"
-    con = nsa.connect(db)
-    nsa.ingest(con, path)
-    ensure_loaded(con, ["nvtx_ranges"])
-    con.close()
-    with duckdb.connect(str(db)) as old:
-        for col in ("base_name", "process_kernels", "process_kernel_ns"):
-            old.execute(f"ALTER TABLE nvtx_ranges DROP COLUMN {col}")
-    con = reader(db, needs={"nvtx_ranges"}) if read_only else nsa.connect(db)
-    got = dict(con.execute("SELECT name, base_name FROM nvtx_ranges WHERE name LIKE 'aten::%'").fetchall())
-    assert set(got.values()) == {"aten::mm"}
-    row = con.execute(
-        "SELECT kernels, kernel_ns, process_kernels, process_kernel_ns "
-        "FROM nvtx_ranges WHERE name = 'backward'"
-    ).fetchone()
-    assert row == (2, 1100, 5, 13100)
-    names = {r[2]: r[3] for r in nsa.query(con, "nvtx_summary").fetchall()}
-    assert names["aten::mm"] == 2
-    con.close()

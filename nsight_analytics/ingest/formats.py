@@ -10,9 +10,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import InputError
+from .kineto_sniff import is_kineto_trace
 from .sqlite_source import EXPORT_HINT, check_sqlite_file
 
 NCU_HINT = "`ncu --import report.ncu-rep --csv --page details > report.csv`"
+READS = (
+    "nsa reads nsys reports (.nsys-rep) and their SQLite exports, ncu reports (.ncu-rep) and CSV "
+    "exports, PyTorch profiler traces, and NVML or nvidia-smi power logs"
+)
 NCU_REP_MAGIC = b"NVR\x00"  # Nsight Compute reports (.ncu-rep)
 NSYS_REP_MAGIC = b"NVIDIA Tegra Profiler Report"  # Nsight Systems reports (.nsys-rep, .qdrep)
 
@@ -22,18 +27,7 @@ def refuse_unsupported(path: Path, head: bytes) -> None:
     file's first bytes (64 KiB is plenty)."""
     if not head:
         raise InputError(f"{path} is empty (0 bytes); copy or export it again.")
-    if head.startswith(NSYS_REP_MAGIC):
-        raise InputError(
-            f"{path} is an Nsight Systems report (.nsys-rep), which nsa reads as an SQLite export: "
-            f"run `nsys export --type sqlite {path.name}` and ingest the .sqlite file it writes."
-        )
-    if head.startswith(NCU_REP_MAGIC):
-        raise InputError(
-            f"{path} is an Nsight Compute report (.ncu-rep), which nsa cannot read yet; export it "
-            f"as CSV with `ncu --import {path.name} --csv --page details > {Path(path.name).stem}.csv` "
-            "and ingest the .csv file."
-        )
-    if is_chrome_trace(head):
+    if is_chrome_trace(head) and not is_kineto_trace(head):
         raise InputError(_kineto_message(path, compressed=False))
 
 
@@ -46,11 +40,10 @@ def is_chrome_trace(head: bytes) -> bool:
 
 
 def _kineto_message(path: Path, compressed: bool) -> str:
-    what = "a gzip-compressed PyTorch profiler trace" if compressed else "a PyTorch profiler trace"
+    what = "a gzip-compressed Chrome trace JSON" if compressed else "a Chrome trace JSON"
     return (
-        f"{path} is {what} (Chrome trace JSON), which nsa cannot read yet; profile the same run "
-        "with `nsys profile -t cuda,nvtx -o report python train.py`, then "
-        "`nsys export --type sqlite report.nsys-rep` and ingest the .sqlite file."
+        f"{path} is {what} that the PyTorch profiler did not write (no Kineto keys or event "
+        f"categories); {READS} (`prof.export_chrome_trace(path)` writes a PyTorch trace)."
     )
 
 
@@ -67,7 +60,4 @@ def refuse_compressed(path: Path, inner: bytes) -> NoReturn:
         raise InputError(f"{path} is a damaged, truncated or empty gzip file; copy it again.")
     if is_chrome_trace(inner):
         raise InputError(_kineto_message(path, compressed=True))
-    raise InputError(
-        f"{path} is gzip-compressed, and the file inside is neither an nsys SQLite export nor an ncu "
-        f"CSV; for nsys, {EXPORT_HINT}; for ncu, {NCU_HINT}."
-    )
+    raise InputError(f"{path} is gzip-compressed, and the file inside is none of them: {READS}.")

@@ -15,6 +15,7 @@ import duckdb
 
 from .. import params, schema
 from ..errors import InputError
+from . import nsys_gpu_metrics
 from .sqlite_source import EXPORT_HINT
 from .steps import STEP_HINT, fill_steps
 
@@ -644,15 +645,16 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "gpus": (gpus_sql, "gpu_info"),
     "processes": (processes_sql, "processes"),
     "steps": (marker_ranges_sql, None),  # fills host_waits too
+    "gpu_metrics": (nsys_gpu_metrics.source_sql, "gpu_metrics"),
 }
 
 # Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
 # timeline: the host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows
 # at 1M kernels), and the kernels' launch configuration (10 of their 21 columns, no query in
 # the library reads them); the steps and the host waits, found by one scan of the NVTX ranges
-# (and of the OS runtime calls). Measured in
-# benchmarks/README.md.
-DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "nvtx_kernels", "osrt_api", "steps")
+# (and of the OS runtime calls); the GPU metrics samples (2.2M rows for a 9 s capture at
+# 10 kHz: 5.7 s). Measured in benchmarks/README.md.
+DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "nvtx_kernels", "osrt_api", "steps", "gpu_metrics")
 # Steps that derive columns from tables already in the workspace: they need no source file.
 DERIVED = ("nvtx_kernels",)
 # Found on first use from the source; when the source is gone, the answers do without them (the
@@ -724,6 +726,8 @@ def load_table(
         return fill_nvtx_kernels(con, report_id)
     if table == "steps":
         return fill_markers(con, src, report_id)
+    if table == "gpu_metrics":
+        return nsys_gpu_metrics.load(con, src, report_id)
     if table == "kernel_rows":
         sql = kernel_rows_sql(src, launch)
     elif table == "kernel_names":  # after kernel_rows: one row of each name for SQLite to look up

@@ -15,17 +15,18 @@ import mmap
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from .. import params, schema
-from ..errors import InputError, NsaError
+from ..errors import InputError, NsaError, SourceGoneError
 from . import compressed, formats, reader
 from .reader import LoadResult, Progress, Reader
 
@@ -107,7 +108,7 @@ def detect(path: Path) -> Detected:
             head = fh.read(reader.SNIFF_BYTES)
     except OSError as exc:
         raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}).") from exc
-    formats.refuse_unsupported(path, head)  # empty files, .nsys-rep, .ncu-rep, PyTorch traces
+    formats.refuse_unsupported(path, head)  # empty files, .ncu-rep, PyTorch traces
     if compressed.is_gzip(head):
         inner = compressed.gunzip_head(path, reader.SNIFF_BYTES)
         found = reader.sniff(inner) if inner else None
@@ -134,9 +135,17 @@ def _existing(con: duckdb.DuckDBPyConnection, sha: str, source: str, replace: bo
 
 
 def delete_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> None:
+    """Inside the caller's transaction; after its commit, the caller runs clean_up."""
     for rid in report_ids:
         for table in [*REPORT_TABLES, "reports"]:
             params.execute(con, f'DELETE FROM "{table}" WHERE report_id = $rid', {"rid": rid})
+
+
+def clean_up(con: duckdb.DuckDBPyConnection) -> None:
+    """After a commit that removed reports: each reader drops what it kept outside the workspace
+    for them (the `.nsys-rep` exports)."""
+    for rd in reader.all_readers():
+        rd.clean(con)
 
 
 @contextmanager
@@ -160,10 +169,12 @@ def ingest_file(
     replace: bool = False,
     defer: Iterable[str] | None = None,
     progress: Progress | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> IngestResult:
     """Ingest one file, in any format a reader knows, plain or gzip-compressed, all or nothing.
 
-    `defer`: the deferrable steps to leave for first use; None: all the reader's."""
+    `defer`: the deferrable steps to leave for first use; None: all the reader's.
+    `options`: what the user says about the file, for the readers that ask (`timezone`)."""
     path = Path(path).expanduser().resolve()
     found = detect(path)
     rd = found.reader
@@ -184,7 +195,8 @@ def ingest_file(
         # No report has this size, so none has this content: hash while copying.
         hasher.start()
     wanted = set(rd.deferrable if defer is None else defer) & set(rd.deferrable)
-    with _readable(path, found.gzip) as plain, rd.open(con, plain) as handle:
+    opened = reader.Source(path, hasher.result, progress, dict(options or {}))
+    with _readable(path, found.gzip) as plain, rd.open_source(con, plain, opened) as handle:
         con.execute("BEGIN TRANSACTION")
         try:
             rid, status = _begin(con, hasher, source, replace)
@@ -194,6 +206,8 @@ def ingest_file(
         except BaseException:
             con.execute("ROLLBACK")
             raise
+    if status == "replaced":
+        clean_up(con)
     # the reader named the file it read: name the one the user gave
     shown = re.compile(f"{re.escape(str(plain))}|{re.escape(plain.name)}")
     warnings = [shown.sub(lambda m: source if m[0] == str(plain) else path.name, w) for w in loaded.warnings]
@@ -246,16 +260,21 @@ def _insert_report(con: duckdb.DuckDBPyConnection, row: dict[str, object]) -> No
     )
 
 
-def deferred_for(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> list[tuple[int, str, str]]:
-    """(report_id, source_path, step) still waiting to run before `tables` can be read, in the
-    order they must run."""
+def deferred_for(
+    con: duckdb.DuckDBPyConnection, tables: Iterable[str], report_ids: Iterable[int] | None = None
+) -> list[tuple[int, str, str]]:
+    """(report_id, source_path, step) still waiting to run before `tables` can be read (of the
+    reports `report_ids`, default all), in the order they must run."""
     tables = set(tables)
+    only = None if report_ids is None else set(report_ids)
     rows = con.execute(
         "SELECT report_id, kind, source_path, deferred_tables FROM reports "
         "WHERE len(deferred_tables) > 0 ORDER BY report_id"
     ).fetchall()
     todo = []
     for rid, kind, source, steps in rows:
+        if only is not None and rid not in only:
+            continue
         rd = reader.by_name(kind)
         if rd is None:
             raise NsaError(f"report {rid} is a {kind} report, and this nsa has no reader for {kind} files.")
@@ -293,19 +312,20 @@ def ensure_loaded(
     con: duckdb.DuckDBPyConnection,
     tables: Iterable[str],
     progress: Progress | None = None,
+    report_ids: Iterable[int] | None = None,
 ) -> int:
-    """Run the deferred steps `tables` need, through each report's reader; returns how many
-    report steps ran."""
-    todo = deferred_for(con, tables)
+    """Run the deferred steps `tables` need (for `report_ids`, default every report), through
+    each report's reader; returns how many report steps ran."""
+    todo = deferred_for(con, tables, report_ids)
     # a .gz source is decompressed once for all of its report's steps (todo is in report order)
     with ExitStack() as files:
         plain, plain_of = Path(), None
         for i, (rid, source, step) in enumerate(todo):
             if progress:
                 progress(f"{step} (report {rid})", i, len(todo))
-            kind = params.first_row(
-                params.execute(con, "SELECT kind FROM reports WHERE report_id = $rid", {"rid": rid})
-            )[0]
+            kind, sha = params.first_row(
+                params.execute(con, "SELECT kind, sha256 FROM reports WHERE report_id = $rid", {"rid": rid})
+            )
             rd = reader.by_name(kind)
             assert rd is not None  # deferred_for checked
             path = Path(source)
@@ -322,7 +342,7 @@ def ensure_loaded(
                         "is gone" if not path.exists() else "has changed since ingest",
                     )
                     continue
-                raise NsaError(
+                raise SourceGoneError(
                     f"report {rid}'s {step} were left in {path} at ingest, and that file {state}; "
                     f"re-ingest it with `nsa ingest --replace --full FILE`."
                 )
@@ -331,7 +351,7 @@ def ensure_loaded(
                 if plain_of != rid:
                     files.close()  # the previous report's decompressed copy, if any
                     plain, plain_of = files.enter_context(_readable(path, _is_gzip(path))), rid
-                opened = rd.open(con, plain)
+                opened = rd.open_source(con, plain, reader.Source(path, partial(str, sha), progress))
             with opened as handle:
                 con.execute("BEGIN TRANSACTION")
                 try:

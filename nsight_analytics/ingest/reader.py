@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,17 @@ import duckdb
 
 Progress = Callable[[str, int, int], None]
 Handle = TypeVar("Handle")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the pipeline knows of the file a reader opens, beyond the path `open` gets."""
+
+    path: Path  # the file the user gave: the `.gz` when the reader reads its content
+    sha256: Callable[[], str]  # the report's SHA-256 (of `path`'s bytes); may wait for the hash
+    progress: Progress | None = None
+    # what the user told `nsa ingest` about the file (`timezone`: of nvidia-smi's local timestamps)
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +85,17 @@ class Reader(ABC, Generic[Handle]):
         progress: Progress | None,
     ) -> LoadResult:
         """Write the report's canonical rows; `defer` says which deferrable steps to leave."""
+
+    def open_source(
+        self, con: duckdb.DuckDBPyConnection, path: Path, source: Source
+    ) -> AbstractContextManager[Handle]:
+        """`open` as the pipeline calls it. A reader that converts the file first (an `.nsys-rep`
+        through nsys) overrides this to key what it keeps by the report's hash and show progress."""
+        return self.open(con, path)
+
+    def clean(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Remove what the reader keeps outside the workspace for reports that are gone; the
+        pipeline calls it after a commit that removed reports."""
 
     def steps_for(self, tables: Iterable[str]) -> list[str]:
         """The deferred steps that must run before `tables` can be read, in running order."""

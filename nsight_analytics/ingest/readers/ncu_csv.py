@@ -1,5 +1,6 @@
-"""Nsight Compute CSV exports (`ncu --csv`, `ncu -i REPORT --csv`): details, raw and summary
-pages, any units, locale or metric-name option, with the app's own output around them.
+"""Nsight Compute CSV exports (`ncu --csv`, `ncu -i REPORT --csv`): details, raw, summary and
+source pages, under any print option (units, locale, metric names, instances, section body
+text), with the app's own output around them.
 
 The parser lives in ingest/ncu.py; the whole file is parsed (and so validated) in `open`,
 before the workspace is touched. Nothing is deferred: ncu CSVs are small.
@@ -51,6 +52,15 @@ class NcuCsvReader(Reader["NcuParsed"]):
                 "kernels": counts["ncu_kernels"],
                 "metrics": counts["ncu_metrics"],
                 "rules": counts["ncu_rules"],
+                **{
+                    label: counts[table]
+                    for label, table in (
+                        ("instances", "ncu_metric_instances"),
+                        ("section body rows", "ncu_section_text"),
+                        ("source rows", "ncu_source"),
+                    )
+                    if counts[table]
+                },
             },
             activity_kinds=ncu.activity_kinds(counts),
             metadata={"tool_version": handle.tool_version},

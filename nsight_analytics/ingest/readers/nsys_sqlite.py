@@ -17,7 +17,7 @@ import duckdb
 from ... import params
 from ...errors import InputError
 from ...timing import timed
-from .. import nsys, sqlite_source
+from .. import nsys, nsys_memory, sqlite_source
 from ..reader import LoadResult, Progress, Reader
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,15 @@ class NsysSqliteReader(Reader[Export]):
                 if table not in deferred and table != "kernel_launch":
                     with timed(log, f"ingest {path.name}: {table}"):
                         rows[table] = nsys.load_table(con, src, table, report_id, launch=launch)
+            rows["memory_events"] = nsys_memory.load(con, src, report_id)
             con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
         except duckdb.Error as exc:
             raise _read_error(path, exc) from exc
         if progress:
             progress("done", len(steps), len(steps))
         kinds = _activity_kinds(src, rows)
+        if rows.get("memory_events"):
+            kinds.append("memory")
         result = LoadResult(
             # users know the kernels by the view's name
             rows={("kernels" if t == "kernel_rows" else t): n for t, n in rows.items()},

@@ -1,0 +1,145 @@
+"""PyTorch profiler traces (Kineto's Chrome trace JSON: `prof.export_chrome_trace`, the
+TensorBoard plugin's `*.pt.trace.json`), torch 1.8 to today, CUDA and ROCm.
+
+The trace is streamed (ingest/kineto_events.py), never loaded whole, into staging tables that
+ingest/kineto.py turns into the canonical tables. Nothing is deferred: every row comes out of
+the one pass over the file, so the steps and the ranges' kernels are worked out at ingest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from ... import params
+from ...errors import InputError
+from .. import kineto, kineto_events
+from ..kineto_sniff import is_kineto_trace
+from ..reader import SNIFF_BYTES, LoadResult, Progress, Reader
+
+# canonical table -> the activity kind its rows evidence (reports.activity_kinds)
+KINDS = {
+    "kernels": "kernel",
+    "memcpy": "memcpy",
+    "memset": "memset",
+    "cuda_api": "cuda_api",
+    "nvtx_ranges": "nvtx",
+    "gpus": "gpu_info",
+    "processes": "processes",
+    "memory_events": "memory",
+}
+# DuckDB's memory while a trace is staged (see _limit_memory)
+MEMORY_LIMIT_BYTES = 1 << 30
+# the rows `nsa ingest` reports, in this order
+SHOWN = ("kernels", "memcpy", "memset", "cuda_api", "cpu_ops", "nvtx_ranges", "memory_events", "steps")
+
+
+@dataclass
+class Trace:
+    """A trace whose top-level keys are read; its events are read by load."""
+
+    path: Path
+    meta: kineto_events.TraceMeta
+
+
+class KinetoReader(Reader[Trace]):
+    name = "kineto"
+
+    def sniff(self, head: bytes) -> bool:
+        return is_kineto_trace(head)
+
+    @contextmanager
+    def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[Trace]:
+        with path.open("rb") as fh:
+            if not is_kineto_trace(fh.read(SNIFF_BYTES)):
+                raise InputError(f"{path} is not a PyTorch profiler trace (no traceEvents); export one with "
+                                 "`prof.export_chrome_trace(path)`.")  # fmt: skip
+        try:
+            meta = kineto_events.read_meta(path)
+        except kineto_events.ijson.JSONError as exc:
+            raise kineto_events.json_error(path, exc) from exc
+        previous = _limit_memory(con)
+        try:
+            yield Trace(path, meta)
+        finally:
+            con.execute(f"SET memory_limit = '{previous}'")
+
+    def load(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        handle: Trace,
+        report_id: int,
+        defer: set[str],
+        progress: Progress | None,
+    ) -> LoadResult:
+        path = handle.path
+        if progress:
+            progress("events", 0, 2)
+        stager, staged = kineto_events.stage(con, path)
+        try:
+            if not any(n for kind, n in staged.counts.items() if kind != "meta"):
+                raise InputError(
+                    f"{path} is a PyTorch profiler trace with no events: the profiler recorded nothing; "
+                    "export the trace from inside the profiled region (`on_trace_ready`) or after a step ran."
+                )
+            if progress:
+                progress("tables", 1, 2)
+            rows = kineto.load_all(con, report_id, handle.meta, staged)
+        finally:
+            stager.drop()
+        if progress:
+            progress("done", 2, 2)
+        return _result(path, report_id, handle.meta, rows)
+
+
+def _limit_memory(con: duckdb.DuckDBPyConnection) -> str:
+    """Cap DuckDB's memory while a trace is staged, so a large trace spills to the workspace's
+    temporary folder instead of growing with the file; returns the setting to restore."""
+    previous = str(params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0])
+    m = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B|bytes)", previous)
+    scale = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+             "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
+    if m is None or float(m.group(1)) * scale.get(m.group(2), 1) > MEMORY_LIMIT_BYTES:
+        con.execute(f"SET memory_limit = '{MEMORY_LIMIT_BYTES >> 20}MiB'")
+    return previous
+
+
+def _result(path: Path, rid: int, meta: kineto_events.TraceMeta, rows: dict[str, int]) -> LoadResult:
+    base, origin = meta.base_ns, rows.pop("origin")
+    if base is not None:
+        start: int | None = base + origin
+    else:  # before torch 2.0 the times are microseconds since the Unix epoch
+        start = origin if origin > 10**17 else None
+    info = meta.distributed
+    versions = [
+        f"{k} {meta.values[k]}" for k in ("cupti_version", "cuda_runtime_version") if k in meta.values
+    ]
+    result = LoadResult(
+        rows={t: rows.get(t, 0) for t in SHOWN},
+        activity_kinds=[kind for table, kind in KINDS.items() if rows.get(table, 0) > 0],
+        metadata={
+            "tool_version": ("PyTorch profiler (" + ", ".join(versions) + ")")
+            if versions
+            else "PyTorch profiler",
+            "schema_version": None
+            if "schemaVersion" not in meta.values
+            else str(meta.values["schemaVersion"]),
+            "session_start_utc_ns": start,
+            "rank": kineto_events.as_int(info.get("rank")),
+            "world_size": kineto_events.as_int(info.get("world_size")),
+        },
+    )
+    if not any(rows.get(t, 0) for t in ("kernels", "memcpy", "memset")):
+        result.warnings.append(
+            f"report {rid} ({path.name}) has no kernel, memcpy or memset events: the profiler did not "
+            "record the GPU; profile with `activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]`."
+        )
+    return result
+
+
+READER = KinetoReader()

@@ -1,0 +1,49 @@
+-- Frequent kernel sequences: runs of `length` consecutive kernels on one stream (in start
+-- order) with the same names, counted wherever they start (occurrences may overlap), like the
+-- patterns Holistic Trace Analysis looks for before fusing or graph-capturing a region. The
+-- most frequent first; a run of many tiny kernels repeating per layer or per parameter is the
+-- first candidate for torch.compile or a CUDA graph.
+-- reads kernel_names, kernel_rows
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param length INTEGER = 3: kernels per sequence (2 to 8).
+-- param min_count BIGINT = 2: fewest occurrences a sequence needs.
+-- col report_id INTEGER: workspace report id.
+-- col sequence VARCHAR: the kernels' names, joined by ' -> '.
+-- col length INTEGER: kernels in the sequence.
+-- col occurrences BIGINT: times the sequence starts on a stream.
+-- col kernel_ns BIGINT: summed GPU time of the kernels in all occurrences (ns).
+-- col avg_ns DOUBLE: mean GPU time of one occurrence (ns).
+WITH k AS (
+    SELECT report_id, name_id, duration_ns,
+           list(name_id) OVER w AS names,
+           list(duration_ns) OVER w AS durations
+    FROM kernel_rows
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL
+    WINDOW w AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns
+                 ROWS BETWEEN CURRENT ROW AND 7 FOLLOWING)
+),
+seq AS (
+    SELECT report_id, names[1:least(greatest($length, 2), 8)] AS ids,
+           list_sum(durations[1:least(greatest($length, 2), 8)]) AS ns
+    FROM k
+    WHERE len(names) >= least(greatest($length, 2), 8)
+),
+counted AS (
+    SELECT report_id, ids, count(*) AS occurrences, sum(ns) AS kernel_ns
+    FROM seq GROUP BY ALL HAVING count(*) >= $min_count
+),
+names AS (
+    SELECT report_id, map(list(name_id), list(coalesce(name, short_name, '?'))) AS m
+    FROM kernel_names
+    WHERE $report_id IS NULL OR report_id = $report_id
+    GROUP BY report_id
+)
+SELECT
+    c.report_id,
+    array_to_string(list_transform(c.ids, x -> coalesce(n.m[x], '?')), ' -> ') AS sequence,
+    CAST(len(c.ids) AS INTEGER) AS length,
+    c.occurrences,
+    CAST(c.kernel_ns AS BIGINT) AS kernel_ns,
+    c.kernel_ns / c.occurrences AS avg_ns
+FROM counted AS c LEFT JOIN names AS n USING (report_id)
+ORDER BY c.report_id, c.occurrences DESC, c.kernel_ns DESC, sequence
