@@ -54,7 +54,9 @@ def nsys_real_workspace(tmp_path_factory):
             f"real data not available: {REALDATA / 'nsys'} (tests expect ../shared/realdata beside the repo)"
         )
     con = nsa.connect(tmp_path_factory.mktemp("nsys_real") / "w.duckdb")
-    ids = {path.name: nsa.ingest(con, path).report_id for path in NSYS_FILES}
+    # and our GPU-metrics capture: the one export whose metrics cover every phase the queries split
+    gpu_metrics = ROOT / "tests" / "data" / "h100_nsys2025.3_saturation_gpumetrics.sqlite.gz"
+    ids = {path.name: nsa.ingest(con, path).report_id for path in [*NSYS_FILES, gpu_metrics]}
     nsa.query(con, "nvtx_summary")  # copies the deferred nvtx_ranges table once
     yield con, ids
     con.close()

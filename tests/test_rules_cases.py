@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rules.cases import CASES
+from rules.cases import CASES as TIMELINE_AND_NCU_CASES
+from rules.gpu_metrics_cases import GPU_METRIC_CASES
 
 import nsight_analytics as nsa
 from nsight_analytics import schema
@@ -23,6 +24,9 @@ ACTIVITY_KIND = {
     "osrt_api": "osrt",
     "ncu_metrics": "ncu_metrics",
     "ncu_rules": "ncu_rules",
+    "gpu_metrics": "gpu_metrics",
+    "memory_events": "memory",
+    "power_samples": "power",
 }
 
 
@@ -59,6 +63,9 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
     for table, table_rows in rows.items():
         if table != "reports":
             _insert(con, table, table_rows)
+
+
+CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

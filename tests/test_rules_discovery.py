@@ -122,7 +122,9 @@ def test_a_module_defines_exactly_one_rule(toy_rules: Path) -> None:
 def test_builtin_rules_are_discovered_in_their_declared_order() -> None:
     assert [r.id for r in rules()] == [
         "copy-dominated", "pageable-memcpy", "small-kernel-storm", "stall-dominated", "memory-bound",
-        "latency-bound", "low-occupancy", "gpu-idle", "startup", "host-sync", "no-gpu-activity",
+        "roofline-headroom", "latency-bound", "low-occupancy", "tensor-cores-idle", "low-issue-while-busy",
+        "dram-saturated", "pcie-saturated", "gpu-idle", "startup", "memory-growth", "host-sync",
+        "no-gpu-activity",
     ]  # fmt: skip
     checks = Path(nsa.__file__).parent / "rules" / "checks"
     assert len([p for p in checks.glob("*.py") if not p.name.startswith("_")]) == len(rules())
@@ -169,6 +171,7 @@ def test_thresholds_are_declared_once() -> None:
     assert owners["heavy_kernel_share"] == [
         "stall-dominated",
         "memory-bound",
+        "roofline-headroom",
         "latency-bound",
         "low-occupancy",
     ]

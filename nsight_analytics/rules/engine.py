@@ -3,7 +3,7 @@ what they find."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import duckdb
@@ -38,6 +38,7 @@ def run_rules(
     config: dict[str, Any] | None = None,
     only: list[str] | None = None,
     ruleset: Sequence[Rule] | None = None,
+    skip: Collection[tuple[int, str]] = (),
 ) -> list[Finding]:
     """All findings for one report (or every report), ranked; `config` overrides thresholds.
 
@@ -53,6 +54,6 @@ def run_rules(
     for report in ctx.reports():
         kinds = report.activity_kinds or ()
         for r in selected:
-            if r.runs_on(kinds):
+            if r.runs_on(kinds) and (int(report.report_id), r.id) not in skip:
                 found.extend(r.check(ctx, int(report.report_id)))
     return sorted(found, key=rank_key)

@@ -36,6 +36,9 @@ ACTIVITY_KINDS = frozenset(
         "processes",
         "ncu_metrics",
         "ncu_rules",
+        "gpu_metrics",
+        "memory",
+        "power",
     }
 )
 # Work on a GPU timeline: kernels, copies, memsets or CUDA graph replays (nsa_gpu_activity).

@@ -166,11 +166,51 @@ def _ncu(name: str = "void heavy_kernel(float*)", **m: float) -> dict[str, list[
     return {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k], "ncu_metrics": rows}
 
 
+def _alloc(ts: int, n: int) -> dict:
+    return {"report_id": 1, "device_id": 0, "pid": PID, "ts_ns": ts, "operation": "alloc", "bytes": n,
+            "delta_bytes": n, "memory_kind": "device"}  # fmt: skip
+
+
+def _memory_per_step(grows: list[int], total_memory: int = 80 << 30) -> dict[str, list[dict]]:
+    """The warm-up-then-steps timeline with device memory: 1 GiB allocated in the warm-up step,
+    then `grows[i]` bytes allocated (never freed) in steady step i + 1."""
+    rows = _warmup_then_steps(5 * MS)
+    events = [_alloc(1 * MS, 1 << 30)]
+    events += [_alloc(100 * MS + i * 10 * MS + 2 * MS, n) for i, n in enumerate(grows) if n]
+    gpus = [{"report_id": 1, "device_id": 0, "total_memory_bytes": total_memory}]
+    return {**rows, "memory_events": events, "gpus": gpus}
+
+
 SOL = "sm__throughput__DOT__avg__DOT__pct_of_peak_sustained_elapsed"
 MEM = "gpu__compute_memory_throughput__DOT__avg__DOT__pct_of_peak_sustained_elapsed"
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active__DOT__ratio"
 
 CASES: list[dict[str, Any]] = [
+    # memory-growth
+    {
+        "id": "memory-leak-every-step",
+        "rules": ["memory-growth"],
+        "rows": _memory_per_step([4 << 20] * 5),
+        "expect": [("memory-growth", "warning")],
+    },
+    {
+        "id": "memory-leak-fills-the-device-soon",
+        "rules": ["memory-growth"],
+        "rows": _memory_per_step([4 << 20] * 5, total_memory=(1 << 30) + (200 << 20)),
+        "expect": [("memory-growth", "critical")],
+    },
+    {
+        "id": "memory-pool-grown-once-passes",
+        "rules": ["memory-growth"],
+        "rows": _memory_per_step([128 << 20, 0, 0, 0, 0]),
+        "expect": [],
+    },
+    {
+        "id": "memory-growth-below-threshold-passes",
+        "rules": ["memory-growth"],
+        "rows": _memory_per_step([1 << 20] * 5),
+        "expect": [],
+    },
     # gpu-idle
     # These captures are milliseconds long: idle_min_span_ns is lowered so the rule judges them.
     {
@@ -442,6 +482,26 @@ CASES: list[dict[str, Any]] = [
         "rows": _ncu(
             sm__maximum_warps_per_active_cycle_pct=100.0,
             sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active=80.0,
+        ),
+        "expect": [],
+    },
+    {
+        "id": "roofline-headroom-far-below-dram-roof",
+        "rules": ["roofline-headroom"],
+        "rows": _ncu(
+            dram__bytes__DOT__sum__DOT__per_second=0.2 * 1280 * 2.6e9,
+            dram__bytes__DOT__sum__DOT__peak_sustained=1280,
+            dram__cycles_elapsed__DOT__avg__DOT__per_second=2.6e9,
+        ),
+        "expect": [("roofline-headroom", "warning")],
+    },
+    {
+        "id": "roofline-headroom-near-roof-passes",
+        "rules": ["roofline-headroom"],
+        "rows": _ncu(
+            dram__bytes__DOT__sum__DOT__per_second=0.85 * 1280 * 2.6e9,
+            dram__bytes__DOT__sum__DOT__peak_sustained=1280,
+            dram__cycles_elapsed__DOT__avg__DOT__per_second=2.6e9,
         ),
         "expect": [],
     },

@@ -26,6 +26,8 @@ def no_gpu_activity(ctx: Context, rid: int) -> list[Finding]:
     kinds = [str(k) for k in (row.activity_kinds or [])]
     if row.has_kernels or any(k in kinds for k in ("kernel", "memcpy", "memset")):
         return []
+    if kinds == ["power"]:  # a power log (nvml, nvidia-smi): samples to align, not a capture
+        return []
     api_rows = int(ctx.query("api_summary", rid).total("calls"))
     captured = ", ".join(k for k in kinds if k != "processes") or "nothing"
     message = (

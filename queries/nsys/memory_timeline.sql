@@ -1,0 +1,45 @@
+-- Bytes held over time: every allocation and free of table memory_events with what its device,
+-- process and memory kind hold after it. held_bytes is the source's own count where it states
+-- one (PyTorch profiler `Total Allocated`), else the running sum of delta_bytes from the start
+-- of the capture (nsys GPU memory usage events: what the process reserved from the driver, so a
+-- caching allocator shows its pool, not its tensors; memory allocated before the capture began
+-- is not in it). Events at the same time keep the source's order. The step is the `steps` row
+-- the event falls in, by time.
+-- reads memory_events, steps
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param memory_kind VARCHAR = NULL: only this memory kind ('device', 'pinned'...); all when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id; NULL for host memory.
+-- col pid BIGINT: process id.
+-- col memory_kind VARCHAR: 'device', 'device_static', 'pinned', 'pageable', 'managed', 'host'... as in memory_events.
+-- col ts_ns BIGINT: when the event happened (ns, report timeline).
+-- col operation VARCHAR: 'alloc' or 'free'.
+-- col bytes BIGINT: size of the allocation or free (byte).
+-- col delta_bytes BIGINT: +bytes for an allocation, -bytes for a free (byte).
+-- col held_bytes BIGINT: bytes held by the device / process / memory kind after the event (byte).
+-- col reserved_bytes BIGINT: bytes the caching allocator reserved after the event, when the source states it (byte).
+-- col address BIGINT: address of the allocation, when the source has it.
+-- col name VARCHAR: what the source calls the allocation, when it says.
+-- col step INTEGER: 0-based position of the step the event falls in (table steps); NULL outside steps.
+-- col step_name VARCHAR: that step's name ('step 12').
+WITH ev AS (
+    SELECT m.*, m.rowid AS seq
+    FROM memory_events AS m
+    WHERE ($report_id IS NULL OR m.report_id = $report_id)
+      AND ($memory_kind IS NULL OR m.memory_kind = $memory_kind)
+      AND m.ts_ns IS NOT NULL
+),
+held AS (
+    SELECT *,
+           coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
+               PARTITION BY report_id, device_id, pid, memory_kind ORDER BY ts_ns, seq
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+           )) AS held_bytes
+    FROM ev
+)
+SELECT h.report_id, h.device_id, h.pid, h.memory_kind, h.ts_ns, h.operation, h.bytes, h.delta_bytes,
+       CAST(h.held_bytes AS BIGINT) AS held_bytes, h.reserved_bytes, h.address, h.name,
+       s.step, s.name AS step_name
+FROM held AS h
+LEFT JOIN steps AS s ON s.report_id = h.report_id AND h.ts_ns >= s.start_ns AND h.ts_ns < s.end_ns
+ORDER BY h.report_id, h.device_id NULLS LAST, h.pid, h.memory_kind, h.ts_ns, h.seq

@@ -1,0 +1,383 @@
+"""Memory over time (nsys GPU memory usage events) and energy from power logs (NVML sampler,
+nvidia-smi), on the foreach / fused AdamW training pair captured with both.
+
+Every expected number is computed here from the files themselves: plain sqlite3 SQL on the
+gunzipped exports, csv arithmetic on the power logs, datetime for the time zones.
+"""
+
+from __future__ import annotations
+
+import csv
+import sqlite3
+import statistics
+from bisect import bisect_right
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from click.testing import CliRunner
+
+import nsight_analytics as nsa
+from conftest import realdata
+from nsight_analytics.cli import EXIT_ERROR, main
+
+RUNS = ("foreach", "fused")
+NSYS = "h100_nsys2025.3_train_{}_gpumetrics.sqlite"
+NVML = "h100_nvml_train_{}.csv"
+SMI = "h100_nvidia-smi_train_{}.csv"
+MEM_KINDS = {0: "pageable", 1: "pinned", 2: "device", 5: "device_static"}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(connection, {'foreach': (nsys id, nvml id), 'fused': ...}): the two captures and their
+    NVML logs in one workspace."""
+    con = nsa.connect(tmp_path_factory.mktemp("pair") / "w.duckdb")
+    ids = {}
+    for run in RUNS:
+        nsys = nsa.ingest(con, realdata("nsys", NSYS.format(run) + ".gz")).report_id
+        ids[run] = (nsys, nsa.ingest(con, realdata("power", NVML.format(run))).report_id)
+    yield con, ids
+    con.close()
+
+
+def _session_start(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT min(utcEpochNs) FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0])
+
+
+def _steps(db: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    rows = db.execute("SELECT text, start, \"end\" FROM NVTX_EVENTS WHERE text GLOB 'step [0-9]*'").fetchall()
+    return sorted(rows, key=lambda r: r[1])
+
+
+def _nvml(run: str) -> list[dict[str, int]]:
+    with realdata("power", NVML.format(run)).open() as fh:
+        return [{k: int(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def _rows(con, name: str, **params) -> list[dict]:
+    rel = nsa.query(con, name, **params)
+    return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
+
+
+# --- memory -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", [NSYS.format(r) for r in RUNS] + ["h100_nsys2025.3_transformer_train.sqlite"]
+)
+def test_memory_events_are_the_exports_rows(real_sqlite, tmp_path: Path, name: str) -> None:
+    path = real_sqlite(name)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    db = sqlite3.connect(path)
+    expected = db.execute(
+        "SELECT memKind, memoryOperationType, count(*), sum(bytes) FROM CUDA_GPU_MEMORY_USAGE_EVENTS GROUP BY 1, 2"
+    ).fetchall()
+    got = con.execute(
+        "SELECT memory_kind, operation, count(*), sum(bytes) FROM memory_events WHERE report_id = ? GROUP BY ALL",
+        [rid],
+    ).fetchall()
+    ops = {0: "alloc", 1: "free"}
+    assert sorted(got) == sorted((MEM_KINDS[k], ops[o], n, b) for k, o, n, b in expected)
+    con.close()
+
+
+def test_memory_peak_and_where_it_happens(pair, real_sqlite) -> None:
+    """The device-memory peak, the allocation that set it, its step and NVTX range, and the
+    headroom, against a running sum in SQLite over the same events."""
+    con, ids = pair
+    peaks = {}
+    for run in RUNS:
+        db = sqlite3.connect(real_sqlite(NSYS.format(run)))
+        held = db.execute(
+            """SELECT start, bytes, sum(CASE memoryOperationType WHEN 0 THEN bytes ELSE -bytes END)
+                   OVER (ORDER BY start, rowid) AS held
+               FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind = 2 ORDER BY held DESC, start LIMIT 1"""
+        ).fetchone()
+        total = db.execute("SELECT totalMemory FROM TARGET_INFO_GPU").fetchone()[0]
+        step = next(name for name, s, e in _steps(db) if s <= held[0] < e)
+        innermost = db.execute(
+            'SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL AND start <= ? AND "end" >= ? '
+            "ORDER BY start DESC LIMIT 1",
+            [held[0], held[0]],
+        ).fetchone()[0]
+        (row,) = [r for r in _rows(con, "memory_peak", report_id=ids[run][0]) if r["memory_kind"] == "device"]
+        assert (row["peak_ns"], row["peak_event_bytes"], row["peak_bytes"]) == held
+        assert (row["peak_step_name"], row["peak_range"]) == (step, innermost)
+        assert row["headroom_bytes"] == total - held[2]
+        assert row["frees"] == 0 and row["fragmentation"] is None  # nsys states no reserved bytes
+        peaks[run] = held[2]
+    # what the fused optimizer does to the memory the process reserved from the driver: 2 MiB less
+    assert peaks["fused"] - peaks["foreach"] == -(2 << 20)
+
+
+def test_memory_growth_is_silent_on_the_training_pair(pair, real_sqlite) -> None:
+    """No leak: after the first steady step no device memory is allocated at all (SQLite), so
+    the bytes held level off and the rule stays silent; the one step that grows is in
+    memory_steps for anyone who looks."""
+    con, ids = pair
+    for run in RUNS:
+        db = sqlite3.connect(real_sqlite(NSYS.format(run)))
+        steps = _steps(db)
+        later = db.execute(
+            "SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind = 2 AND start >= ?",
+            [steps[2][1]],
+        ).fetchone()[0]
+        in_step_1 = db.execute(
+            "SELECT sum(bytes) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind = 2 AND start BETWEEN ? AND ?",
+            [steps[1][1], steps[1][2]],
+        ).fetchone()[0]
+        assert later == 0
+        rows = [r for r in _rows(con, "memory_steps", report_id=ids[run][0]) if r["memory_kind"] == "device"]
+        grown = [(r["name"], r["held_end_bytes"] - r["held_start_bytes"]) for r in rows if r["steady"]]
+        assert [g for g in grown if g[1]] == [("step 1", in_step_1)]
+        found = nsa.findings(con, report_id=ids[run][0], only=["memory-growth"])
+        assert found == []
+
+
+def test_memory_timeline_reads_a_stated_allocated_count(workspace) -> None:
+    """Sources that state the allocator's totals (PyTorch profiler: Total Allocated / Reserved)
+    are read as stated; fragmentation at the peak is reserved but not allocated."""
+    mib = 1 << 20
+    rows = [
+        (0, "alloc", 4 * mib, 4 * mib, 4 * mib, 8 * mib),
+        (10, "alloc", 2 * mib, 2 * mib, 6 * mib, 8 * mib),
+        (20, "free", 4 * mib, -4 * mib, 2 * mib, 8 * mib),
+    ]
+    for ts, op, size, delta, allocated, reserved in rows:
+        workspace.execute(
+            "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, "
+            "memory_kind, allocated_bytes, reserved_bytes) VALUES (9, 0, 1, ?, ?, ?, ?, 'device', ?, ?)",
+            [ts, op, size, delta, allocated, reserved],
+        )
+    assert [r["held_bytes"] for r in _rows(workspace, "memory_timeline")] == [4 * mib, 6 * mib, 2 * mib]
+    (peak,) = _rows(workspace, "memory_peak")
+    assert (peak["peak_bytes"], peak["peak_ns"], peak["final_bytes"]) == (6 * mib, 10, 2 * mib)
+    assert peak["fragmentation"] == pytest.approx(1 - 6 / 8)
+
+
+# --- power logs ---------------------------------------------------------------------------
+
+
+def test_nvml_log_is_ingested_as_written(pair) -> None:
+    con, ids = pair
+    for run in RUNS:
+        log = _nvml(run)
+        n, mean_w, first_j, last_j, start = con.execute(
+            "SELECT count(*), avg(power_w), arg_min(energy_j, ts_utc_ns), arg_max(energy_j, ts_utc_ns), "
+            "min(ts_utc_ns) FROM power_samples WHERE report_id = ?",
+            [ids[run][1]],
+        ).fetchone()
+        assert n == len(log)
+        assert mean_w == pytest.approx(statistics.fmean(r["power_mw"] for r in log) / 1000, rel=1e-12)
+        assert (first_j, last_j) == pytest.approx((log[0]["energy_mj"] / 1000, log[-1]["energy_mj"] / 1000))
+        session = con.execute("SELECT session_start_utc_ns FROM reports WHERE report_id = ?", [ids[run][1]])
+        assert session.fetchone()[0] == start == log[0]["timestamp_ns"]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_nvidia_smi_times_are_read_in_the_zone_given(tmp_path: Path, zone: str) -> None:
+    path = realdata("power", SMI.format("fused"))
+    db = str(tmp_path / "w.duckdb")
+    res = invoke("ingest", "--db", db, "--timezone", zone, str(path))
+    assert res.exit_code == 0, res.output
+    assert f"power samples (local times read as {zone}, as --timezone said)" in res.output
+    with path.open() as fh:
+        rows = list(csv.reader(fh, skipinitialspace=True))
+    first = datetime.strptime(rows[1][0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=ZoneInfo(zone))
+    watts = [float(r[3].split()[0]) for r in rows[1:]]
+    res = invoke(
+        "sql",
+        "--db",
+        db,
+        "SELECT min(ts_utc_ns), count(*), avg(power_w) FROM power_samples",
+        "--format",
+        "csv",
+    )
+    start, n, mean_w = res.output.strip().splitlines()[1].split(",")
+    assert int(start) == round(first.timestamp() * 1000) * 1_000_000
+    assert (int(n), float(mean_w)) == (len(watts), pytest.approx(statistics.fmean(watts)))
+
+
+def test_a_power_log_is_no_capture_without_gpu_activity(pair) -> None:
+    con, ids = pair
+    for run in RUNS:
+        assert nsa.findings(con, report_id=ids[run][1]) == []
+
+
+def test_nvidia_smi_times_default_to_this_machines_zone(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    path = realdata("power", SMI.format("foreach"))
+    db = str(tmp_path / "w.duckdb")
+    res = invoke("ingest", "--db", db, str(path))
+    assert (
+        "local times read as Asia/Tokyo, this machine's zone: pass --timezone if the log was written"
+        in res.output
+    )
+    first = path.read_text().splitlines()[1].split(",")[0]  # the first sample's timestamp
+    local = datetime.strptime(first, "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=ZoneInfo("Asia/Tokyo"))
+    res = invoke("sql", "--db", db, "SELECT min(ts_utc_ns) FROM power_samples", "--format", "csv")
+    assert int(res.output.split()[1]) == round(local.timestamp() * 1000) * 1_000_000
+
+
+def test_a_power_log_attaches_only_to_the_captures_it_covers(tmp_path: Path, real_sqlite) -> None:
+    """The nvidia-smi log of the fused run was written on a machine set to UTC: read as UTC it
+    covers the capture's session (TARGET_INFO_SESSION_START_TIME); read as Paris time it is an
+    hour off and attaches to nothing, and the energy query says so."""
+    nsys = real_sqlite(NSYS.format("fused"))
+    session = _session_start(sqlite3.connect(nsys))
+    smi = realdata("power", SMI.format("fused"))
+    for zone, attached in (("UTC", True), ("Europe/Paris", False)):
+        con = nsa.connect(tmp_path / f"{zone.replace('/', '_')}.duckdb")
+        rid = nsa.ingest(con, nsys).report_id
+        nsa.ingest(con, smi, options={"timezone": zone})
+        lo, hi = con.execute("SELECT min(ts_utc_ns), max(ts_utc_ns) FROM power_samples").fetchone()
+        assert (lo < session < hi) is attached
+        run = next(r for r in _rows(con, "energy", report_id=rid) if r["name"] == "report")
+        assert run["method"] == ("power readings" if attached else "no power log")
+        assert (run["coverage"] == 1.0) is attached
+        con.close()
+
+
+def test_bad_power_logs_are_refused_in_one_sentence(tmp_path: Path) -> None:
+    db = str(tmp_path / "w.duckdb")
+    nvml = tmp_path / "power.csv"
+    nvml.write_text(
+        "timestamp_ns,gpu,power_mw,energy_mj\n1795501641817245457,0,72432,26779265\n1795501641.8,0,72432,1\n"
+    )
+    res = CliRunner().invoke(main, ["ingest", "--db", db, str(nvml)])
+    assert res.exit_code == EXIT_ERROR
+    assert (
+        "line 3: timestamp_ns is '1795501641.8'; it must be the UTC wall clock in integer nanoseconds"
+        in res.output
+    )
+    assert "Traceback" not in res.output and res.output.count("\n") == 1
+    smi = tmp_path / "smi.csv"
+    smi.write_text(
+        "timestamp, index, power.draw [W]\n2026/11/24 06:27:21.599, 0, 72.40 W\nyesterday, 0, 72.40 W\n"
+    )
+    res = CliRunner().invoke(main, ["ingest", "--db", db, "--timezone", "UTC", str(smi)])
+    assert res.exit_code == EXIT_ERROR and "line 3: timestamp 'yesterday' is not nvidia-smi's" in res.output
+    res = CliRunner().invoke(main, ["ingest", "--db", db, "--timezone", "Mars/Olympus", str(smi)])
+    assert res.exit_code == EXIT_ERROR and "--timezone 'Mars/Olympus' is not a time zone" in res.output
+    res = invoke("sql", "--db", db, "SELECT count(*) FROM reports", "--format", "csv")
+    assert res.output.split() == ["count_star()", "0"]  # nothing was written
+
+
+def test_a_log_cut_mid_line_loses_that_line_only(tmp_path: Path) -> None:
+    """What a sampler killed mid-write leaves: the last line without its end, cut short."""
+    lines = realdata("power", NVML.format("fused")).read_text().splitlines()
+    cut = tmp_path / "cut.csv"
+    cut.write_text("\n".join(lines[:50]) + "\n" + lines[50][:-3])  # the counter lost digits
+    res = invoke("ingest", "--db", str(tmp_path / "w.duckdb"), str(cut))
+    assert res.exit_code == 0
+    assert "cut.csv: ingested as report 1 (nvml): 49 power samples." in res.output
+    assert (
+        "warning: cut.csv line 51 has no line end (the logger stopped mid-line); it was left out."
+        in res.output
+    )
+
+
+# --- energy -------------------------------------------------------------------------------
+
+
+def _cumulative(log: list[dict[str, int]]):
+    """E(t): the energy counter through its updates (the first sample showing each new value),
+    linear in between: the energy a window holds is E(end) - E(start)."""
+    ts, joules = [], []
+    for row in log:
+        if not joules or row["energy_mj"] != joules[-1] * 1000:
+            ts.append(row["timestamp_ns"])
+            joules.append(row["energy_mj"] / 1000)
+
+    def at(t: float) -> float:
+        i = bisect_right(ts, t) - 1
+        return joules[i] + (joules[i + 1] - joules[i]) * (t - ts[i]) / (ts[i + 1] - ts[i])
+
+    return at
+
+
+def test_joules_per_step_foreach_against_fused(pair, real_sqlite) -> None:
+    """Joules per steady step from nsa alone, against the NVML counter read here: E(t) through
+    the counter's updates, on the capture's timeline by TARGET_INFO_SESSION_START_TIME. Step 0
+    is the warm-up (longer than 1.5x the median step), so the steady state is steps 1-24."""
+    con, ids = pair
+    per_step = {}
+    for run in RUNS:
+        db = sqlite3.connect(real_sqlite(NSYS.format(run)))
+        t0, steps = _session_start(db), _steps(db)
+        assert steps[0][2] - steps[0][1] > 1.5 * statistics.median(e - s for _, s, e in steps)
+        energy = _cumulative(_nvml(run))
+        start, end = steps[1][1], steps[-1][2]
+        expected = (energy(t0 + end) - energy(t0 + start)) / (len(steps) - 1)
+        rows = _rows(con, "energy", report_id=ids[run][0], items_per_step=32)
+        steady = next(r for r in rows if r["scope"] == "run" and r["name"] == "steady")
+        assert (steady["start_ns"], steady["end_ns"], steady["instances"]) == (start, end, len(steps) - 1)
+        assert steady["energy_per_instance_j"] == pytest.approx(expected, rel=1e-9)
+        assert steady["energy_per_item_j"] == pytest.approx(expected / 32, rel=1e-9)
+        assert steady["method"] == "energy counter" and steady["power_report_id"] == ids[run][1]
+        # each step row is the same arithmetic on its own window
+        for name, s, e in steps:
+            row = next(r for r in rows if r["scope"] == "step" and r["name"] == name)
+            assert row["energy_j"] == pytest.approx(energy(t0 + e) - energy(t0 + s), rel=1e-9)
+        per_step[run] = (expected, steady["error_j"] / steady["instances"])
+    # measured: foreach 12.63 J/step, fused 11.07 J/step (bounds 2.7 and 1.9 J/step: the two
+    # 100 ms counter intervals at the window's edges could hold all or none of their energy)
+    assert per_step["foreach"][0] == pytest.approx(12.63, abs=0.01)
+    assert per_step["fused"][0] == pytest.approx(11.07, abs=0.01)
+
+
+def test_the_counter_checks_the_power_integral(pair, real_sqlite) -> None:
+    """Over the whole log, the NVML power readings integrated agree with the energy counter's
+    delta to 0.5%: the readings are one-second averages (NVML on Hopper), which only shifts
+    energy by the second the average lags, and the logs start and end idle (measured: 0.01%
+    and 0.19%). Over the capture's span the readings lag the load (they run 9-12% low), which
+    is why `energy` integrates the counter; its readings_j column is that integral, computed
+    here from the CSV, and energy_j stays within its stated error of the counter's delta."""
+    con, ids = pair
+    for run in RUNS:
+        log = _nvml(run)
+        ts = [r["timestamp_ns"] for r in log]
+        watts = [r["power_mw"] / 1000 for r in log]
+        integral = sum(w * (b - a) / 1e9 for w, a, b in zip(watts, ts, ts[1:]))
+        delta = (log[-1]["energy_mj"] - log[0]["energy_mj"]) / 1000
+        assert integral == pytest.approx(delta, rel=0.005)
+        db = sqlite3.connect(real_sqlite(NSYS.format(run)))
+        t0 = _session_start(db)
+        last = db.execute(
+            'SELECT max(e) FROM (SELECT max("end") AS e FROM CUPTI_ACTIVITY_KIND_KERNEL '
+            'UNION ALL SELECT max("end") FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT max("end") '
+            "FROM CUPTI_ACTIVITY_KIND_MEMSET UNION ALL SELECT max(\"end\") FROM NVTX_EVENTS WHERE text GLOB 'step *')"
+        ).fetchone()[0]
+        lo, hi = t0, t0 + last
+        readings = sum(w * max(0, min(b, hi) - max(a, lo)) / 1e9 for w, a, b in zip(watts, ts, ts[1:]))
+        run_row = next(r for r in _rows(con, "energy", report_id=ids[run][0]) if r["name"] == "report")
+        assert (run_row["start_ns"], run_row["end_ns"]) == (0, last)
+        assert run_row["readings_j"] == pytest.approx(readings, rel=1e-9)
+        energy = _cumulative(log)
+        assert run_row["energy_j"] == pytest.approx(energy(hi) - energy(lo), rel=1e-9)
+        stepped = next(r["energy_mj"] for r in reversed(log) if r["timestamp_ns"] <= hi) - next(
+            r["energy_mj"] for r in reversed(log) if r["timestamp_ns"] <= lo
+        )
+        assert abs(run_row["energy_j"] - stepped / 1000) <= run_row["error_j"]
+        assert 0.85 < readings / run_row["energy_j"] < 0.95
+
+
+def test_kernel_energy_adds_up_to_the_run(pair) -> None:
+    """Every power interval's energy goes to the work running in it or to '(idle)': the kernel
+    scope sums to the run's energy, and the work's rows never claim more than their intervals."""
+    con, ids = pair
+    for run in RUNS:
+        rows = _rows(con, "energy", report_id=ids[run][0])
+        total = next(r["energy_j"] for r in rows if r["scope"] == "run" and r["name"] == "report")
+        kernels = [r for r in rows if r["scope"] == "kernel"]
+        assert sum(r["energy_j"] for r in kernels) == pytest.approx(total, rel=1e-9)
+        idle = next(r for r in kernels if r["name"] == "(idle)")
+        assert 0 < idle["energy_j"] < total
+        assert all(r["coverage"] == 1.0 and r["samples"] > 0 for r in kernels if r["name"] != "(idle)")
