@@ -12,7 +12,10 @@ The library is the product; the `nsa` CLI is a thin layer over these functions.
 
 from __future__ import annotations
 
-from .api import connect, engine, findings, ingest, query
+# The subpackage first: importing it later would rebind `nsight_analytics.diff` to the package,
+# and `nsa.diff(con, a, b)` is the facade's function.
+from . import diff as _diff_package  # noqa: F401
+from .api import connect, diff, engine, findings, ingest, query
 from .errors import InputError, NsaError, QueryError, WorkspaceError
 
 __version__ = "0.1.0"
@@ -23,6 +26,7 @@ __all__ = [
     "WorkspaceError",
     "__version__",
     "connect",
+    "diff",
     "engine",
     "findings",
     "ingest",

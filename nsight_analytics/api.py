@@ -10,6 +10,7 @@ source export into TEMP tables of that connection, which hide the stored ones an
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -19,13 +20,16 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from . import params, queries, schema
-from .errors import QueryError
+from .errors import QueryError, SourceGoneError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
 from .ingest.nsys import WORKED_OUT
 from .statements import canonical_writes
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
+    from .diff import Diff, Gate
     from .rules import Finding, Rule
     from .rules.config import Threshold
 
@@ -34,12 +38,14 @@ __all__ = [
     "WORKED_OUT",
     "IngestResult",
     "connect",
+    "diff",
     "engine",
     "findings",
     "ingest",
     "materialise",
     "query",
     "reader",
+    "report_data",
     "reports",
     "rules",
     "schema_tables",
@@ -119,8 +125,11 @@ _STEP_WRITES = {
 }
 
 
-def materialise(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> int:
-    """Load the deferred data `tables` depend on, for every report; returns the steps loaded.
+def materialise(
+    con: duckdb.DuckDBPyConnection, tables: Iterable[str], report_ids: Iterable[int] | None = None
+) -> int:
+    """Load the deferred data `tables` depend on, for `report_ids` (default every report);
+    returns the steps loaded.
 
     The one place loading happens. A writable connection stores the rows in the workspace; a
     read-only one reads them from the source exports into TEMP tables (copies of the stored
@@ -129,7 +138,8 @@ def materialise(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> int:
     needs.
     """
     tables = set(tables)
-    todo = deferred_for(con, tables)
+    report_ids = None if report_ids is None else list(report_ids)
+    todo = deferred_for(con, tables, report_ids)
     if not todo:
         return 0
     if is_read_only(con):
@@ -142,7 +152,7 @@ def materialise(con: duckdb.DuckDBPyConnection, tables: Iterable[str]) -> int:
         stored = params.first_row(con.execute("SELECT current_database()"))[0]
         for name in sorted(shadow - temp):
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{stored}".main."{name}"')
-    return ensure_loaded(con, tables)
+    return ensure_loaded(con, tables, report_ids=report_ids)
 
 
 def tables_needed(sql: str) -> set[str]:
@@ -282,16 +292,94 @@ def parse_assignments(pairs: Iterable[str], option: str, example: str) -> dict[s
     return parse(list(pairs), option, example)
 
 
-def rules_reads(only: Iterable[str] | None = None) -> set[str]:
+def rules_reads(only: Iterable[str] | None = None, activity_kinds: Iterable[str] | None = None) -> set[str]:
     """The canonical tables the rules read: the union of what their queries declare
-    (`-- reads`) and the tables each rule declares it reads outside them (`Rule.reads`)."""
+    (`-- reads`) and the tables each rule declares it reads outside them (`Rule.reads`); with
+    `activity_kinds`, only the rules that run on a report holding that data."""
     needs: set[str] = set()
     for r in rules():
-        if only is None or r.id in set(only):
-            needs |= set(r.reads)
-            for name in r.queries:
-                needs |= queries.get(name).tables()
+        if only is not None and r.id not in set(only):
+            continue
+        if activity_kinds is not None and not r.runs_on(tuple(activity_kinds)):
+            continue
+        needs |= set(r.reads)
+        for name in r.queries:
+            needs |= queries.get(name).tables()
     return needs
+
+
+def _rule_reads_by_report(
+    con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
+) -> dict[frozenset[str], list[int]]:
+    """{tables: report ids}: per report, what the rules that will run on it read (a rule on
+    GPU metrics does not need the NVTX ranges of a report without GPU metrics)."""
+    rows = con.execute("SELECT report_id, activity_kinds FROM reports ORDER BY report_id").fetchall()
+    groups: dict[frozenset[str], list[int]] = {}
+    for rid, kinds in rows:
+        if report_id is None or rid == report_id:
+            groups.setdefault(frozenset(rules_reads(only, kinds or ())), []).append(int(rid))
+    return groups
+
+
+def _materialise_for_rules(
+    con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
+) -> set[tuple[int, str]]:
+    """Load what the rules read; returns the (report, rule) pairs that cannot run because data
+    they read was left in a source file that is gone (each said in a warning): the other rules
+    still judge the report."""
+    cannot: set[tuple[int, str]] = set()
+    for tables, rids in _rule_reads_by_report(con, report_id, only).items():
+        try:
+            materialise(con, tables, rids)
+        except SourceGoneError:
+            for rid in rids:
+                cannot |= _rules_one_by_one(con, rid, only)
+    return cannot
+
+
+def _rules_one_by_one(
+    con: duckdb.DuckDBPyConnection, rid: int, only: Iterable[str] | None
+) -> set[tuple[int, str]]:
+    kinds = params.first_row(
+        params.execute(con, "SELECT activity_kinds FROM reports WHERE report_id = $rid", {"rid": rid})
+    )[0]
+    cannot: set[tuple[int, str]] = set()
+    for r in rules():
+        if (only is not None and r.id not in set(only)) or not r.runs_on(tuple(kinds or ())):
+            continue
+        try:
+            materialise(con, rules_reads([r.id]), [rid])
+        except SourceGoneError as exc:
+            log.warning("%s not run on report %s: %s", r.id, rid, exc)
+            cannot.add((rid, r.id))
+    return cannot
+
+
+def findings_reader(
+    db: str | os.PathLike[str] | None = None, report_id: int | None = None, only: Iterable[str] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A read-only connection ready for `findings`: what the rules will read on each report is
+    stored first in a short writable session (or read from the sources when the workspace
+    cannot be written); an unknown report stops before anything is copied."""
+    con = _open(db, read_only=True)
+    try:
+        require_reports(con, [report_id])
+        groups = _rule_reads_by_report(con, report_id, only)
+        if not any(deferred_for(con, tables, rids) for tables, rids in groups.items()):
+            return con
+        if not writable(db):
+            _materialise_for_rules(con, report_id, only)
+            return con
+    except BaseException:
+        con.close()
+        raise
+    con.close()
+    writer = _open(db, read_only=False)
+    try:
+        _materialise_for_rules(writer, report_id, only)
+    finally:
+        writer.close()
+    return _open(db, read_only=True)
 
 
 def findings(
@@ -304,18 +392,20 @@ def findings(
     from .rules import run_rules
 
     require_reports(con, [report_id])
-    materialise(con, rules_reads(only))
-    return run_rules(con, report_id=report_id, config=config, only=only)
+    cannot = _materialise_for_rules(con, report_id, only)
+    return run_rules(con, report_id=report_id, config=config, only=only, skip=cannot)
 
 
 def summary(
     con: duckdb.DuckDBPyConnection, report_id: int | None = None, top: int = 5
 ) -> list[dict[str, Any]]:
-    """One screen per report: the GPU timeline's span, busy and idle time per device, the `top`
-    kernels by GPU time and the copies by direction (whole capture; `nsa query` for the rest).
+    """One screen per report: the GPU timeline's span, busy and idle time per device (whole
+    capture, and the steady state when steps were found), the `top` kernels by GPU time and the
+    copies by direction (whole capture; `nsa query` for the rest).
     Plain data in base units (ns, bytes), one dict per report."""
     require_reports(con, [report_id])
     util = _by_report(query(con, "utilization", report_id=report_id))
+    steady = _by_report(query(con, "utilization", report_id=report_id, phase="steady"))
     kernels = _by_report(query(con, "kernel_summary", report_id=report_id))
     copies = _by_report(query(con, "memcpy_summary", report_id=report_id))
     wanted = "" if report_id is None else f" WHERE report_id = {int(report_id)}"
@@ -328,12 +418,53 @@ def summary(
             "file": file,
             "kind": kind,
             "devices": util.get(rid, []),
+            # the same from the first steady step on, for reports whose steps were found
+            "steady": [d for d in steady.get(rid, []) if d["phase"] == "steady"],
             "top_kernels": kernels.get(rid, [])[:top],
             "kernel_count": sum(k["instances"] for k in kernels.get(rid, [])),
             "copies": sorted(copies.get(rid, []), key=lambda c: -c["total_ns"]),
         }
         for rid, kind, file in rows
     ]
+
+
+def report_data(
+    con: duckdb.DuckDBPyConnection,
+    report_id: int | None = None,
+    diff_sides: tuple[Any, Any] | None = None,
+    max_events: int | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What `nsa report` draws, as plain data (`render.html.page` turns it into the page): the
+    report's timeline, findings and panels (`nsight_analytics.report`), or with `diff_sides`
+    the diff of A and B (`diff(...).to_dict()`) with both sides' reports. `report_id` None:
+    the workspace's only report (QueryError when there are several)."""
+    from . import report
+
+    if diff_sides is not None:
+        result = diff(con, diff_sides[0], diff_sides[1], config=config)
+        ids = [*result.a.report_ids[:1], *result.b.report_ids[:1]]
+        sides = [report_data(con, rid, max_events=max_events, config=config) for rid in ids]
+        return {"diff": result.to_dict(), "sides": sides}
+    if report_id is None:
+        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports ORDER BY 1").fetchall()]
+        if len(ids) != 1:
+            raise QueryError(
+                f"the workspace holds {len(ids)} reports; choose one with --report ID (`nsa reports` lists them)."
+            )
+        report_id = ids[0]
+    require_reports(con, [report_id])
+    materialise(con, report_reads())
+    found = findings(con, report_id, config=config)
+    limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
+    return report.gather(con, report_id, found, max_events=limit)
+
+
+def report_reads() -> set[str]:
+    """The canonical tables `report_data` reads: the page's queries and the rules'."""
+    from . import report
+
+    return set(report.READS) | rules_reads()
 
 
 def _by_report(rel: duckdb.DuckDBPyRelation) -> dict[int, list[dict[str, Any]]]:
@@ -370,3 +501,100 @@ def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
         return bool(params.first_row(con.execute("SELECT current_setting('access_mode') = 'read_only'"))[0])
     except duckdb.Error:
         return False
+
+
+# --- diff (nsight_analytics.diff) ------------------------------------------------------------
+
+
+def diff(
+    con: duckdb.DuckDBPyConnection,
+    a: Any,
+    b: Any,
+    *,
+    confidence: float = 0.95,
+    noise_floor: float = 0.02,
+    with_findings: bool = True,
+    config: dict[str, Any] | None = None,
+) -> Diff:
+    """What changed from A (before) to B (after), and whether the step-time change is real.
+
+    Each side is a report id, `"1,2"`, a file (ingested first, unless already in the
+    workspace), or a list of those (all ranks of one run). Returns a `Diff` (`.to_dict()` is
+    what `nsa diff --format json` prints); `nsight_analytics.diff` says how it is computed.
+    """
+    from .diff import compare
+
+    a_ids, b_ids = diff_reports(con, a), diff_reports(con, b)
+    require_reports(con, [*a_ids, *b_ids])
+    materialise(con, diff_reads(with_findings))
+    return compare(
+        con,
+        a_ids,
+        b_ids,
+        confidence=confidence,
+        noise_floor=noise_floor,
+        with_findings=with_findings,
+        config=config,
+    )
+
+
+def diff_reads(with_findings: bool = True) -> set[str]:
+    """The canonical tables a diff reads (its own, and the rules' for its findings)."""
+    from .diff import READS
+
+    return set(READS) | (rules_reads() if with_findings else set())
+
+
+def is_report_ids(text: str) -> bool:
+    """`3` or `1,2`: report ids, not a file name."""
+    return re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", text) is not None
+
+
+def diff_reports(con: duckdb.DuckDBPyConnection, side: Any) -> list[int]:
+    """The report ids of one side of a diff: ids as they are, files ingested (or found, when
+    the same content is already in the workspace)."""
+    items = [side] if isinstance(side, (int, str, os.PathLike)) else list(side)
+    ids: list[int] = []
+    for item in items:
+        if isinstance(item, int):
+            ids.append(item)
+        elif isinstance(item, str) and is_report_ids(item):
+            ids += [int(x) for x in item.split(",")]
+        elif Path(item).exists():
+            ids.append(ingest(con, Path(item)).report_id)
+        else:
+            raise QueryError(f"{item} is neither a report id nor a file; `nsa reports` lists the reports.")
+    if not ids:
+        raise QueryError("a diff side needs at least one report id or file.")
+    return ids
+
+
+def diff_gate(result: Diff, threshold_pct: float, metric: str = "step_time") -> Gate:
+    """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT."""
+    from .diff import gate
+
+    return gate(result, threshold_pct, metric)
+
+
+def save_baseline(con: duckdb.DuckDBPyConnection, name: str, side: Any) -> list[int]:
+    """Store the side's reports (ids or files, ingested first) as baseline `name`."""
+    from .diff import save_baseline as save
+
+    ids = diff_reports(con, side)
+    require_reports(con, ids)
+    save(con, name, ids)
+    return ids
+
+
+def baseline(con: duckdb.DuckDBPyConnection, name: str) -> list[int]:
+    """The report ids stored as baseline `name` (QueryError when there is none)."""
+    from .diff import baseline_reports
+
+    return baseline_reports(con, name)
+
+
+def diff_gate_metrics() -> tuple[str, ...]:
+    """What `nsa diff --fail-on-regression` can watch."""
+    from .diff import GATE_METRICS
+
+    return GATE_METRICS

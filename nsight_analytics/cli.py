@@ -130,10 +130,11 @@ def _set_verbose(on: bool) -> None:
 @click.version_option(package_name="nsight-analytics")
 @click.option("--verbose", "-v", is_flag=True, help="Log each step and how long it took, on stderr.")
 def main(verbose: bool) -> None:
-    """Answers from Nsight Systems and Nsight Compute exports.
+    """Answers from Nsight Systems, Nsight Compute and PyTorch profiler captures.
 
-    Ingest nsys SQLite exports and ncu CSVs into one DuckDB workspace, then ask questions:
-    `nsa query gaps`, `nsa findings`, or your own SQL with `nsa sql`.
+    Ingest nsys and ncu reports or exports, PyTorch profiler traces and power logs into one
+    DuckDB workspace, then ask questions: `nsa summary`, `nsa findings`, `nsa query gaps`,
+    `nsa diff A B`, `nsa report -o report.html`, or your own SQL with `nsa sql`.
 
     Exit codes: 0 ok, 1 findings at or above `nsa findings --fail-on`, 2 a usage or input error
     (one sentence on stderr saying what to do; the workspace is left unchanged).
@@ -167,16 +168,25 @@ def _describe(r: api.IngestResult) -> str:
     return text + "."
 
 
-@main.command(short_help="Ingest nsys SQLite exports and ncu CSV files.")
+@main.command(short_help="Ingest profiler reports, exports, traces and power logs.")
 @click.argument("files", nargs=-1, required=True, type=click.Path())
 @click.option("--replace", is_flag=True, help="Re-ingest files already in the workspace.")
 @click.option(
     "--full", is_flag=True, help="Copy every table now instead of deferring NVTX/OS runtime to first use."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option(
+    "--timezone",
+    metavar="ZONE",
+    help="Zone of nvidia-smi logs' local timestamps (Europe/Paris, UTC); default: this machine's.",
+)
 @db_option
-def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: str | None) -> None:
-    """Ingest nsys SQLite exports and ncu CSV files (detected from content).
+def ingest(
+    files: tuple[str, ...], replace: bool, full: bool, quiet: bool, timezone: str | None, db: str | None
+) -> None:
+    """Ingest nsys reports (.nsys-rep, through your nsys) and SQLite exports, ncu reports
+    (.ncu-rep) and CSV exports, PyTorch profiler traces and NVML / nvidia-smi power logs, plain
+    or gzip-compressed; the format is detected from the content.
 
     Each file is all or nothing. With several files, every file that can be ingested is, one
     line each says what happened to it, and the exit code is 2 if any failed.
@@ -187,7 +197,7 @@ def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: s
         try:
             for f in files:
                 try:
-                    result = _ingest_one(con, f, replace, full, quiet)
+                    result = _ingest_one(con, f, replace, full, quiet, timezone)
                 except (NsaError, duckdb.Error) as exc:
                     if len(files) == 1 or isinstance(exc, WorkspaceError):
                         raise
@@ -208,7 +218,12 @@ def ingest(files: tuple[str, ...], replace: bool, full: bool, quiet: bool, db: s
 
 
 def _ingest_one(
-    con: duckdb.DuckDBPyConnection, path: str, replace: bool, full: bool, quiet: bool
+    con: duckdb.DuckDBPyConnection,
+    path: str,
+    replace: bool,
+    full: bool,
+    quiet: bool,
+    timezone: str | None = None,
 ) -> api.IngestResult:
     bar, update = _progress(quiet)
     if bar:
@@ -216,7 +231,8 @@ def _ingest_one(
     try:
         defer = () if full else api.ingest_deferrable()
         with timed(log, f"ingest {Path(path).name}"):
-            return api.ingest(con, path, replace=replace, defer=defer, progress=update)
+            options = {"timezone": timezone} if timezone else {}
+            return api.ingest(con, path, replace=replace, defer=defer, progress=update, options=options)
     finally:
         if bar:
             bar.stop()
@@ -381,9 +397,62 @@ def demo(db: str | None) -> None:
             click.echo(render.render_findings(api.findings(con), "text", names))
             click.echo("$ nsa summary")
             click.echo(render.render_summary(api.summary(con), "text"), nl=False)
+            page = (path.parent if db else Path(tempfile.gettempdir())) / "nsa-demo-report.html"
+            emit(render.render_html(api.report_data(con, result.report_id)), str(page))
+            click.echo(f"$ nsa report -o {page.name}\nReport: {page}")
             click.echo("More: `nsa query --list`, `nsa query gaps`, `nsa rules`, `nsa --help`.")
         finally:
             con.close()
+
+
+# --- report (nsight_analytics.report, render/html.py) -------------------------------------------
+
+
+@main.command(short_help="One self-contained HTML page: timeline, findings, panels.")
+@click.option(
+    "--report", "report_id", type=int, help="The report to draw (needed when the workspace holds several)."
+)
+@click.option(
+    "--diff", "diff_sides", nargs=2, metavar="A B",
+    help="Draw the diff of A and B (report ids, `1,2` groups or files) and both timelines.",
+)  # fmt: skip
+@click.option(
+    "--max-events", type=click.IntRange(min=1000), default=None,
+    help="Timeline events drawn exactly (default 400000); the rest as density bins.",
+)  # fmt: skip
+@click.option(
+    "--output", "-o", "output_path", required=True, type=click.Path(), metavar="FILE", callback=_check_output,
+    help="The HTML file to write.",
+)  # fmt: skip
+@db_option
+def report(
+    report_id: int | None,
+    diff_sides: tuple[str, str] | None,
+    max_events: int | None,
+    output_path: str,
+    db: str | None,
+) -> None:
+    """Write one offline HTML page (every script inlined) for a report: a zoomable timeline per
+    device and stream with idle gaps, steps and findings on it, and the panels (findings,
+    utilization, top kernels, NVTX, copies, ncu stalls / speed of light / occupancy / roofline,
+    GPU metrics, memory, power). With --diff A B: the diff view and both timelines.
+
+    \b
+        nsa report -o report.html
+        nsa report --report 2 -o run2.html
+        nsa report --diff before.sqlite after.sqlite -o diff.html
+    """
+    with errors():
+        con = api.connect(db, load_deferred=False) if diff_sides else api.reader(db, needs=api.report_reads())
+        try:
+            with timed(log, "report data"):
+                data = api.report_data(con, report_id, diff_sides=diff_sides, max_events=max_events)
+        finally:
+            con.close()
+        with timed(log, "render html"):
+            text = render.render_html(data)
+        emit(text, output_path)
+    click.echo(f"wrote {output_path} ({len(text.encode()) / 1e6:.2f} MB)", err=True)
 
 
 # --- findings and rules (nsight_analytics.rules) -------------------------------------------------
@@ -433,9 +502,7 @@ def findings(
     """
     with errors():
         config = api.rules_config(config_path, sets)
-        # an unknown report stops before deferred tables are copied
-        needs = api.rules_reads()
-        con = api.reader(db, needs=needs, check=lambda c: api.require_reports(c, [report_id]))
+        con = api.findings_reader(db, report_id)
         try:
             with timed(log, "findings: rules"):
                 found = api.findings(con, report_id=report_id, config=config)
@@ -456,3 +523,90 @@ def findings(
 def rules_cmd(fmt: str, output_path: str | None) -> None:
     """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
     emit(render.render_rules(api.rules(), api.thresholds(), fmt), output_path)
+
+
+# --- diff (nsight_analytics.diff) ----------------------------------------------------------------
+
+
+@main.command(short_help="What changed between two runs, and whether it is real.")
+@click.argument("sides", nargs=-1, metavar="A B")
+@click.option(
+    "--baseline", metavar="NAME",
+    help="Compare B (one argument) with the stored baseline NAME; with --save, store A as NAME.",
+)  # fmt: skip
+@click.option("--save", is_flag=True, help="With --baseline NAME: store the report(s) given as NAME.")
+@click.option(
+    "--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
+    help=f"Exit {EXIT_FINDINGS} when B regressed beyond PCT percent of A with confidence (for CI).",
+)  # fmt: skip
+@click.option(
+    "--metric", default="step_time", show_default=True, type=click.Choice(api.diff_gate_metrics()),
+    help="What --fail-on-regression watches (the step time is judged with its confidence interval).",
+)  # fmt: skip
+@click.option(
+    "--noise-floor", "floor_pct", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="PCT",
+    help="Step-time shifts under PCT percent are called 'no significant change'.",
+)  # fmt: skip
+@click.option("--no-findings", is_flag=True, help="Skip running the rules on both sides.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True,
+    help="table for people, markdown for a pull-request comment, json for machines.",
+)  # fmt: skip
+@db_option
+@output_option
+def diff(
+    sides: tuple[str, ...],
+    baseline: str | None,
+    save: bool,
+    fail_pct: float | None,
+    metric: str,
+    floor_pct: float,
+    no_findings: bool,
+    fmt: str,
+    db: str | None,
+    output_path: str | None,
+) -> None:
+    """Compare run A (before) with run B (after): step time with a confidence interval and a
+    verdict, where the change came from, kernels and findings that changed.
+
+    A and B are report ids, `1,2` (a group: all ranks of one run) or files (ingested first).
+    Exit codes: 0 ok, 1 --fail-on-regression fired, 2 a usage or input error.
+
+    \b
+        nsa diff before.sqlite after.sqlite
+        nsa diff --baseline main --save run.sqlite         # store a baseline
+        nsa diff --baseline main new.sqlite --fail-on-regression 5
+    """
+    if save and not baseline:
+        raise NsaClickError("--save stores a baseline: give its name with --baseline NAME.")
+    wanted = 1 if baseline else 2
+    if len(sides) != wanted:
+        usage = "--baseline NAME [--save] REPORT" if baseline else "A B"
+        raise NsaClickError(f"nsa diff takes {usage}: got {len(sides)} argument(s).")
+    with errors():
+        ids_only = not save and all(api.is_report_ids(s) for s in sides)
+        # report ids only: read-only, beside other readers (deferred tables stored first)
+        con = (
+            api.reader(db, needs=api.diff_reads(not no_findings))
+            if ids_only
+            else api.connect(db, load_deferred=False)
+        )
+        try:
+            if baseline and save:
+                ids = api.save_baseline(con, baseline, sides[0])
+                click.echo(f"baseline {baseline}: report {', '.join(map(str, ids))}.")
+                return
+            a: Any = api.baseline(con, baseline) if baseline else sides[0]
+            with timed(log, "diff"):
+                result = api.diff(
+                    con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings
+                )
+            gate = api.diff_gate(result, fail_pct, metric) if fail_pct is not None else None
+        finally:
+            con.close()
+        emit(render.render_diff(result, fmt, gate), output_path)
+    if gate is not None:
+        if fmt != "table":  # the table already says it; machine formats print only data
+            click.echo(gate.message, err=True)
+        if gate.failed:
+            sys.exit(EXIT_FINDINGS)

@@ -9,7 +9,9 @@ into text, and every command offers the same `--format` set (`FORMATS`).
 
 from __future__ import annotations
 
+from .diff import render as render_diff
 from .findings import render as render_findings
+from .html import page as render_html
 from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdown, to_table
 from .rules import render_rules
 from .schema import render_schema
@@ -20,7 +22,9 @@ __all__ = [
     "Result",
     "jsonable",
     "render",
+    "render_diff",
     "render_findings",
+    "render_html",
     "render_rules",
     "render_schema",
     "render_summary",

@@ -51,7 +51,8 @@ def to_text(findings: list[Finding], reports: dict[int, str] | None = None, widt
         where = f"report {f.report_id}" + (f" ({reports[f.report_id]})" if f.report_id in reports else "")
         head = f"{i}. [{f.severity.upper()}] {f.title}"
         out.append(textwrap.fill(head, width=width, subsequent_indent=" " * (len(str(i)) + 2)))
-        out.append(f"   {f.rule_id} | {where} | {_savings(f)}")
+        out.append(textwrap.fill(f"{f.rule_id} | {where} | {_savings(f)}", width, initial_indent="   ",
+                                 subsequent_indent="     "))  # fmt: skip
         for para, lead in ((f.message, "   "), ("Fix: " + f.recommendation, "   ")):
             out.append(textwrap.fill(para, width=width, initial_indent=lead, subsequent_indent=lead))
         for g in same:

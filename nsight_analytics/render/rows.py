@@ -200,7 +200,10 @@ def _template_args(name: str) -> list[str]:
     return [*args, cur.strip()]
 
 
-_PLAIN_TYPES = frozenset({"float", "double", "int", "bool", "char", "half", "long", "unsigned", "short"})
+# template arguments that tell no kernel apart: scalar types and the containers of arguments
+_PLAIN_TYPES = frozenset(
+    {"float", "double", "int", "bool", "char", "half", "long", "unsigned", "short", "array", "tuple", "pair"}
+)
 
 
 def distinct_short_names(names: Sequence[str]) -> list[str]:
@@ -213,12 +216,8 @@ def distinct_short_names(names: Sequence[str]) -> list[str]:
     out = []
     for n, s in zip(names, shorts, strict=True):
         if len(seen[s]) > 1:
-            named = [
-                short_kernel_name(a)
-                for a in _template_args(n)
-                if re.search(r"[A-Za-z_]", a) and a.split("<")[0].strip() not in _PLAIN_TYPES
-            ]
-            named = [a for a in named if re.fullmatch(r"[A-Za-z_]\w*", a)]
+            named = [short_kernel_name(a) for a in _template_args(n) if re.search(r"[A-Za-z_]", a)]
+            named = [a for a in named if re.fullmatch(r"[A-Za-z_]\w*", a) and a not in _PLAIN_TYPES]
             s = f"{s}<{named[0]}>" if named else s
         out.append(s)
     return out

@@ -23,10 +23,10 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
-def _device_line(d: dict[str, Any]) -> str:
+def _device_line(d: dict[str, Any], label: str = "span") -> str:
     span = d["span_ns"] or 0
     return (
-        f"  GPU {d['device_id']}: span {_dur(span)}, busy {_pct(d['any_busy_ns'], span)} "
+        f"  GPU {d['device_id']}: {label} {_dur(span)}, busy {_pct(d['any_busy_ns'], span)} "
         f"(kernels {_pct(d['kernel_busy_ns'], span)}, copies {_pct(d['copy_busy_ns'], span)}"
         + (f", graphs {_pct(d['graph_busy_ns'], span)}" if d.get("graph_busy_ns") else "")
         + f"), idle {_dur(d['idle_ns'])}"
@@ -55,6 +55,7 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
         if not r["devices"]:
             out.append("  no GPU timeline in this report (ncu reports: `nsa query speed_of_light`).")
         out += [_device_line(d) for d in r["devices"]]
+        out += [_device_line(d, "steady") for d in r.get("steady", [])]
         if r["top_kernels"]:
             rows = [[f"top kernels (of {r['kernel_count']:,} launches)", "GPU time", "share", "launches"]]
             names = [k["name"] for k in r["top_kernels"]]

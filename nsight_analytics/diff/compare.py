@@ -1,0 +1,471 @@
+"""Compare two reports (or two groups of reports): the checks, the verdict, the attribution.
+
+A verdict is only as good as what it compares: the same program on the same GPUs, with
+enough steady steps that noise cannot pass for a change. The checks say plainly which of
+those fails ('not comparable'); otherwise the step-time shift and its confidence interval
+(`stats.shift`) decide, and a shift inside the noise floor is 'no significant change' even
+when the interval excludes zero (two runs of one program on one GPU differ by about a
+percent: clocks, temperature, neighbours).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from .. import params, queries
+from ..rules.units import dur, plural
+from . import stats
+from .model import Attribution, Check, Diff, FindingChange, KernelChange, Metric, Part, Side, StepChange
+from .timeline import Charges, Timeline, align_mean, gpu_steps
+
+CONFIDENCE = 0.95
+# A step-time change smaller than this share of A's median step is noise, whatever its CI.
+NOISE_FLOOR = 0.02
+# Programs whose kernel-time mixes overlap less than this (sum over kernels of the smaller of
+# the two shares) are not the same program.
+MIN_PROGRAM_OVERLAP = 0.3
+# Share of the step time in NVTX phases only one side names above which the diff warns.
+MAX_UNLIKE_PHASES = 0.1
+# Attribution lines listed by phase; the rest is the remainder.
+TOP_PHASES = 8
+
+KIND_NAMES = {
+    "kernels": "kernel time",
+    "copies": "exposed copy time",
+    "memsets": "memset time",
+    "graphs": "CUDA graph replays",
+    "idle": "GPU idle (waiting for work)",
+}
+
+GPUS_SQL = "SELECT name FROM gpus WHERE report_id = $rid ORDER BY device_id"
+REPORT_SQL = "SELECT regexp_extract(source_path, '[^/]+$'), kind FROM reports WHERE report_id = $rid"
+# The most device memory held at once by one process on one GPU: the source's running total
+# where it states one (Kineto), else the running sum of allocations and frees.
+MEMORY_PEAK_SQL = """
+SELECT max(held) FROM (
+    SELECT coalesce(allocated_bytes, sum(delta_bytes) OVER (
+               PARTITION BY device_id, pid ORDER BY ts_ns ROWS UNBOUNDED PRECEDING)) AS held
+    FROM memory_events WHERE report_id = $rid AND device_id IS NOT NULL
+)
+"""
+
+
+def compare(
+    con: duckdb.DuckDBPyConnection,
+    a: Sequence[int],
+    b: Sequence[int],
+    *,
+    confidence: float = CONFIDENCE,
+    noise_floor: float = NOISE_FLOOR,
+    with_findings: bool = True,
+    config: dict[str, Any] | None = None,
+) -> Diff:
+    """The diff of reports `a` (before) and `b` (after); each a report id or a group of them
+    (all ranks of one run). The caller has loaded what `READS` and the rules read."""
+    tl_a = [gpu_steps(con, rid) for rid in a]
+    tl_b = [gpu_steps(con, rid) for rid in b]
+    side_a, side_b = _side(con, list(a), tl_a), _side(con, list(b), tl_b)
+    ch_a, ch_b = _merge([t.charges for t in tl_a]), _merge([t.charges for t in tl_b])
+    checks = _checks(con, side_a, side_b, ch_a, ch_b)
+    change = None
+    if side_a.step_ns and side_b.step_ns:
+        change = _step_change(stats.shift(side_a.step_ns, side_b.step_ns, confidence), side_a)
+        if change.ci_ns is None:
+            checks.append(_too_few(side_a, side_b, stats.shift(side_a.step_ns, side_b.step_ns, confidence)))
+    verdict, reason = _verdict(checks, change, side_a, side_b, noise_floor)
+    result = Diff(side_a, side_b, checks, verdict, reason, noise_floor, change)
+    if side_a.step_ns and side_b.step_ns:
+        result.attribution = _attribution(ch_a, ch_b)
+    result.kernels = _kernels(ch_a, ch_b)
+    result.metrics = _metrics(side_a, side_b, ch_a, ch_b)
+    if with_findings:
+        result.findings = _findings(con, list(a), list(b), config)
+    return result
+
+
+def _side(con: duckdb.DuckDBPyConnection, ids: list[int], tls: list[Timeline]) -> Side:
+    files, gpus, tools = [], [], []
+    for rid in ids:
+        row = params.execute(con, REPORT_SQL, {"rid": rid}).fetchone()
+        files.append(str(row[0]) if row else f"report {rid}")
+        tools.append(str(row[1]) if row else "")
+        gpus += [str(r[0]) for r in params.execute(con, GPUS_SQL, {"rid": rid}).fetchall()]
+    step_ns = align_mean([t.step_ns for t in tls if t.step_ns])
+    sources = {t.source for t in tls if t.source}
+    merged = _merge([t.charges for t in tls])
+    side = Side(
+        report_ids=ids,
+        files=files,
+        gpus=gpus,
+        steps_source=", ".join(sorted(sources)) if sources else None,
+        step_ns=step_ns,
+        step_numbers=next((t.numbers[: len(step_ns)] for t in tls if t.step_ns), []),
+        host_step_ns=align_mean([t.host_step_ns for t in tls if t.host_step_ns]),
+        warmup_steps=sum(t.warmup_steps for t in tls),
+        median_step_ns=statistics.median(step_ns) if step_ns else None,
+        mean_step_ns=statistics.fmean(step_ns) if step_ns else None,
+        kernels_per_step=sum(merged.kernel_count.values()) if step_ns else None,
+        tools=tools,
+    )
+    side.memory_peak_bytes = _memory_peak(con, ids)
+    side.energy_per_step_j = _energy_per_step(con, ids)
+    return side
+
+
+def _merge(charges: list[Charges]) -> Charges:
+    """The mean per step over the reports of a group (each already a mean over its GPUs)."""
+    out = Charges()
+    used = [c for c in charges if c.by_part]
+    for c in used:
+        for name in ("by_part", "kernel_ns", "kernel_count", "phase_kernels"):
+            target = getattr(out, name)
+            for k, v in getattr(c, name).items():
+                target[k] += v / len(used)
+        for k, v in c.kernel_names.items():
+            out.kernel_names.setdefault(k, v)
+    return out
+
+
+def _memory_peak(con: duckdb.DuckDBPyConnection, ids: list[int]) -> int | None:
+    peaks = [params.execute(con, MEMORY_PEAK_SQL, {"rid": rid}).fetchone() for rid in ids]
+    values = [int(p[0]) for p in peaks if p and p[0] is not None]
+    return max(values) if values else None
+
+
+def _energy_per_step(con: duckdb.DuckDBPyConnection, ids: list[int]) -> float | None:
+    """Joules per steady step, as the `energy` query gives them (the driver's energy counter
+    where the power log has one: the power readings are a one-second average that lags a
+    sub-second steady state). None without power data."""
+    have = con.execute("SELECT count(*) FROM power_samples").fetchone()
+    if not have or not have[0]:
+        return None
+    values = []
+    for rid in ids:
+        rel = queries.run(con, "energy", {"report_id": rid})
+        cols = list(rel.columns)
+        for row in rel.fetchall():
+            r = dict(zip(cols, row, strict=True))
+            if r["scope"] == "run" and r["name"] == "steady" and r["energy_per_instance_j"] is not None:
+                values.append(float(r["energy_per_instance_j"]))
+    return statistics.fmean(values) if values else None
+
+
+def _shares(c: Charges) -> dict[str, float]:
+    total = sum(c.kernel_ns.values())
+    return {k: v / total for k, v in c.kernel_ns.items()} if total else {}
+
+
+def _checks(con: duckdb.DuckDBPyConnection, a: Side, b: Side, ch_a: Charges, ch_b: Charges) -> list[Check]:
+    out = []
+    for label, side in (("A", a), ("B", b)):
+        if not side.step_ns:
+            out.append(
+                Check(
+                    "steps",
+                    False,
+                    f"{label} ({', '.join(side.files)}) has no steady steps with GPU work: no NVTX step "
+                    "ranges (`step N`, `ProfilerStep#N`...) and no repeating kernel pattern; "
+                    "a step-time verdict needs steps.",
+                )
+            )
+    if a.step_ns and b.step_ns:
+        if a.steps_source != b.steps_source:
+            out.append(
+                Check(
+                    "steps",
+                    True,
+                    f"steps found differently (A: {a.steps_source}, B: {b.steps_source}); "
+                    "both are GPU-side step times.",
+                    warning=True,
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    "steps",
+                    True,
+                    f"{len(a.step_ns)} and {len(b.step_ns)} steady steps ({a.warmup_steps} and "
+                    f"{b.warmup_steps} warm-up steps left out), found from {a.steps_source}.",
+                )
+            )
+    out.append(_gpu_check(a, b))
+    if sorted(set(a.tools)) != sorted(set(b.tools)):
+        out.append(
+            Check(
+                "tool",
+                True,
+                f"A was recorded by {'/'.join(sorted(set(a.tools)))}, B by {'/'.join(sorted(set(b.tools)))}: "
+                "kernels compare by name, but each profiler slows the program its own way (the "
+                "PyTorch profiler recording shapes, memory and FLOPs adds host work and GPU time), so "
+                "part of a step-time change may be the profilers'.",
+                warning=True,
+            )
+        )
+    sa, sb = _shares(ch_a), _shares(ch_b)
+    if sa and sb:
+        overlap = sum(min(v, sb.get(k, 0.0)) for k, v in sa.items())
+        same = overlap >= MIN_PROGRAM_OVERLAP
+        detail = (
+            f"{overlap:.0%} of the kernel time is in kernels both run"
+            + (
+                ""
+                if same
+                else f" (under {MIN_PROGRAM_OVERLAP:.0%}): a different program, not a change to one"
+            )
+            + "."
+        )
+        out.append(Check("program", same, detail))
+    phases = _phase_check(ch_a, ch_b)
+    if phases is not None:
+        out.append(phases)
+    return out
+
+
+def _phase_check(a: Charges, b: Charges) -> Check | None:
+    """A warning when much of the step time sits in NVTX phases only one side names (two tools,
+    or new annotations): the phase attribution then compares unlike ranges."""
+
+    def named(c: Charges) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for (p, _), v in c.by_part.items():
+            if not p.startswith("("):
+                out[p] += v
+        return out
+
+    na, nb = named(a), named(b)
+    only_a, only_b = set(na) - set(nb), set(nb) - set(na)
+    step = max(a.step_ns, b.step_ns, 1.0)
+    unlike = max(sum(na[p] for p in only_a), sum(nb[p] for p in only_b)) / step
+    if unlike < MAX_UNLIKE_PHASES:
+        return None
+
+    def some(names: set[str]) -> str:
+        shown = sorted(names)[:4]
+        return ", ".join(shown) + (", ..." if len(names) > 4 else "") if names else "none"
+
+    return Check(
+        "phases",
+        True,
+        f"{unlike:.0%} of the step time is in NVTX phases only one side has (A only: {some(only_a)}; "
+        f"B only: {some(only_b)}): the phase attribution compares unlike ranges; compare by kind "
+        "and by kernel.",
+        warning=True,
+    )
+
+
+def _gpu_check(a: Side, b: Side) -> Check:
+    if not a.gpus or not b.gpus:
+        return Check("gpu", True, "GPU model not recorded on both sides; not checked.", warning=True)
+    ga, gb = _gpu_text(a.gpus), _gpu_text(b.gpus)
+    if ga != gb:
+        return Check("gpu", False, f"different GPUs: A ran on {ga}, B on {gb}.")
+    return Check("gpu", True, f"same GPUs: {ga}.")
+
+
+def _gpu_text(gpus: list[str]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for g in gpus:
+        counts[g] += 1
+    return ", ".join(f"{n}x {g}" for g, n in sorted(counts.items()))
+
+
+def _too_few(a: Side, b: Side, s: stats.Shift) -> Check:
+    return Check(
+        "steps",
+        False,
+        f"too few steps: with {len(a.step_ns)} and {len(b.step_ns)} steady steps no result can reach "
+        f"{s.confidence:.0%} confidence (the smallest possible p-value is {s.min_p:.2g}); capture more "
+        "steps (at least 4 on each side).",
+    )
+
+
+def _step_change(s: stats.Shift, a: Side) -> StepChange:
+    base = a.median_step_ns or 1.0
+    kind = "exact" if s.exact else "normal approximation"
+    return StepChange(
+        statistic=f"Mann-Whitney U ({kind}), Hodges-Lehmann shift of the GPU step times",
+        estimate_ns=s.estimate,
+        ci_ns=list(s.ci) if s.ci else None,
+        relative=s.estimate / base,
+        ci_relative=[s.ci[0] / base, s.ci[1] / base] if s.ci else None,
+        p_value=s.p_value,
+        confidence=s.confidence,
+    )
+
+
+def _signed(ns: float) -> str:
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + dur(abs(ns))
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def _verdict(
+    checks: list[Check], change: StepChange | None, a: Side, b: Side, floor: float
+) -> tuple[str, str]:
+    failed = [c.detail for c in checks if not c.ok and not c.warning]
+    if failed or change is None or change.ci_ns is None or change.ci_relative is None:
+        return "not comparable", " ".join(failed) or "no step times to compare."
+    lo, hi = change.ci_ns
+    rlo, rhi = change.ci_relative
+    what = (
+        f"median GPU step {dur(a.median_step_ns)} -> {dur(b.median_step_ns)}: shift {_signed(change.estimate_ns)} "
+        f"({_pct(change.relative)}), {change.confidence:.0%} CI {_signed(lo)} .. {_signed(hi)} "
+        f"({_pct(rlo)} .. {_pct(rhi)}), Mann-Whitney p = {change.p_value:.2g}"
+    )
+    if any(c.name == "tool" and c.warning for c in checks):
+        what += " (different profilers: part of it may be theirs)"
+    if lo <= 0 <= hi:
+        return "no significant change", f"{what}; the interval includes zero."
+    if abs(change.relative) < floor:
+        return (
+            "no significant change",
+            (
+                f"{what}; the shift is real but under the {floor:.0%} noise floor (two runs of one "
+                "program on one GPU differ this much)."
+            ),
+        )
+    return ("improvement" if hi < 0 else "regression"), what + "."
+
+
+def _attribution(a: Charges, b: Charges) -> Attribution:
+    total = b.step_ns - a.step_ns
+    phases = sorted({p for p, _ in a.by_part} | {p for p, _ in b.by_part})
+    parts = []
+    for phase in phases:
+        pa = {k: v for (p, k), v in a.by_part.items() if p == phase}
+        pb = {k: v for (p, k), v in b.by_part.items() if p == phase}
+        delta = sum(pb.values()) - sum(pa.values())
+        parts.append(
+            Part(phase, sum(pa.values()), sum(pb.values()), delta, _phase_detail(phase, pa, pb, a, b))
+        )
+    parts.sort(key=lambda p: (-abs(p.delta_ns), p.name))
+    listed = parts[:TOP_PHASES]
+    kinds = sorted({k for _, k in a.by_part} | {k for _, k in b.by_part})
+    by_kind = []
+    for kind in kinds:
+        ka = sum(v for (_, k), v in a.by_part.items() if k == kind)
+        kb = sum(v for (_, k), v in b.by_part.items() if k == kind)
+        by_kind.append(Part(KIND_NAMES.get(kind, kind), ka, kb, kb - ka))
+    by_kind.sort(key=lambda p: (-abs(p.delta_ns), p.name))
+    return Attribution(
+        total_ns=total,
+        by_phase=listed,
+        phase_remainder_ns=total - sum(p.delta_ns for p in listed),
+        by_kind=by_kind,
+        kind_remainder_ns=total - sum(p.delta_ns for p in by_kind),
+    )
+
+
+def _phase_detail(phase: str, pa: dict[str, float], pb: dict[str, float], a: Charges, b: Charges) -> str:
+    """What changed inside a phase: its kernel count per step and each kind of time."""
+    bits = []
+    na, nb = a.phase_kernels.get(phase, 0.0), b.phase_kernels.get(phase, 0.0)
+    dk = nb - na
+    if abs(dk) >= 0.5:
+        bits.append(f"{plural(round(abs(dk)), 'fewer kernel' if dk < 0 else 'more kernel')} per step")
+    for kind in sorted(set(pa) | set(pb)):
+        d = pb.get(kind, 0.0) - pa.get(kind, 0.0)
+        if abs(d) >= 1000:
+            bits.append(f"{KIND_NAMES.get(kind, kind)} {_signed(d)}")
+    idle = pb.get("idle", 0.0) - pa.get("idle", 0.0)
+    if dk <= -0.2 * max(na, 1.0) and idle < 0:
+        bits.append("launch overhead")
+    elif idle > 0 and abs(dk) < 0.5 and idle > 0.5 * abs(sum(pb.values()) - sum(pa.values())):
+        bits.append("the GPU waits longer for the host")
+    return ", ".join(bits)
+
+
+def _kernels(a: Charges, b: Charges) -> list[KernelChange]:
+    out = []
+    for key in set(a.kernel_ns) | set(b.kernel_ns):
+        ca, cb = a.kernel_count.get(key, 0.0), b.kernel_count.get(key, 0.0)
+        ta, tb = a.kernel_ns.get(key, 0.0), b.kernel_ns.get(key, 0.0)
+        status = "added" if not ca else "removed" if not cb else "changed"
+        name = b.kernel_names.get(key) or a.kernel_names.get(key) or key
+        out.append(KernelChange(key, name, status, ca, cb, ta, tb, tb - ta))
+    out.sort(key=lambda k: (-abs(k.delta_ns), k.key))
+    return out
+
+
+def _metrics(a: Side, b: Side, ch_a: Charges, ch_b: Charges) -> list[Metric]:
+    def busy(c: Charges, kinds: tuple[str, ...]) -> float | None:
+        return sum(v for (_, k), v in c.by_part.items() if k in kinds) if c.by_part else None
+
+    rows: list[tuple[str, str, float | None, float | None]] = [
+        ("step_time", "ns", a.median_step_ns, b.median_step_ns),
+        ("mean_step_time", "ns", a.mean_step_ns, b.mean_step_ns),
+        ("host_step_time", "ns", _median(a.host_step_ns), _median(b.host_step_ns)),
+        (
+            "gpu_busy",
+            "ns",
+            busy(ch_a, ("kernels", "graphs", "memsets")),
+            busy(ch_b, ("kernels", "graphs", "memsets")),
+        ),
+        ("exposed_copy", "ns", busy(ch_a, ("copies",)), busy(ch_b, ("copies",))),
+        ("gpu_idle", "ns", busy(ch_a, ("idle",)), busy(ch_b, ("idle",))),
+        ("kernels_per_step", "count", a.kernels_per_step, b.kernels_per_step),
+        ("memory_peak", "byte", _f(a.memory_peak_bytes), _f(b.memory_peak_bytes)),
+        ("energy_per_step", "J", a.energy_per_step_j, b.energy_per_step_j),
+    ]
+    out = []
+    for name, unit, va, vb in rows:
+        if va is None and vb is None:
+            continue
+        delta = vb - va if va is not None and vb is not None else None
+        rel = delta / va if delta is not None and va else None
+        out.append(Metric(name, unit, va, vb, delta, rel))
+    return out
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _f(x: int | None) -> float | None:
+    return float(x) if x is not None else None
+
+
+def _findings(
+    con: duckdb.DuckDBPyConnection, a: list[int], b: list[int], config: dict[str, Any] | None
+) -> list[FindingChange]:
+    """Findings of A and B paired by rule (in rank order within a rule): a rule that fired on
+    A only is resolved, on B only new, on both persisting."""
+    from ..rules.engine import run_rules
+
+    def by_rule(ids: list[int]) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = defaultdict(list)
+        for rid in ids:
+            for f in run_rules(con, report_id=rid, config=config):
+                out[f.rule_id].append(f)
+        return out
+
+    fa, fb = by_rule(a), by_rule(b)
+    changes = []
+    for rule_id in sorted(set(fa) | set(fb)):
+        la, lb = fa.get(rule_id, []), fb.get(rule_id, [])
+        for i in range(max(len(la), len(lb))):
+            x = la[i] if i < len(la) else None
+            y = lb[i] if i < len(lb) else None
+            status = "persisting" if x and y else "resolved" if x else "new"
+            shown = y if y is not None else x
+            assert shown is not None  # one of the two exists within max(len(la), len(lb))
+            changes.append(
+                FindingChange(
+                    status,
+                    rule_id,
+                    shown.severity,
+                    shown.title,
+                    x.est_savings_ns if x else None,
+                    y.est_savings_ns if y else None,
+                )
+            )
+    order = {"new": 0, "resolved": 1, "persisting": 2}
+    changes.sort(key=lambda c: (order[c.status], -(c.a_savings_ns or c.b_savings_ns or 0), c.rule_id))
+    return changes

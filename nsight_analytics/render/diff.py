@@ -1,0 +1,305 @@
+"""`nsa diff` as text for a terminal (80 columns), Markdown for a pull-request comment, or JSON.
+
+The JSON is `Diff.to_dict()` (plus the gate, when one was asked for), so
+`Diff.from_dict(json.loads(text))` gives the result back.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from ..diff.gate import Gate
+from ..diff.model import Diff, Metric, Part, Side
+from ..rules.units import dur as _dur
+from ..rules.units import size
+from .rows import Result, distinct_short_names, jsonable
+from .rows import to_markdown as rows_to_markdown
+
+FORMATS = ("table", "json", "markdown")
+WIDTH = 80
+TOP_KERNELS = 10
+
+METRIC_NAMES = {
+    "step_time": "GPU step time (median)",
+    "mean_step_time": "GPU step time (mean)",
+    "host_step_time": "host step time (median)",
+    "gpu_busy": "GPU busy per step",
+    "exposed_copy": "exposed copies per step",
+    "gpu_idle": "GPU idle per step",
+    "kernels_per_step": "kernels per step",
+    "memory_peak": "device memory peak",
+    "energy_per_step": "energy per step",
+}
+
+
+def dur(ns: float | None) -> str:
+    return _dur(ns, micro="µs")
+
+
+def signed(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    if abs(ns) < 0.5:
+        return "0"
+    return ("+" if ns > 0 else "-") + dur(abs(ns))
+
+
+def _value(unit: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if unit == "ns":
+        return dur(v)
+    if unit == "byte":
+        return size(v)
+    if unit == "J":
+        return f"{v:.3g} J"
+    return f"{v:,.0f}" if abs(v - round(v)) < 0.05 else f"{v:,.1f}"
+
+
+def _change(m: Metric) -> str:
+    if m.delta is None:
+        return "-"
+    if abs(m.delta) < (0.05 if m.unit == "count" else 0.5):
+        return "0"
+    if m.unit == "ns":
+        text = signed(m.delta)
+    elif m.unit == "byte":
+        text = ("+" if m.delta >= 0 else "-") + size(abs(m.delta))
+    else:
+        text = ("+" if m.delta >= 0 else "-") + _value(m.unit, abs(m.delta))
+    return text + (f" ({m.relative * 100:+.1f}%)" if m.relative is not None and m.delta else "")
+
+
+def headline(d: Diff) -> str:
+    """The verdict in one line: 'IMPROVEMENT: GPU step time -21.7% (-5.63 ms, 95% CI -24.6% .. -19.1%)'."""
+    head = d.verdict.upper()
+    c = d.step_change
+    if c is None or not d.comparable:
+        return head
+    ci = c.ci_relative or [0.0, 0.0]
+    return (
+        f"{head}: GPU step time {c.relative * 100:+.1f}% ({signed(c.estimate_ns)}, "
+        f"{c.confidence:.0%} CI {ci[0] * 100:+.1f}% .. {ci[1] * 100:+.1f}%)"
+    )
+
+
+def _side_lines(d: Diff) -> list[str]:
+    out = []
+    for label, side in (("A", d.a), ("B", d.b)):
+        for i, (rid, f) in enumerate(zip(side.report_ids, side.files)):
+            lead = f"{label} (before)" if label == "A" else f"{label} (after) "
+            out.append(f"{lead if i == 0 else ' ' * len(lead)}  report {rid}  {f}")
+    return out
+
+
+def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
+    pad = " " * indent
+    return textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad) or [pad]
+
+
+def _grid(rows: list[list[str]], indent: int = 2, width: int = WIDTH) -> list[str]:
+    """Rows of cells: the first left-aligned (cut to fit), the others right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    rest = sum(widths[1:]) + 2 * (len(widths) - 1)
+    first = max(min(widths[0], width - indent - rest - 2), 12)
+    out = []
+    for r in rows:
+        name = r[0] if len(r[0]) <= first else r[0][: first - 1] + "…"
+        cells = [name.ljust(first)] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        out.append((" " * indent + "  ".join(cells)).rstrip())
+    return out
+
+
+def _method(d: Diff) -> str:
+    c = d.step_change
+    n = f"{len(d.a.step_ns)} vs {len(d.b.step_ns)} steady steps"
+    stat = f"{c.statistic}, {n}" if c else n
+    return (
+        f"{stat}. Step times are GPU-side: from the first GPU start of the work launched in a step "
+        "to the next step's (warm-up steps left out); shifts under "
+        f"{d.noise_floor:.0%} are noise."
+    )
+
+
+def _parts(parts: list[Part], remainder: float, total: float, title: str) -> list[str]:
+    rows = [[title, "A", "B", "change"]]
+    details = []
+    for p in parts:
+        rows.append([p.name, dur(p.a_ns), dur(p.b_ns), signed(p.delta_ns)])
+        details.append(p.detail)
+    rows.append(["remainder (parts not listed)", "", "", signed(remainder)])
+    rows.append(["total", "", "", signed(total)])
+    lines = _grid(rows)
+    out = [lines[0]]
+    for i, line in enumerate(lines[1:]):
+        out.append(line)
+        if i < len(details) and details[i]:
+            out += _wrap(details[i], 6)
+    return out
+
+
+def _kernel_rows(d: Diff, top: int) -> list[list[str]]:
+    """The kernels that changed most; a name starts with `+` when added, `-` when removed."""
+    ks = d.kernels[:top]
+    names = distinct_short_names([k.name for k in ks])
+    mark = {"added": "+", "removed": "-", "changed": " "}
+    rows = [["  kernel", "A n", "B n", "A time", "B time", "change"]]
+    for k, name in zip(ks, names):
+        rows.append(
+            [f"{mark[k.status]} {name}", _count(k.a_count), _count(k.b_count), dur(k.a_ns), dur(k.b_ns),
+             signed(k.delta_ns)]
+        )  # fmt: skip
+    return rows
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if abs(n - round(n)) < 0.05 else f"{n:,.1f}"
+
+
+def _counts(d: Diff) -> str:
+    n = {s: sum(k.status == s for k in d.kernels) for s in ("added", "removed", "changed")}
+    return f"{n['added']} added, {n['removed']} removed, {n['changed']} in both"
+
+
+def _finding_lines(d: Diff) -> list[str]:
+    out = []
+    for f in d.findings:
+        savings = f.b_savings_ns if f.status != "resolved" else f.a_savings_ns
+        est = f" (est. savings {dur(savings)})" if savings else ""
+        out += _wrap(f"{f.status:<10} [{f.severity}] {f.rule_id}: {f.title}{est}", 2)
+    return out
+
+
+def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
+    out = ["nsa diff", *_side_lines(d), "", headline(d)]
+    out += _wrap(d.reason, 2)
+    if d.comparable:
+        out += _wrap(_method(d), 2)
+    out += ["", "Checks"]
+    for c in d.checks:
+        status = "ok" if c.ok and not c.warning else "note" if c.ok else "FAIL"
+        lead = f"  {status:<4} {c.name:<8} "
+        out += textwrap.wrap(c.detail, width=WIDTH, initial_indent=lead, subsequent_indent=" " * len(lead))
+    a = d.attribution
+    if a is not None:
+        out += [
+            "",
+            f"Where the step time went (mean GPU step {dur(d.a.mean_step_ns)} -> {dur(d.b.mean_step_ns)})",
+        ]
+        out += _parts(a.by_phase, a.phase_remainder_ns, a.total_ns, "by phase (NVTX range)")
+        out += [""]
+        out += _parts(a.by_kind, a.kind_remainder_ns, a.total_ns, "by kind")
+    if d.metrics:
+        out += ["", "Per steady step"]
+        rows = [["metric", "A", "B", "change"]]
+        rows += [
+            [METRIC_NAMES.get(m.name, m.name), _value(m.unit, m.a), _value(m.unit, m.b), _change(m)]
+            for m in d.metrics
+        ]
+        out += _grid(rows)
+    if d.kernels:
+        out += ["", f"Kernels per step (names normalised across tools): {_counts(d)}"]
+        out.append("  (+ added in B, - removed)")
+        out += _grid(_kernel_rows(d, top))
+        if len(d.kernels) > top:
+            out.append(f"  ... {len(d.kernels) - top} more (--format json lists every kernel)")
+    if d.findings:
+        n = {s: sum(f.status == s for f in d.findings) for s in ("resolved", "new", "persisting")}
+        out += ["", f"Findings: {n['resolved']} resolved, {n['new']} new, {n['persisting']} persisting"]
+        out += _finding_lines(d)
+    if gate is not None:
+        out += ["", *_wrap(gate.message, 0)]
+    return "\n".join(out) + "\n"
+
+
+def _md_table(records: list[dict[str, Any]]) -> str:
+    return rows_to_markdown(Result.of_records(records))
+
+
+def _md_files(side: Side) -> str:
+    return ", ".join(f"`{f}` (report {r})" for r, f in zip(side.report_ids, side.files))
+
+
+def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
+    """A pull-request comment: the verdict first, the evidence in collapsible sections."""
+    out = [f"### nsa diff: {headline(d)}", ""]
+    out += [f"A (before): {_md_files(d.a)}  ", f"B (after): {_md_files(d.b)}", "", d.reason, ""]
+    if gate is not None:
+        out += [f"**{gate.message}**", ""]
+    if d.comparable:
+        out += [f"_{_method(d)}_", ""]
+    if d.metrics:
+        out.append(
+            _md_table(
+                [
+                    {"per steady step": METRIC_NAMES.get(m.name, m.name), "A": _value(m.unit, m.a),
+                     "B": _value(m.unit, m.b), "change": _change(m)}
+                    for m in d.metrics
+                ]
+            )
+        )  # fmt: skip
+    out += ["<details><summary>Checks</summary>", ""]
+    out.append(
+        _md_table([{"check": c.name, "ok": "yes" if c.ok else "no", "detail": c.detail} for c in d.checks])
+    )
+    out += ["</details>", ""]
+    a = d.attribution
+    if a is not None:
+        out += ["<details open><summary>Where the step time went</summary>", ""]
+        rows = [
+            {
+                "phase": p.name,
+                "A": dur(p.a_ns),
+                "B": dur(p.b_ns),
+                "change": signed(p.delta_ns),
+                "what changed": p.detail,
+            }
+            for p in a.by_phase
+        ]
+        rows.append({"phase": "remainder", "change": signed(a.phase_remainder_ns)})
+        rows.append({"phase": "**total**", "change": signed(a.total_ns)})
+        out.append(_md_table(rows))
+        kinds = [
+            {"kind": p.name, "A": dur(p.a_ns), "B": dur(p.b_ns), "change": signed(p.delta_ns)}
+            for p in a.by_kind
+        ]
+        out += [_md_table(kinds), "</details>", ""]
+    if d.kernels:
+        out += [f"<details><summary>Kernels: {_counts(d)}</summary>", ""]
+        rows_k = _kernel_rows(d, top)
+        out.append(_md_table([dict(zip(rows_k[0], r)) for r in rows_k[1:]]))
+        out += ["</details>", ""]
+    if d.findings:
+        out += ["<details><summary>Findings</summary>", ""]
+        out.append(
+            _md_table(
+                [
+                    {"status": f.status, "rule": f.rule_id, "severity": f.severity, "finding": f.title,
+                     "savings A": dur(f.a_savings_ns) if f.a_savings_ns else "",
+                     "savings B": dur(f.b_savings_ns) if f.b_savings_ns else ""}
+                    for f in d.findings
+                ]
+            )
+        )  # fmt: skip
+        out += ["</details>", ""]
+    return "\n".join(out)
+
+
+def to_json(d: Diff, gate: Gate | None = None) -> str:
+    data = d.to_dict()
+    if gate is not None:
+        data["gate"] = {"metric": gate.metric, "threshold_pct": gate.threshold_pct, "failed": gate.failed,
+                        "message": gate.message}  # fmt: skip
+    return json.dumps(jsonable(data), indent=2, ensure_ascii=False) + "\n"
+
+
+def render(d: Diff, fmt: str, gate: Gate | None = None) -> str:
+    renderers: dict[str, Callable[[], str]] = {
+        "table": lambda: to_text(d, gate),
+        "markdown": lambda: to_markdown(d, gate),
+        "json": lambda: to_json(d, gate),
+    }
+    return renderers[fmt]()

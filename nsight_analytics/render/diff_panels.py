@@ -1,0 +1,111 @@
+"""The report page's diff view, from `Diff.to_dict()`: the verdict and its checks, the steady
+step-time distributions of A and B, the attribution waterfalls (by kind of time and by NVTX
+phase), the kernels that changed, the metrics and the findings that came or went."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from . import svg
+from .html_parts import Col, fmt_num, fmt_text, section, table
+from .svg import fmt_ns
+
+TOP_KERNELS = 30
+
+
+def _rel(v: Any) -> str:
+    return "–" if v is None else f"{v * 100:+.1f} %"
+
+
+def diff_sections(d: dict[str, Any]) -> list[str]:
+    return [
+        section("verdict", "Verdict", _verdict(d)),
+        section("steps", "Steady step times, A and B", _steps(d), "Neither side has steps to compare."),
+        section("attribution", "Where the step time went", _attribution(d.get("attribution")),
+                "No attribution: the sides are not comparable or have no steps."),
+        section("kernels_changed", "Kernels changed (per steady step)", _kernels(d.get("kernels", [])),
+                "No kernel changed."),
+        section("metrics", "Metrics", _metrics(d.get("metrics", [])), "No metric both sides have."),
+        section("findings_changed", "Findings, A to B", _findings(d.get("findings", [])),
+                "No findings on either side."),
+    ]  # fmt: skip
+
+
+def _verdict(d: dict[str, Any]) -> str:
+    sc = d.get("step_change")
+    change = ""
+    if sc:
+        ci = sc.get("ci_ns") or [None, None]
+        change = (
+            f"<p>Step time change (B − A, {escape(sc['statistic'])}): <b>{fmt_ns(sc['estimate_ns'])}</b> "
+            f"({_rel(sc['relative'])}), {sc['confidence'] * 100:.0f} % interval {fmt_ns(ci[0])} … {fmt_ns(ci[1])}, "
+            f"p = {sc['p_value']:.3g}</p>"
+        )
+    cols: list[Col] = [("name", "check", fmt_text), ("ok", "ok", fmt_text), ("detail", "detail", fmt_text)]
+    return (
+        f'<p class="verdict" data-verdict="{escape(d["verdict"])}"><b>{escape(d["verdict"])}</b>: '
+        f"{escape(d['reason'])}</p>{change}" + table(d.get("checks", []), cols, "checks")
+    )
+
+
+def _steps(d: dict[str, Any]) -> str | None:
+    a, b = d["a"].get("step_ns") or [], d["b"].get("step_ns") or []
+    if not a and not b:
+        return None
+    rows = [
+        {"side": side, "steps": len(s["step_ns"] or []), "median_step_ns": s["median_step_ns"],
+         "mean_step_ns": s["mean_step_ns"], "warmup_steps": s["warmup_steps"]}
+        for side, s in (("A", d["a"]), ("B", d["b"]))
+    ]  # fmt: skip
+    cols: list[Col] = [("side", "side", fmt_text), ("steps", "steady steps", fmt_num),
+                       ("median_step_ns", "median", fmt_ns), ("mean_step_ns", "mean", fmt_ns),
+                       ("warmup_steps", "warm-up left out", fmt_num)]  # fmt: skip
+    return svg.histograms({"A (before)": a, "B (after)": b}, "step distributions") + table(
+        rows, cols, "steps"
+    )
+
+
+def _attribution(att: dict[str, Any] | None) -> str | None:
+    if not att:
+        return None
+    out = []
+    for key, rest, title in (("by_kind", "kind_remainder_ns", "By kind of time"),
+                             ("by_phase", "phase_remainder_ns", "By NVTX phase")):  # fmt: skip
+        parts = [(p["name"], p["delta_ns"]) for p in att.get(key, [])]
+        if att.get(rest):
+            parts.append(("(rest)", att[rest]))
+        if parts:
+            out.append(f"<h3>{title}: {fmt_ns(att['total_ns'])} in all</h3>" + svg.waterfall(parts, title))
+            cols: list[Col] = [("name", "part", fmt_text), ("a_ns", "A", fmt_ns), ("b_ns", "B", fmt_ns),
+                               ("delta_ns", "B − A", fmt_ns), ("detail", "detail", fmt_text)]  # fmt: skip
+            out.append(table(att.get(key, []), cols, f"attribution_{key}"))
+    return "".join(out) or None
+
+
+def _kernels(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    rows = sorted(rows, key=lambda r: -abs(r["delta_ns"]))[:TOP_KERNELS]
+    cols: list[Col] = [("status", "status", fmt_text), ("name", "kernel", fmt_text), ("a_count", "A count", fmt_num),
+                       ("b_count", "B count", fmt_num), ("a_ns", "A time", fmt_ns), ("b_ns", "B time", fmt_ns),
+                       ("delta_ns", "B − A", fmt_ns)]  # fmt: skip
+    return svg.waterfall([(r["name"], r["delta_ns"]) for r in rows[:15]], "kernels changed") + table(
+        rows, cols, "kernels_changed"
+    )
+
+
+def _metrics(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    cols: list[Col] = [("name", "metric", fmt_text), ("unit", "unit", fmt_text), ("a", "A", fmt_num),
+                       ("b", "B", fmt_num), ("relative", "change", _rel)]  # fmt: skip
+    return table(rows, cols, "metrics")
+
+
+def _findings(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    cols: list[Col] = [("status", "status", fmt_text), ("severity", "severity", fmt_text),
+                       ("rule_id", "rule", fmt_text), ("title", "title", fmt_text)]  # fmt: skip
+    return table(rows, cols, "findings_changed")

@@ -1,0 +1,275 @@
+"""`nsa report`: one self-contained HTML page from `api.report_data` (no query runs here).
+
+The page works offline and from a file: the styles and the timeline script (assets/) are
+inlined, the data travels as one JSON block (`<script type="application/json" id="nsa-data">`),
+the panels are static HTML tables and SVG charts (render/svg.py). Each panel is a
+`<section class="panel" data-panel=NAME data-state="drawn"|"absent">`; table cells carry the
+exact value they show in `data-value`, so a test (or a script) can read the numbers back.
+docs/report.md describes the page and why it is built this way.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from importlib import resources
+from typing import Any
+
+from . import svg
+from .diff_panels import diff_sections
+from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
+from .ncu_panels import ncu_sections
+from .svg import fmt_bytes, fmt_ns
+
+
+def _asset(name: str) -> str:
+    return (resources.files("nsight_analytics.render") / "assets" / name).read_text(encoding="utf-8")
+
+
+def page(data: dict[str, Any]) -> str:
+    """The whole page for one report, or for a diff (`data["diff"]` with both sides)."""
+    if "diff" in data:
+        d = data["diff"]
+        title = f"nsa diff: {', '.join(d['a']['files'])} → {', '.join(d['b']['files'])}"
+        sections = diff_sections(d)
+        for i, side in enumerate(data["sides"]):
+            sections.append(timeline_section(side, i, f"Timeline {'AB'[i]}: {side['file']}"))
+        payload = [s["timeline"] for s in data["sides"]]
+    else:
+        title = f"nsa report: {data['file']} (report {data['report_id']}, {data['kind']})"
+        sections = report_sections(data)
+        payload = [data["timeline"]]
+    rest = _without_timelines(data)
+    blob = json.dumps({"timelines": payload, "data": rest}, separators=(",", ":"), default=str)
+    blob = blob.replace("</", "<\\/")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_asset('report.css')}</style></head><body>"
+        f"<header><h1>{escape(title)}</h1><nav>{_nav(sections)}</nav></header><main>{''.join(sections)}</main>"
+        f'<script type="application/json" id="nsa-data">{blob}</script>'
+        f"<script>{_asset('timeline.js')}</script></body></html>"
+    )
+
+
+def _without_timelines(data: dict[str, Any]) -> dict[str, Any]:
+    """The data minus the timelines, which travel once, in `timelines`."""
+    if "sides" in data:
+        return {**data, "sides": [_without_timelines(side) for side in data["sides"]]}
+    return {**data, "timeline": None}
+
+
+def _nav(sections: list[str]) -> str:
+    import re
+
+    links = re.findall(
+        r'id="panel-([\w-]+)" data-panel="[\w-]+" data-state="\w+"><h2>([^<]*)</h2>', "".join(sections)
+    )
+    return " · ".join(f'<a href="#panel-{k}">{t}</a>' for k, t in links)
+
+
+def report_sections(data: dict[str, Any]) -> list[str]:
+    p = data["panels"]
+    out = [
+        findings_section(data["findings"]),
+        timeline_section(data, 0, "Timeline"),
+        utilization_section(p.get("utilization", []), p.get("utilization_steady", [])),
+        section("top_kernels", "Top kernels", _top_kernels(p.get("top_kernels", [])),
+                "No kernels in this report."),
+        section("phases", "Phases and steps", _phases(p.get("phases", []), data["timeline"]),
+                "No GPU timeline, so no phases or steps."),
+        section("nvtx", "NVTX ranges", _nvtx(p.get("nvtx", [])), "No NVTX ranges in this report."),
+        section("copies", "Copies by direction and memory kind", _copies(p.get("copies", [])),
+                "No memory copies in this report."),
+        section("graphs", "CUDA graph launches", _graphs(p.get("graphs", [])), "No CUDA graph launches."),
+    ]  # fmt: skip
+    ncu = ncu_sections(p, str(data["kind"]).startswith("ncu"))
+    out = [out[0], *ncu, *out[1:]] if data["timeline"] is None else out + ncu
+    out += [
+        section("gpu_metrics", "GPU metrics", _gpu_metrics(p.get("gpu_metrics", []), data["timeline"]),
+                "No GPU metrics sampled (capture with nsys --gpu-metrics-devices)."),
+        section("memory", "Memory held", _memory(p.get("memory", []), data["timeline"]),
+                "No memory allocation events in this report."),
+        section("energy", "Power and energy", _energy(p.get("energy", []), p.get("power", []), data["timeline"]),
+                "No power log matches this report (nsa ingest a power log captured alongside)."),
+    ]  # fmt: skip
+    return out
+
+
+def findings_section(found: list[dict[str, Any]]) -> str:
+    if not found:
+        return section("findings", "Findings", '<p class="ok">No findings: every rule passed.</p>')
+    cards = []
+    for i, f in enumerate(found):
+        pin = f.get("pin")
+        goto = (
+            f'<button class="goto" data-timeline="0" data-s="{pin["s"]}" data-d="{pin["d"]}">'
+            f"show on timeline ({escape(pin['how'])})</button>"
+            if pin
+            else ""
+        )
+        saving = "" if f["est_savings_ns"] is None else f" · could save {fmt_ns(f['est_savings_ns'])}"
+        evidence = escape(json.dumps(f["evidence"], indent=1, default=str))
+        cards.append(
+            f'<article class="finding sev-{f["severity"]}" data-rule="{escape(f["rule_id"])}" data-index="{i}">'
+            f'<h3><span class="sev">{escape(f["severity"])}</span> {escape(f["title"])}'
+            f"<small> {escape(f['rule_id'])}{saving}</small></h3>"
+            f'<p>{escape(f["message"])}</p><p class="fix"><b>Fix:</b> {escape(f["recommendation"])}</p>'
+            f"<details><summary>evidence</summary><pre>{evidence}</pre></details>{goto}</article>"
+        )
+    return section("findings", "Findings", "".join(cards))
+
+
+def timeline_section(data: dict[str, Any], index: int, title: str) -> str:
+    tl = data.get("timeline")
+    if not tl:
+        ncu = str(data.get("kind", "")).startswith("ncu")
+        why = (
+            "Nsight Compute profiles kernels one at a time: no timeline."
+            if ncu
+            else "No GPU activity in this report."
+        )
+        return section(f"timeline{index or ''}", title, None, why)
+    sampled = tl["exact_events"] < tl["events"]
+    note = (
+        f'<p class="note">{tl["events"]:,} events; the {tl["exact_events"]:,} longest are drawn exactly, the rest '
+        f"as per-lane density bins (1/{tl['bins']} of the span).</p>"
+        if sampled
+        else f'<p class="note">{tl["events"]:,} events, all drawn exactly.</p>'
+    )
+    content = (
+        f'<div class="tl-tools"><button data-act="in">zoom in</button><button data-act="out">zoom out</button>'
+        f'<button data-act="reset">reset</button> <span class="tl-range"></span> '
+        f'<span class="hint">wheel: zoom · drag: pan · hover: details</span></div>'
+        f'<div class="nsa-timeline" data-index="{index}"><canvas></canvas><div class="tip"></div></div>{note}'
+    )
+    return section(f"timeline{index or ''}", title, content)
+
+
+def utilization_section(run: list[dict[str, Any]], phases: list[dict[str, Any]]) -> str:
+    rows = run + phases
+    if not rows:
+        return section("utilization", "Utilization", None, "No GPU activity in this report.")
+    items = [
+        (
+            f"GPU {r['device_id']} · {r['phase']}",
+            [r["kernel_busy_ns"], r["copy_only_ns"], r["any_busy_ns"] - r["kernel_busy_ns"] - r["copy_only_ns"],
+             r["idle_ns"]],
+        )
+        for r in rows
+    ]  # fmt: skip
+    chart = svg.hbars(items, ["kernels", "copies only", "other busy", "idle"], "utilization",
+                      colors=("#4e79a7", "#f28e2b", "#b07aa1", "#dddddd"))  # fmt: skip
+    cols: list[Col] = [("device_id", "GPU", fmt_text), ("phase", "phase", fmt_text), ("span_ns", "span", fmt_ns),
+                       ("kernel_busy_ns", "kernel busy", fmt_ns), ("copy_busy_ns", "copy busy", fmt_ns),
+                       ("copy_only_ns", "copy only", fmt_ns), ("idle_ns", "idle", fmt_ns)]  # fmt: skip
+    return section("utilization", "Utilization (busy / copy / idle per device; start-up vs steady)",
+                   chart + table(rows, cols, "utilization"))  # fmt: skip
+
+
+def _top_kernels(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    chart = svg.hbars([(r["name"], [r["total_ns"]]) for r in rows], ["GPU time"], "top kernels")
+    cols: list[Col] = [("name", "kernel", fmt_text), ("instances", "count", fmt_num), ("total_ns", "total", fmt_ns),
+                       ("avg_ns", "mean", fmt_ns), ("max_ns", "max", fmt_ns), ("time_pct", "share", fmt_pct)]  # fmt: skip
+    return chart + table(rows, cols, "top_kernels")
+
+
+def _phases(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
+    if not rows:
+        return None
+    cols: list[Col] = [("phase", "phase", fmt_text), ("duration_ns", "duration", fmt_ns), ("steps", "steps", fmt_num),
+                       ("source", "steps from", fmt_text)]  # fmt: skip
+    steps = (timeline or {}).get("steps") or []
+    chart = ""
+    if steps:
+        items = [(f"{s['name']}{'' if s['steady'] else ' (warm-up)'}", [s["d"]]) for s in steps[:60]]
+        chart = f"<h3>Step durations{' (first 60)' if len(steps) > 60 else ''}</h3>" + svg.hbars(
+            items, ["duration"], "steps"
+        )
+    return table(rows, cols, "phases") + chart
+
+
+def _nvtx(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    chart = svg.hbars([(r["name"] or "?", [r["total_ns"] or 0]) for r in rows[:15]], ["time"], "nvtx")
+    cols: list[Col] = [("domain", "domain", fmt_text), ("name", "range", fmt_text), ("ranges", "count", fmt_num),
+                       ("total_ns", "total", fmt_ns), ("avg_ns", "mean", fmt_ns), ("kernel_ns", "kernel time", fmt_ns)]  # fmt: skip
+    return chart + table(rows, cols, "nvtx")
+
+
+def _copies(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    label = [f"GPU {r['device_id']} {r['copy_kind']} {r['src_kind']}→{r['dst_kind']}" for r in rows]
+    chart = svg.hbars([(n, [r["total_ns"]]) for n, r in zip(label, rows, strict=True)], ["time"], "copies")
+    cols: list[Col] = [("device_id", "GPU", fmt_text), ("copy_kind", "direction", fmt_text), ("src_kind", "from", fmt_text),
+                       ("dst_kind", "to", fmt_text), ("copies", "count", fmt_num), ("bytes", "bytes", fmt_bytes),
+                       ("total_ns", "time", fmt_ns), ("gb_per_s", "GB/s", fmt_num), ("launch_apis", "calls", fmt_text)]  # fmt: skip
+    return chart + table(rows, cols, "copies")
+
+
+def _graphs(rows: list[dict[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    cols: list[Col] = [("graph_id", "graph", fmt_text), ("traced", "traced as", fmt_text), ("replays", "replays", fmt_num),
+                       ("gpu_ns", "GPU time", fmt_ns), ("avg_replay_ns", "mean replay", fmt_ns),
+                       ("launch_api_ns", "launch calls", fmt_ns)]  # fmt: skip
+    return table(rows, cols, "graphs")
+
+
+def _gpu_metrics(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
+    if not rows:
+        return None
+    t0 = (timeline or {}).get("t0", 0)
+    by_unit: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for r in rows:
+        if r["average"] is None:
+            continue
+        name = f"GPU {r['device_id']} {r['metric']}"
+        by_unit.setdefault(r["unit"] or "", {}).setdefault(name, []).append(
+            (r["bucket_start_ns"] - t0, r["average"])
+        )
+    span = _span(timeline)
+    charts = []
+    for unit, series in by_unit.items():
+        chart = svg.lines(dict(list(series.items())[:8]), f"gpu metrics {unit}",
+                          y_fmt=lambda v, u=unit: f"{v:.3g} {u}", x_range=span)  # fmt: skip
+        if chart:
+            charts.append(f"<h3>{escape(unit or 'value')}</h3>{chart}")
+    return "".join(charts) or None
+
+
+def _span(timeline: dict[str, Any] | None) -> tuple[float, float] | None:
+    """The timeline's span, ns from its start: the x range of every chart over time."""
+    return (0, timeline["t1"] - timeline["t0"]) if timeline else None
+
+
+def _memory(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
+    if not rows:
+        return None
+    t0 = (timeline or {}).get("t0", 0)
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        series.setdefault(f"GPU {r['device_id']} {r['memory_kind']}", []).append(
+            (r["ts_ns"] - t0, r["held_bytes"] or 0)
+        )
+    return svg.lines(series, "memory held", y_fmt=fmt_bytes, x_range=_span(timeline)) or None
+
+
+def _energy(
+    rows: list[dict[str, Any]], power: list[dict[str, Any]], timeline: dict[str, Any] | None
+) -> str | None:
+    rows = [r for r in rows if r.get("method") != "no power log"]
+    if not rows and not power:
+        return None
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in power:
+        series.setdefault(f"log {r['log_id']} GPU {r['device_id']}", []).append((r["ts_ns"], r["power_w"]))
+    chart = (
+        svg.lines(series, "power", y_fmt=lambda v: f"{v:.0f} W", x_range=_span(timeline)) if series else ""
+    )
+    cols: list[Col] = [("name", "window", fmt_text), ("energy_j", "energy (J)", fmt_num), ("avg_power_w", "power (W)", fmt_num),
+                       ("coverage", "coverage", fmt_num), ("method", "method", fmt_text)]  # fmt: skip
+    return chart + (table(rows, cols, "energy") if rows else "")

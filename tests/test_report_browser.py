@@ -1,0 +1,256 @@
+"""`nsa report` pages in a real browser: Debian's chromium, headless, through Selenium and the
+system chromedriver (nothing is downloaded). For the demo, our captures and every shared real
+export nsa reads: the page loads with no console error, every panel is there and drawn (or says
+why its data is absent), the numbers in the page equal the library queries, the wheel zooms the
+timeline and hovering an event names it. A screenshot of each page is kept in
+$NSA_TEST_ARTIFACTS (default tests/artifacts/report/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_cases import Built, Case, build, cases
+
+import nsight_analytics as nsa
+from conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = Path(os.environ.get("NSA_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "report"
+SINGLE_PANELS = {"findings", "timeline", "utilization", "top_kernels", "phases", "nvtx", "copies", "graphs",
+                 "stalls", "speed_of_light", "occupancy", "roofline", "gpu_metrics", "memory", "energy"}  # fmt: skip
+DIFF_PANELS = {"verdict", "steps", "attribution", "kernels_changed", "metrics", "findings_changed", "timeline",
+               "timeline1"}  # fmt: skip
+
+PANELS_JS = """
+return Array.from(document.querySelectorAll('section.panel')).map(p => ({
+  name: p.dataset.panel, state: p.dataset.state,
+  marks: p.querySelectorAll('svg .mark').length, rows: p.querySelectorAll('table.data tbody tr').length,
+  cards: p.querySelectorAll('.finding').length, note: (p.querySelector('.note') || {}).textContent || '',
+  canvas: Number((p.querySelector('.nsa-timeline') || {dataset: {}}).dataset.marks || 0)}));
+"""
+TABLE_JS = """
+const t = document.querySelector(`table[data-table="${arguments[0]}"]`);
+if (!t) return null;
+return Array.from(t.querySelectorAll('tbody tr')).map(tr => Object.fromEntries(
+  Array.from(tr.querySelectorAll('td')).map(td => [td.dataset.col, JSON.parse(td.dataset.value)])));
+"""
+
+
+@pytest.fixture(scope="module")
+def driver():
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (pip install -e .[test])"
+    )
+    from selenium.webdriver.chrome.service import Service
+
+    for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not Path(path).exists():
+            pytest.skip(
+                f"{path} not found: install Debian's {package} (apt-get install -y chromium chromium-driver)"
+            )
+    opts = webdriver.ChromeOptions()
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        opts.add_argument(arg)
+    opts.binary_location = CHROMIUM
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    d.set_page_load_timeout(120)
+    yield d
+    d.quit()
+
+
+def _load(driver: Any, page: Path) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.set_window_size(1400, 1000)
+    driver.get(page.as_uri())
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
+def test_report_page(case: Case, driver: Any, tmp_path: Path) -> None:
+    for p in case.files:
+        if not p.exists():
+            pytest.skip(f"real data not available: {p} (tests expect ../shared/realdata beside the repo)")
+    built = build(case, tmp_path)
+    try:
+        _load(driver, built.page)
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        panels = {p["name"]: p for p in driver.execute_script(PANELS_JS)}
+        assert set(panels) == (DIFF_PANELS if case.kind == "diff" else SINGLE_PANELS)
+        for p in panels.values():
+            if p["state"] == "drawn":
+                assert p["marks"] + p["rows"] + p["cards"] + p["canvas"] > 0 or p["name"] == "findings", p
+            else:
+                assert p["note"].strip(), p
+        if case.kind == "diff":
+            _check_diff(driver, built)
+        else:
+            _check_numbers(driver, built, panels)
+        timelines = driver.execute_script("return window.nsaTimelines.filter(Boolean).length")
+        if timelines:
+            _check_zoom(driver)
+            _check_hover(driver)
+        _screenshot(driver, case.id)
+    finally:
+        built.con.close()  # type: ignore[attr-defined]
+
+
+def _rows(driver: Any, name: str) -> list[dict[str, Any]]:
+    return driver.execute_script(TABLE_JS, name) or []
+
+
+def _query(con: Any, name: str, rid: int, **params: Any) -> list[dict[str, Any]]:
+    rel = nsa.query(con, name, report_id=rid, **params)
+    return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
+
+
+def _check_numbers(driver: Any, built: Built, panels: dict[str, dict[str, Any]]) -> None:
+    con, rid = built.con, built.report_id
+    kernels = _query(con, "kernel_summary", rid)
+    shown = _rows(driver, "top_kernels")
+    assert (panels["top_kernels"]["state"] == "drawn") == bool(kernels)
+    want = sorted(kernels, key=lambda k: -k["total_ns"])[: len(shown)]
+    assert sorted((r["name"], r["total_ns"], r["instances"]) for r in shown) == sorted(
+        (k["name"], k["total_ns"], k["instances"]) for k in want
+    )
+    util = {(u["device_id"], u["phase"]): u for u in _query(con, "utilization", rid)}
+    for r in _rows(driver, "utilization"):
+        if r["phase"] == "run":
+            u = util[(r["device_id"], "run")]
+            assert (r["span_ns"], r["kernel_busy_ns"], r["idle_ns"]) == (
+                u["span_ns"],
+                u["kernel_busy_ns"],
+                u["idle_ns"],
+            )
+    copies = _query(con, "memcpy_summary", rid)
+    assert sorted((r["copy_kind"], r["bytes"], r["total_ns"]) for r in _rows(driver, "copies")) == sorted(
+        (c["copy_kind"], c["bytes"], c["total_ns"]) for c in copies
+    )
+    cards = driver.execute_script(
+        "return Array.from(document.querySelectorAll('.finding')).map(f => f.dataset.rule)"
+    )
+    assert cards == [f.rule_id for f in nsa.findings(con, rid)]
+    _check_timeline_counts(driver, built)
+    _check_metrics_and_power(driver, built, panels)
+    for table, key, value in (("speed_of_light", "launch_id", "compute_pct"), ("occupancy", "launch_id", "achieved_pct"),
+                              ("roofline", "launch_id", "flops")):  # fmt: skip
+        expected = {(q[key], q.get("precision")): q[value] for q in _query(con, table, rid)}
+        shown_rows = _rows(driver, table)
+        assert (panels[table]["state"] == "drawn") == bool(shown_rows)
+        for r in shown_rows:
+            assert r[value] == pytest.approx(expected[(r[key], r.get("precision"))], nan_ok=True)
+    assert len(_rows(driver, "stalls")) == sum(
+        1
+        for q in _query(con, "stalls", rid)
+        if q["rank"] <= 3 and q["launch_id"] in _launches(driver, "stalls")
+    )
+
+
+def _check_metrics_and_power(driver: Any, built: Built, panels: dict[str, dict[str, Any]]) -> None:
+    """GPU metrics are drawn when the report sampled them; the energy table is the `energy`
+    query's run rows, and a power log beside the report draws its power line."""
+    con, rid = built.con, built.report_id
+    sampled = con.execute("SELECT count(*) FROM gpu_metrics WHERE report_id = ?", [rid]).fetchone()[0]  # type: ignore[attr-defined]
+    assert (panels["gpu_metrics"]["state"] == "drawn") == bool(sampled)
+    runs = [q for q in _query(con, "energy", rid) if q["scope"] == "run" and q["method"] != "no power log"]
+    shown = _rows(driver, "energy")
+    assert [(r["name"], r["energy_j"]) for r in shown] == [
+        (q["name"], pytest.approx(q["energy_j"])) for q in runs
+    ]
+    if runs:
+        assert panels["energy"]["state"] == "drawn" and panels["energy"]["marks"] > 0
+
+
+def _launches(driver: Any, table: str) -> set[int]:
+    return {r["launch_id"] for r in _rows(driver, table)}
+
+
+def _check_timeline_counts(driver: Any, built: Built) -> None:
+    """The events the timeline holds, per kind, are the rows of the canonical tables."""
+    counts = driver.execute_script(
+        "const t = window.nsaTimelines[0]; if (!t) return null; const c = {};"
+        "t.tl.lanes.forEach(l => { c[l.kind] = (c[l.kind] || 0) + l.count; }); return c;"
+    )
+    con, rid = built.con, built.report_id
+    tables = {"kernel": "kernels", "memcpy": "memcpy", "memset": "memset", "graph": "graph_executions"}
+    expected = {
+        kind: n
+        for kind, table in tables.items()
+        if (n := con.execute(f"SELECT count(*) FROM {table} WHERE report_id = ?", [rid]).fetchone()[0])  # type: ignore[attr-defined]
+    }
+    if counts is None:
+        assert not expected
+        return
+    counts.pop("nvtx", None)
+    assert counts == expected
+
+
+def _check_diff(driver: Any, built: Built) -> None:
+    d = built.data["diff"]
+    result = nsa.diff(built.con, built.ids[0], built.ids[1])
+    verdict = driver.execute_script("return document.querySelector('.verdict').dataset.verdict")
+    assert verdict == result.verdict == d["verdict"]
+    by_key = {k.name: k for k in result.kernels}
+    for r in _rows(driver, "kernels_changed"):
+        assert r["delta_ns"] == pytest.approx(by_key[r["name"]].delta_ns)
+    if result.attribution:
+        shown = _rows(driver, "attribution_by_kind")
+        assert [(r["name"], r["delta_ns"]) for r in shown] == [
+            (p.name, p.delta_ns) for p in result.attribution.by_kind
+        ]
+
+
+def _check_zoom(driver: Any) -> None:
+    """A wheel turn over the middle of the timeline narrows the visible range around it."""
+    before, after, label = driver.execute_script(
+        "const t = window.nsaTimelines.filter(Boolean)[0], c = t.canvas, r = c.getBoundingClientRect();"
+        "const before = t.view.slice(), text = t.el.parentNode.querySelector('.tl-range').textContent;"
+        "c.dispatchEvent(new WheelEvent('wheel', {deltaY: -600, bubbles: true, cancelable: true,"
+        "  clientX: r.left + 230 + (r.width - 230) / 2, clientY: r.top + 30}));"
+        "return [before, [Number(t.el.dataset.viewA), Number(t.el.dataset.viewB)],"
+        "        text !== t.el.parentNode.querySelector('.tl-range').textContent];"
+    )
+    assert after[1] - after[0] < 0.5 * (before[1] - before[0])
+    assert before[0] <= after[0] < after[1] <= before[1]
+    assert label
+    driver.execute_script(
+        "const t = window.nsaTimelines.filter(Boolean)[0]; t.setView(t.full[0], t.full[1]);"
+    )
+
+
+def _check_hover(driver: Any) -> None:
+    """Hovering the longest event of the first lane shows its name, duration and launch call."""
+    shown, name, api = driver.execute_script(
+        "const t = window.nsaTimelines.filter(Boolean)[0];"
+        "const row = t.rows.find(r => r.type === 'lane' && r.lane.d.length), l = row.lane;"
+        "let i = 0; l.d.forEach((d, j) => { if (d > l.d[i]) i = j; });"
+        "t.setView(l.start[i] - l.d[i], l.start[i] + 2 * l.d[i] + 1000);"
+        "const r = t.canvas.getBoundingClientRect();"
+        "t.canvas.dispatchEvent(new MouseEvent('mousemove', {bubbles: true,"
+        "  clientX: r.left + t.x(l.start[i] + l.d[i] / 2), clientY: r.top + row.y + row.h / 2}));"
+        "const api = l.a && l.a[i] >= 0 ? t.tl.apis[l.a[i]] : null;"
+        "const out = [t.tip.textContent, t.tl.names[l.n[i]], api]; t.tip.style.display = 'none'; t.setView(t.full[0], t.full[1]); return out;"
+    )
+    assert name in shown
+    if api:
+        assert f"launch call {api}" in shown
+
+
+def _screenshot(driver: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1400, min(int(height) + 120, 9000))
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
