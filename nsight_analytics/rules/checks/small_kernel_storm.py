@@ -31,9 +31,10 @@ from ..units import count, dur, pct, plural
         Threshold("storm_min_kernels", 500, "count", "Fewest small kernels in a report for a storm."),
         Threshold(
             "storm_max_gap_ns",
-            50_000,
+            100_000,
             "ns",
-            "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle).",
+            "Idle gaps between two small kernels up to this long count as launch gaps (longer: gpu-idle); "
+            "the same boundary as gpu-idle's idle_gap_min_ns.",
         ),
         Threshold(
             "storm_gap_share_warning",
