@@ -22,7 +22,6 @@ import duckdb
 from . import params, queries, schema
 from .errors import QueryError, SourceGoneError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
-from .ingest.nsys import WORKED_OUT
 from .statements import canonical_writes
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_DB",
-    "WORKED_OUT",
     "IngestResult",
     "connect",
     "diff",
@@ -50,6 +48,8 @@ __all__ = [
     "rules",
     "schema_tables",
     "sql",
+    "summary",
+    "worked_out",
 ]
 
 
@@ -117,12 +117,18 @@ def reader(
     return _open(db, read_only=True)
 
 
-# Canonical tables each deferred step writes (a step named like a table writes that table).
-_STEP_WRITES = {
-    "kernel_launch": ("kernel_rows",),
-    "nvtx_kernels": ("nvtx_ranges",),
-    "steps": ("steps", "host_waits"),
-}
+def _step_writes(step: str) -> tuple[str, ...]:
+    """The canonical tables a deferred step writes, as its reader declares (a step named like a
+    table writes that table)."""
+    for rd in all_readers():
+        if step in rd.step_writes:
+            return rd.step_writes[step]
+    return (step,)
+
+
+def worked_out() -> set[str]:
+    """Deferred steps that work something out on first use rather than copy rows."""
+    return {s for rd in all_readers() for s in rd.worked_out}
 
 
 def materialise(
@@ -148,7 +154,7 @@ def materialise(
             for row in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
             for name in row
         }
-        shadow = {"reports"} | {w for _, _, step in todo for w in _STEP_WRITES.get(step, (step,))}
+        shadow = {"reports"} | {w for _, _, step in todo for w in _step_writes(step)}
         stored = params.first_row(con.execute("SELECT current_database()"))[0]
         for name in sorted(shadow - temp):
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{stored}".main."{name}"')

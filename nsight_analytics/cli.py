@@ -162,7 +162,7 @@ def _describe(r: api.IngestResult) -> str:
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
     verb = "replaced" if r.status == "replaced" else "ingested"
     text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
-    copied_later = [t for t in r.deferred if t not in api.WORKED_OUT]  # worked out, not copied
+    copied_later = [t for t in r.deferred if t not in api.worked_out()]  # worked out, not copied
     if copied_later:
         text += f"; {', '.join(copied_later)} copied on first use (--full copies now)"
     return text + "."

@@ -121,13 +121,13 @@ TABLES: tuple[Table, ...] = (
             _c("rank", "INTEGER", "", "Rank of the process in a distributed job (Kineto `distributedInfo`)."),
             _c("world_size", "INTEGER", "", "Ranks in that job (Kineto `distributedInfo`)."),
             _c(
-                "deferred_tables",
+                "deferred_steps",
                 "VARCHAR[]",
                 "",
-                "Canonical tables not copied yet from source_path (plus `kernel_launch`: the "
-                "kernels' launch columns; `steps`: the steps and host_waits, found together), and "
-                "`nvtx_kernels` while nvtx_ranges.kernels is not computed (even after --full): all "
-                "done on first use.",
+                "The reader's steps left for first use: a canonical table not copied yet from "
+                "source_path (named as the table), `kernel_launch` (the kernels' launch columns), "
+                "`steps` (the steps and host_waits, found together) and `nvtx_kernels` while "
+                "nvtx_ranges.kernels is not computed (even after --full).",
             ),
             _c(
                 "source_mtime_ns",
@@ -155,7 +155,7 @@ TABLES: tuple[Table, ...] = (
         "The launch configuration columns (all but graph_node_id, which comes with the rows) are "
         "copied from the export the first time `kernels` is read (`nsa ingest --full`: at "
         "ingest); until then they are NULL here and the report lists `kernel_launch` in "
-        "`reports.deferred_tables`.",
+        "`reports.deferred_steps`.",
         (
             *DEVICE_TIMELINE,
             NAME_ID,
@@ -850,26 +850,3 @@ VIEWS: tuple[Table, ...] = tuple(t for t in TABLES if t.view)
 def ddl_statements() -> list[str]:
     """Tables first, then the views over them."""
     return [t.ddl() for t in (*STORED, *VIEWS)]
-
-
-def render_markdown() -> str:
-    """The schema reference page, docs/schema.md; a test checks the committed page equals this."""
-    out = [
-        "# Canonical tables",
-        "",
-        (
-            "Generated from `nsight_analytics/schema.py` by `nsa schema --format markdown`; "
-            "a test fails when this page and the code disagree."
-        ),
-        "",
-        (
-            "All times are nanoseconds relative to the capture session start; every table carries "
-            "`report_id`, so many reports sit side by side. Columns an export lacks are NULL."
-        ),
-        "",
-    ]
-    for t in TABLES:
-        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | unit | meaning |", "|---|---|---|---|"]
-        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.cols]
-        out.append("")
-    return "\n".join(out)

@@ -140,8 +140,16 @@ def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 # recomputed value) bumps SCHEMA_VERSION and registers MIGRATIONS[new_version]: a function
 # that brings a workspace of the previous version up to it, run inside ensure_schema's
 # transaction, oldest first.
-SCHEMA_VERSION = 1
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {}
+SCHEMA_VERSION = 2
+
+
+def _deferred_steps_column(con: duckdb.DuckDBPyConnection) -> None:
+    """2: reports.deferred_tables holds the deferred steps (kernel_launch, nvtx_kernels, steps),
+    not tables: renamed deferred_steps."""
+    con.execute("ALTER TABLE reports RENAME COLUMN deferred_tables TO deferred_steps")
+
+
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: _deferred_steps_column}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:

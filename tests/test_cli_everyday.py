@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from conftest import ROOT, realdata
 from nsight_analytics import queries, schema
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
+from nsight_analytics.render import schema_page as render_schema_page
 from nsight_analytics.rules import rules
 from nsight_analytics.rules.config import ConfigError, load_config
 
@@ -43,7 +44,7 @@ def state(db: Path) -> list[tuple]:
     """What an error must leave alone: the reports, what they still defer, and the row counts."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT report_id, sha256, deferred_tables FROM reports ORDER BY 1").fetchall()
+        rows = con.execute("SELECT report_id, sha256, deferred_steps FROM reports ORDER BY 1").fetchall()
         counts = [con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in schema.STORED]
         return [*rows, tuple(counts)]
     finally:
@@ -442,7 +443,7 @@ def test_schema_defaults_to_a_table() -> None:
         "unit": schema.TABLES[0].cols[0].unit,
         "meaning": schema.TABLES[0].cols[0].doc,
     }
-    assert run("schema", "--format", "markdown").stdout == schema.render_markdown() + "\n"
+    assert run("schema", "--format", "markdown").stdout == render_schema_page(schema.TABLES) + "\n"
 
 
 def test_help_lists_whole_sentences() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import nsight_analytics as nsa
-from nsight_analytics import docs, queries, schema
+from nsight_analytics import docs, queries, render, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "regenerate it with `python -m nsight_analytics.docs` (or `nsa schema --format markdown -o docs/schema.md`)"
@@ -22,11 +22,11 @@ def test_generated_page_is_committed_and_current(rel: str) -> None:
 
 
 def test_schema_page_is_what_nsa_schema_prints() -> None:
-    assert docs.pages()["docs/schema.md"] == schema.render_markdown() + "\n"
+    assert docs.pages()["docs/schema.md"] == render.schema_page(schema.TABLES) + "\n"
 
 
 def test_queries_page_documents_every_query_column_and_parameter() -> None:
-    text = docs.render_queries_markdown()
+    text = render.queries_page()
     for q in queries.library().values():
         section = text.split(f"## `{q.name}`\n", 1)[1].split("\n## ", 1)[0]
         for c in q.columns:

@@ -110,7 +110,7 @@ def test_ingest_maps_names_devices_and_units(tmp_path: Path, workspace) -> None:
     series = _two_gpu_export(path)
     rep = nsa.ingest(workspace, path)
     deferred = workspace.sql(
-        f"SELECT deferred_tables FROM reports WHERE report_id = {rep.report_id}"
+        f"SELECT deferred_steps FROM reports WHERE report_id = {rep.report_id}"
     ).fetchone()
     assert "gpu_metrics" in deferred[0]  # copied on first use
     assert materialise(workspace, ["gpu_metrics"]) == 1

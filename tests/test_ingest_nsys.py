@@ -210,7 +210,7 @@ def test_reingest_is_a_noop_and_replace_keeps_the_id(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 2
 
 
-def test_deferred_tables_load_on_first_query(tmp_path: Path) -> None:
+def test_deferred_steps_load_on_first_query(tmp_path: Path) -> None:
     path = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
     (expected,) = sq(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)")[0]
     con = nsa.connect(tmp_path / "w.duckdb")
@@ -220,7 +220,7 @@ def test_deferred_tables_load_on_first_query(tmp_path: Path) -> None:
     con.close()
     con = nsa.connect(tmp_path / "w.duckdb")  # a writable connect() completes deferred tables
     assert con.execute("SELECT count(*) FROM nvtx_ranges").fetchone()[0] == expected
-    assert con.execute("SELECT deferred_tables FROM reports").fetchone()[0] == []
+    assert con.execute("SELECT deferred_steps FROM reports").fetchone()[0] == []
 
 
 LAUNCH = {
@@ -254,11 +254,11 @@ def test_launch_columns_full_and_deferred(ws, path: Path, tmp_path: Path) -> Non
     assert _launch_rows(con, ids[path.name]) == expected
     lazy = nsa.connect(tmp_path / "lazy.duckdb", load_deferred=False)
     rid = nsa.ingest(lazy, path).report_id
-    assert lazy.execute("SELECT deferred_tables FROM reports").fetchone()[0][0] == "kernel_launch"
+    assert lazy.execute("SELECT deferred_steps FROM reports").fetchone()[0][0] == "kernel_launch"
     assert lazy.execute("SELECT count(*) FROM kernel_rows WHERE grid_x IS NOT NULL").fetchone()[0] == 0
     from nsight_analytics.ingest import ensure_loaded
 
     assert ensure_loaded(lazy, nsa.api.tables_needed("SELECT grid_x FROM kernels")) == 1
     assert _launch_rows(lazy, rid) == expected
-    assert "kernel_launch" not in lazy.execute("SELECT deferred_tables FROM reports").fetchone()[0]
+    assert "kernel_launch" not in lazy.execute("SELECT deferred_steps FROM reports").fetchone()[0]
     lazy.close()

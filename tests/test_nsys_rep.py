@@ -125,7 +125,7 @@ def run(*args: str):
 def state(db: Path) -> list[tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT report_id, sha256, deferred_tables FROM reports ORDER BY 1").fetchall()
+        rows = con.execute("SELECT report_id, sha256, deferred_steps FROM reports ORDER BY 1").fetchall()
         counts = [con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in schema.STORED]
         return [*rows, tuple(counts)]
     finally:
@@ -203,7 +203,7 @@ def test_rows_equal_an_independent_export(capture: Capture, db: Path, only) -> N
         sleeps = con.execute("SELECT duration_ns FROM osrt_api WHERE name = 'clock_nanosleep'").fetchall()
         assert len(sleeps) == 5 and all(d >= 20_000_000 for (d,) in sleeps)
         row = con.execute(
-            "SELECT kind, source_path, sha256, tool_version, session_start_utc_ns, deferred_tables FROM reports"
+            "SELECT kind, source_path, sha256, tool_version, session_start_utc_ns, deferred_steps FROM reports"
         ).fetchone()
     finally:
         con.close()

@@ -39,7 +39,7 @@ def _ingested(tmp_path: Path, name: str = "w.duckdb") -> tuple[Path, Path]:
 def _deferred(con) -> list[str]:
     """The deferred steps the workspace file records (a TEMP copy of `reports` left aside)."""
     (stored,) = con.execute("SELECT current_database()").fetchone()
-    rows = con.execute(f'SELECT deferred_tables FROM "{stored}".main.reports').fetchall()
+    rows = con.execute(f'SELECT deferred_steps FROM "{stored}".main.reports').fetchall()
     return sorted(t for (ts,) in rows for t in ts)
 
 

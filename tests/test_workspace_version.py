@@ -32,7 +32,8 @@ def test_migrations_run_oldest_first_then_the_version_moves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "w.duckdb"
-    workspace.open_workspace(path).close()  # a version-1 workspace
+    workspace.open_workspace(path).close()  # a workspace of this version
+    now = workspace.SCHEMA_VERSION
     ran: list[int] = []
 
     def step(n: int):
@@ -42,13 +43,13 @@ def test_migrations_run_oldest_first_then_the_version_moves(
 
         return run
 
-    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(workspace, "MIGRATIONS", {3: step(3), 2: step(2)})
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", now + 2)
+    monkeypatch.setattr(workspace, "MIGRATIONS", {now + 2: step(now + 2), now + 1: step(now + 1)})
     workspace.open_workspace(path, read_only=True).close()  # a reader upgrades it once, briefly writable
-    assert ran == [2, 3]
-    assert _version(path) == 3
+    assert ran == [now + 1, now + 2]
+    assert _version(path) == now + 2
     workspace.open_workspace(path).close()
-    assert ran == [2, 3]  # nothing runs twice
+    assert ran == [now + 1, now + 2]  # nothing runs twice
 
 
 def test_a_failing_migration_leaves_the_workspace_as_it_was(
@@ -61,12 +62,13 @@ def test_a_failing_migration_leaves_the_workspace_as_it_was(
         con.execute("CREATE TABLE half_done (x INTEGER)")
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(workspace, "MIGRATIONS", {2: broken})
+    now = workspace.SCHEMA_VERSION
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", now + 1)
+    monkeypatch.setattr(workspace, "MIGRATIONS", {now + 1: broken})
     with pytest.raises(RuntimeError):
         workspace.open_workspace(path).close()
-    monkeypatch.setattr(workspace, "SCHEMA_VERSION", 1)
-    assert _version(path) == 1
+    monkeypatch.setattr(workspace, "SCHEMA_VERSION", now)
+    assert _version(path) == now
     with duckdb.connect(str(path), read_only=True) as con:
         tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
     assert "half_done" not in tables
@@ -94,3 +96,36 @@ def test_pre_release_workspace_is_refused_with_what_to_do(tmp_path: Path) -> Non
     assert CliRunner().invoke(main, ["reports", "--db", str(tmp_path / "new.duckdb")]).exit_code == EXIT_ERROR
     workspace.open_workspace(tmp_path / "new.duckdb").close()
     assert CliRunner().invoke(main, ["reports", "--db", str(tmp_path / "new.duckdb")]).exit_code == EXIT_OK
+
+
+def test_version_1_workspace_gets_deferred_steps(tmp_path: Path) -> None:
+    """Migration 2: a version-1 workspace's reports.deferred_tables (it held steps, not tables)
+    becomes deferred_steps, its values kept, and the deferred steps still run."""
+    from nsight_analytics.cli import demo_input
+
+    path = tmp_path / "w.duckdb"
+    con = workspace.open_workspace(path)
+    from nsight_analytics import api
+
+    api.ingest(con, demo_input())
+    con.close()
+    with duckdb.connect(str(path)) as old:  # as version 1 left it
+        old.execute("ALTER TABLE reports RENAME COLUMN deferred_steps TO deferred_tables")
+        old.execute("UPDATE nsa_workspace SET schema_version = 1")
+        (steps,) = old.execute("SELECT deferred_tables FROM reports").fetchone()
+    assert steps
+    res = CliRunner().invoke(main, ["query", "gaps", "--db", str(path), "--format", "csv"])  # reads cuda_api
+    assert res.exit_code == EXIT_OK, res.output
+    assert _version(path) == workspace.SCHEMA_VERSION
+    with duckdb.connect(str(path), read_only=True) as new:
+        cols = {
+            r[0]
+            for r in new.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE table_name = 'reports'"
+            ).fetchall()
+        }
+        (left,) = new.execute("SELECT deferred_steps FROM reports").fetchone()
+    assert "deferred_tables" not in cols
+    assert (
+        "cuda_api" in steps and "cuda_api" not in left and set(left) < set(steps)
+    )  # gaps loaded what it reads

@@ -662,6 +662,12 @@ DERIVED = ("nvtx_kernels",)
 OPTIONAL = ("steps",)
 # Worked out on first use rather than copied: the ingest message does not list them.
 WORKED_OUT = (*DERIVED, "steps")
+# The tables a deferred step writes, where not the one named like the step.
+STEP_WRITES = {
+    "kernel_launch": ("kernel_rows",),
+    "nvtx_kernels": ("nvtx_ranges",),
+    "steps": ("steps", "host_waits"),
+}
 
 
 def validate(src: Source, path: object) -> None:

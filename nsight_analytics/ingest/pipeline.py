@@ -3,7 +3,7 @@
 The pipeline asks each reader (reader.py) whether it knows the file's content, decompresses a
 `.gz` for it, hashes the file, and runs the reader's load inside one DuckDB transaction that
 also writes the `reports` row: a killed ingest leaves no trace. Large, rarely needed tables can
-be deferred: the report lists the steps in `deferred_tables` and `ensure_loaded` runs them
+be deferred: the report lists the steps in `deferred_steps` and `ensure_loaded` runs them
 through the report's reader, each in its own transaction, the first time they are needed.
 """
 
@@ -37,7 +37,7 @@ REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports" and "repor
 # reports columns the pipeline writes itself; a reader's LoadResult.metadata fills the others
 _OWN_COLUMNS = {
     "report_id", "kind", "source_path", "sha256", "size_bytes", "source_mtime_ns", "ingested_at",
-    "activity_kinds", "deferred_tables",
+    "activity_kinds", "deferred_steps",
 }  # fmt: skip
 # reports flag -> the activity kind that sets it (a reader's LoadResult.flags may set it too)
 _FLAGS = {"has_kernels": "kernel", "has_memcpy": "memcpy", "has_cuda_api": "cuda_api", "has_nvtx": "nvtx"}
@@ -247,7 +247,7 @@ def _report_row(
         "source_mtime_ns": stat.st_mtime_ns,
         "ingested_at": datetime.now(timezone.utc).replace(tzinfo=None),
         "activity_kinds": kinds,
-        "deferred_tables": list(loaded.deferred),
+        "deferred_steps": list(loaded.deferred),
     }
 
 
@@ -268,8 +268,8 @@ def deferred_for(
     tables = set(tables)
     only = None if report_ids is None else set(report_ids)
     rows = con.execute(
-        "SELECT report_id, kind, source_path, deferred_tables FROM reports "
-        "WHERE len(deferred_tables) > 0 ORDER BY report_id"
+        "SELECT report_id, kind, source_path, deferred_steps FROM reports "
+        "WHERE len(deferred_steps) > 0 ORDER BY report_id"
     ).fetchall()
     todo = []
     for rid, kind, source, steps in rows:
@@ -358,7 +358,7 @@ def ensure_loaded(
                     rd.load_deferred(con, handle, rid, step)
                     params.execute(
                         con,
-                        "UPDATE reports SET deferred_tables = list_filter(deferred_tables, x -> x != $done) "
+                        "UPDATE reports SET deferred_steps = list_filter(deferred_steps, x -> x != $done) "
                         "WHERE report_id = $rid",
                         {"done": step, "rid": rid},
                     )

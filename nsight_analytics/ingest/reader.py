@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import duckdb
 
@@ -65,6 +65,10 @@ class Reader(ABC, Generic[Handle]):
     derived: tuple[str, ...] = ()
     # Deferred steps whose answers can do without them when the source file is gone.
     optional: tuple[str, ...] = ()
+    # The canonical tables each deferred step writes, where not the one named like the step.
+    step_writes: ClassVar[dict[str, tuple[str, ...]]] = {}
+    # Deferred steps that work something out rather than copy rows (not "copied on first use").
+    worked_out: tuple[str, ...] = ()
 
     @abstractmethod
     def sniff(self, head: bytes) -> bool:

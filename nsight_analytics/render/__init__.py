@@ -12,15 +12,17 @@ from __future__ import annotations
 from .diff import render as render_diff
 from .findings import render as render_findings
 from .html import page as render_html
+from .queries import queries_page
 from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdown, to_table
 from .rules import render_rules
-from .schema import render_schema
+from .schema import render_schema, schema_page
 from .summary import render as render_summary
 
 __all__ = [
     "FORMATS",
     "Result",
     "jsonable",
+    "queries_page",
     "render",
     "render_diff",
     "render_findings",
@@ -28,6 +30,7 @@ __all__ = [
     "render_rules",
     "render_schema",
     "render_summary",
+    "schema_page",
     "to_csv",
     "to_json",
     "to_markdown",

@@ -110,7 +110,7 @@ class Context:
         """True when the report's steps could not be looked for (its export moved since ingest)."""
         rows = self._run_sql(
             "steps_pending",
-            "SELECT report_id FROM reports WHERE list_contains(deferred_tables, 'steps') "
+            "SELECT report_id FROM reports WHERE list_contains(deferred_steps, 'steps') "
             "AND ($rid IS NULL OR report_id = $rid)",
             {},
             as_df=False,

@@ -38,6 +38,8 @@ class NsysRepReader(Reader[Report]):
     deferrable = nsys.DEFERRABLE
     derived = nsys.DERIVED
     optional = nsys.OPTIONAL
+    step_writes = nsys.STEP_WRITES
+    worked_out = nsys.WORKED_OUT
 
     def sniff(self, head: bytes) -> bool:
         return head.startswith(NSYS_REP_MAGIC)

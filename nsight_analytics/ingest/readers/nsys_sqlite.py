@@ -40,6 +40,8 @@ class NsysSqliteReader(Reader[Export]):
     deferrable = nsys.DEFERRABLE
     derived = nsys.DERIVED
     optional = nsys.OPTIONAL
+    step_writes = nsys.STEP_WRITES
+    worked_out = nsys.WORKED_OUT
 
     def sniff(self, head: bytes) -> bool:
         return head.startswith(sqlite_source.SQLITE_MAGIC)
