@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 # Above this many pairs (n * m) the normal approximation replaces the exact distribution.
 EXACT_LIMIT = 40_000
@@ -47,7 +48,7 @@ def _u_counts(n: int, m: int) -> tuple[int, ...]:
     import numpy as np  # here, not at import: `import nsight_analytics` stays quick
 
     size = n * m + 1
-    poly = np.zeros(size, dtype=object)
+    poly: Any = np.zeros(size, dtype=object)  # numpy's shape types differ across versions
     poly[0] = 1
     for i in range(1, n + 1):
         shifted = np.zeros(size, dtype=object)
