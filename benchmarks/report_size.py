@@ -23,7 +23,8 @@ from pathlib import Path
 
 from run import DATA, DEFAULT_SOURCE, HERE, RESULTS, measure, nsa_cmd
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+sys.path.insert(0, str(HERE.parent))  # the repository root: fixtures/ is not an installed package
+from fixtures.browser import headless_chromium
 
 
 def export_and_workspace(copies: int) -> tuple[Path, Path, dict]:
@@ -49,23 +50,9 @@ def export_and_workspace(copies: int) -> tuple[Path, Path, dict]:
 
 def browser_timings(page: Path) -> dict:
     """Load the page in headless chromium; ready time and the timeline's frame times (ms)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(arg)
-    opts.binary_location = CHROMIUM
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(300)
+    d = headless_chromium(page_load_timeout_s=300)
     try:
         t0 = time.perf_counter()
         d.get(page.as_uri())

@@ -8,7 +8,6 @@ $NSA_TEST_ARTIFACTS (default tests/artifacts/report/)."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ from report_cases import Built, Case, build, cases
 
 import nsight_analytics as nsa
 from conftest import ROOT
+from fixtures.browser import CHROMEDRIVER, CHROMIUM, headless_chromium
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 ARTIFACTS = Path(os.environ.get("NSA_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "report"
 SINGLE_PANELS = {"findings", "timeline", "utilization", "top_kernels", "phases", "nvtx", "copies", "graphs",
                  "stalls", "speed_of_light", "occupancy", "roofline", "gpu_metrics", "memory", "energy"}  # fmt: skip
@@ -43,29 +41,13 @@ return Array.from(t.querySelectorAll('tbody tr')).map(tr => Object.fromEntries(
 
 @pytest.fixture(scope="module")
 def driver():
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium is not installed (pip install -e .[test])"
-    )
-    from selenium.webdriver.chrome.service import Service
-
+    pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not Path(path).exists():
             pytest.skip(
                 f"{path} not found: install Debian's {package} (apt-get install -y chromium chromium-driver)"
             )
-    opts = webdriver.ChromeOptions()
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(arg)
-    opts.binary_location = CHROMIUM
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    d.set_page_load_timeout(120)
+    d = headless_chromium(page_load_timeout_s=120)
     yield d
     d.quit()
 
