@@ -259,7 +259,7 @@ def refuse_canonical_writes(statement: str) -> None:
 def reports(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
     """The reports in the workspace, one row each."""
     return con.sql(
-        "SELECT report_id, kind, tool_version, schema_version, activity_kinds, "
+        "SELECT report_id, format, tool_version, schema_version, activity_kinds, "
         "regexp_extract(source_path, '[^/]+$') AS file, ingested_at FROM reports ORDER BY report_id"
     )
 
@@ -416,13 +416,15 @@ def summary(
     copies = _by_report(query(con, "memcpy_summary", report_id=report_id))
     wanted = "" if report_id is None else f" WHERE report_id = {int(report_id)}"
     rows = con.execute(
-        "SELECT report_id, kind, regexp_extract(source_path, '[^/]+$') FROM reports" + wanted + " ORDER BY 1"
+        "SELECT report_id, format, regexp_extract(source_path, '[^/]+$') FROM reports"
+        + wanted
+        + " ORDER BY 1"
     ).fetchall()
     return [
         {
             "report_id": rid,
             "file": file,
-            "kind": kind,
+            "format": fmt,
             "devices": util.get(rid, []),
             # the same from the first steady step on, for reports whose steps were found
             "steady": [d for d in steady.get(rid, []) if d["phase"] == "steady"],
@@ -430,7 +432,7 @@ def summary(
             "kernel_count": sum(k["instances"] for k in kernels.get(rid, [])),
             "copies": sorted(copies.get(rid, []), key=lambda c: -c["total_ns"]),
         }
-        for rid, kind, file in rows
+        for rid, fmt, file in rows
     ]
 
 

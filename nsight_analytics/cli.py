@@ -161,7 +161,7 @@ def _describe(r: api.IngestResult) -> str:
         return f"{r.path.name}: already in the workspace as report {r.report_id} (same content); use --replace to re-ingest."
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
     verb = "replaced" if r.status == "replaced" else "ingested"
-    text = f"{r.path.name}: {verb} as report {r.report_id} ({r.kind}): {counts or 'no rows'}"
+    text = f"{r.path.name}: {verb} as report {r.report_id} ({r.format}): {counts or 'no rows'}"
     copied_later = [t for t in r.deferred if t not in api.worked_out()]  # worked out, not copied
     if copied_later:
         text += f"; {', '.join(copied_later)} copied on first use (--full copies now)"

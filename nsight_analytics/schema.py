@@ -93,10 +93,10 @@ TABLES: tuple[Table, ...] = (
         (
             _c("report_id", "INTEGER", "", "Workspace-unique id, assigned at ingest."),
             _c(
-                "kind",
+                "format",
                 "VARCHAR",
                 "",
-                "The reader that read it: 'nsys' (SQLite export), 'nsys-rep', 'ncu' (CSV), 'ncu-rep', "
+                "The input format, named by the reader that read it: 'nsys' (SQLite export), 'nsys-rep', 'ncu' (CSV), 'ncu-rep', "
                 "'kineto' (PyTorch profiler trace), 'nvml' or 'nvidia-smi' (power logs).",
             ),
             _c("source_path", "VARCHAR", "", "Absolute path of the ingested file."),
@@ -207,20 +207,20 @@ TABLES: tuple[Table, ...] = (
             *DEVICE_TIMELINE,
             _c("bytes", "BIGINT", "byte", "Bytes copied."),
             _c(
-                "copy_kind",
+                "direction",
                 "VARCHAR",
                 "",
                 "HtoD, DtoH, DtoD, HtoH, PtoP, HtoA, AtoH, AtoA, AtoD, DtoA, UVM_HtoD, UVM_DtoH, "
                 "UVM_DtoD, Unknown; an unlisted code reads 'code:N'.",
             ),
             _c(
-                "src_kind",
+                "src_memory",
                 "VARCHAR",
                 "",
                 "Source memory: pageable, pinned, device, array, managed, device_static, "
                 "managed_static, unknown, or 'code:N'.",
             ),
-            _c("dst_kind", "VARCHAR", "", "Destination memory, same values as src_kind."),
+            _c("dst_memory", "VARCHAR", "", "Destination memory, same values as src_memory."),
             _c("src_device_id", "INTEGER", "", "Source device for device/peer copies."),
             _c("dst_device_id", "INTEGER", "", "Destination device for device/peer copies."),
             CORR,
@@ -235,7 +235,7 @@ TABLES: tuple[Table, ...] = (
             *DEVICE_TIMELINE,
             _c("bytes", "BIGINT", "byte", "Bytes set."),
             _c("value", "BIGINT", "", "Value written."),
-            _c("mem_kind", "VARCHAR", "", "Memory kind, same values as memcpy.src_kind."),
+            _c("memory", "VARCHAR", "", "Memory set: same values as memcpy.src_memory."),
             CORR,
             GRAPH,
         ),
@@ -369,7 +369,12 @@ TABLES: tuple[Table, ...] = (
                 "'aten::to, seq = 12, op_id = 345' -> 'aten::to'. Equal to `name` otherwise.",
             ),
             _c("domain", "VARCHAR", "", "NVTX domain name; NULL for the default domain."),
-            _c("range_kind", "VARCHAR", "", "'push_pop' or 'start_end'."),
+            _c(
+                "range_api",
+                "VARCHAR",
+                "",
+                "The NVTX API that made it: 'push_pop' (nvtxRangePush/Pop) or 'start_end' (nvtxRangeStart/End).",
+            ),
             _c("category", "BIGINT", "", "NVTX category id."),
             _c(
                 "kernels",
@@ -571,8 +576,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "ncu_section_text",
         "What ncu prints in a section's body besides its header metrics (`--print-details body|all`): "
-        "chart and table items (kind 'item'), free text lines (kind 'text') and tables printed as CSV "
-        "(kind 'table'), attached to their launch, and items to their section.",
+        "chart and table items (entry 'item'), free text lines (entry 'text') and tables printed as CSV "
+        "(entry 'table'), attached to their launch, and items to their section.",
         (
             RID,
             _c("launch_id", "INTEGER", "", "Joins ncu_kernels.launch_id."),
@@ -580,28 +585,28 @@ TABLES: tuple[Table, ...] = (
                 "section",
                 "VARCHAR",
                 "",
-                "kind 'item': the item's section. NULL for 'text' and 'table': ncu's CSV does not "
+                "entry 'item': the item's section. NULL for 'text' and 'table': ncu's CSV does not "
                 "name their section.",
             ),
             _c(
                 "after_section",
                 "VARCHAR",
                 "",
-                "kind 'text' and 'table': the section of the CSV row printed just before (with "
+                "entry 'text' and 'table': the section of the CSV row printed just before (with "
                 "`--print-details all` a section's tables follow its own rows).",
             ),
-            _c("kind", "VARCHAR", "", "'item' (a body metric), 'text' (a text line) or 'table'."),
+            _c("entry", "VARCHAR", "", "'item' (a body metric), 'text' (a text line) or 'table'."),
             _c("seq", "INTEGER", "", "0-based position among the launch's body rows, in file order."),
             _c(
                 "item", "VARCHAR", "", "Body item (chart or table) the metric belongs to (`Body Item Label`)."
             ),
-            _c("metric_label", "VARCHAR", "", "kind 'item': the metric's label as written."),
-            _c("unit", "VARCHAR", "", "kind 'item': base unit, as ncu_metrics.unit."),
+            _c("metric_label", "VARCHAR", "", "entry 'item': the metric's label as written."),
+            _c("unit", "VARCHAR", "", "entry 'item': base unit, as ncu_metrics.unit."),
             _c(
                 "value",
                 "DOUBLE",
                 "",
-                "kind 'item': the value (the aggregate when instances follow) in `unit`.",
+                "entry 'item': the value (the aggregate when instances follow) in `unit`.",
             ),
             _c(
                 "text",
@@ -616,8 +621,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "ncu_source",
         "ncu's source page (`ncu -i REPORT --csv --page source`): per kernel, one row per CUDA source "
-        "line (kind 'line', `--print-source cuda,sass` of a -lineinfo build) and per SASS instruction "
-        "(kind 'sass'), with their warp stall samples. Per-reason samples are in ncu_source_stalls.",
+        "line (granularity 'line', `--print-source cuda,sass` of a -lineinfo build) and per SASS instruction "
+        "(granularity 'sass'), with their warp stall samples. Per-reason samples are in ncu_source_stalls.",
         (
             RID,
             _c(
@@ -628,12 +633,12 @@ TABLES: tuple[Table, ...] = (
                 "joins ncu_kernels of the same report.",
             ),
             _c("seq", "INTEGER", "", "0-based position of the row within the kernel's listing."),
-            _c("kind", "VARCHAR", "", "'line' (a CUDA source line) or 'sass' (an instruction)."),
+            _c("granularity", "VARCHAR", "", "'line' (a CUDA source line) or 'sass' (an instruction)."),
             _c("file", "VARCHAR", "", "Source file (`File Path`); NULL without line info."),
             _c("line", "INTEGER", "", "Source line number; for a 'sass' row the line it was listed under."),
-            _c("source", "VARCHAR", "", "kind 'line': the CUDA source text of the line."),
-            _c("address", "VARCHAR", "", "kind 'sass': the instruction's address as written (hex)."),
-            _c("sass", "VARCHAR", "", "kind 'sass': the instruction (`@P0 EXIT`), indent removed."),
+            _c("source", "VARCHAR", "", "granularity 'line': the CUDA source text of the line."),
+            _c("address", "VARCHAR", "", "granularity 'sass': the instruction's address as written (hex)."),
+            _c("sass", "VARCHAR", "", "granularity 'sass': the instruction (`@P0 EXIT`), indent removed."),
             _c("samples", "BIGINT", "sample", "Warp stall samples (`Warp Stall Sampling (All Samples)`)."),
             _c(
                 "samples_not_issued",
@@ -701,7 +706,12 @@ TABLES: tuple[Table, ...] = (
         "launched (as correlation_id does), `fwdbwd` a forward op to its backward op.",
         (
             RID,
-            _c("kind", "VARCHAR", "", "Flow category: 'ac2g', 'fwdbwd', or as the trace names it."),
+            _c(
+                "category",
+                "VARCHAR",
+                "",
+                "Flow category (the event's `cat`): 'ac2g', 'fwdbwd', or as the trace names it.",
+            ),
             _c("flow_id", "BIGINT", "", "The flow's id (the correlation id for ac2g)."),
             _c("src_pid", "BIGINT", "", "Process of the flow's start."),
             _c("src_tid", "BIGINT", "", "Thread of the flow's start."),
@@ -730,7 +740,7 @@ TABLES: tuple[Table, ...] = (
             _c("delta_bytes", "BIGINT", "byte", "+bytes for an allocation, -bytes for a free."),
             _c("address", "BIGINT", "", "Address when the source has it."),
             _c(
-                "memory_kind",
+                "memory",
                 "VARCHAR",
                 "",
                 "'device', 'pinned', 'pageable', 'managed', 'host' or as the source names it.",

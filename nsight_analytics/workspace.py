@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import params, schema
+from . import schema
 from .errors import WorkspaceError
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 # recomputed value) bumps SCHEMA_VERSION and registers MIGRATIONS[new_version]: a function
 # that brings a workspace of the previous version up to it, run inside ensure_schema's
 # transaction, oldest first.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _deferred_steps_column(con: duckdb.DuckDBPyConnection) -> None:
@@ -149,7 +149,34 @@ def _deferred_steps_column(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE reports RENAME COLUMN deferred_tables TO deferred_steps")
 
 
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {2: _deferred_steps_column}
+# 3: `kind` is the activity kind only (reports.activity_kinds, the GPU activity's kind); the
+# columns that used the word for something else say what they hold.
+_RENAMED_3 = (
+    ("reports", "kind", "format"),
+    ("memcpy", "copy_kind", "direction"),
+    ("memcpy", "src_kind", "src_memory"),
+    ("memcpy", "dst_kind", "dst_memory"),
+    ("memset", "mem_kind", "memory"),
+    ("memory_events", "memory_kind", "memory"),
+    ("nvtx_ranges", "range_kind", "range_api"),
+    ("ncu_section_text", "kind", "entry"),
+    ("ncu_source", "kind", "granularity"),
+    ("flow_links", "kind", "category"),
+)
+
+
+def _one_meaning_of_kind(con: duckdb.DuckDBPyConnection) -> None:
+    """3: columns named `kind` (or `*_kind`) for something other than the activity kind renamed."""
+    have = _columns(con)
+    for table, old, new in _RENAMED_3:
+        if (table, old) in have and (table, new) not in have:
+            con.execute(f'ALTER TABLE "{table}" RENAME COLUMN "{old}" TO "{new}"')
+
+
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
+    2: _deferred_steps_column,
+    3: _one_meaning_of_kind,
+}
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
@@ -242,7 +269,3 @@ def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
 def _bare(sql: str) -> str:
     """SQL without whitespace and quotes: DuckDB stores a view's text re-quoted on one line."""
     return re.sub(r'[\s"]', "", sql)
-
-
-def next_report_id(con: duckdb.DuckDBPyConnection) -> int:
-    return int(params.first_row(con.execute("SELECT coalesce(max(report_id), 0) + 1 FROM reports"))[0])

@@ -74,7 +74,7 @@ def test_sql_error_is_one_line(db: Path) -> None:
 
 def test_reports_json(db: Path) -> None:
     rows = json.loads(invoke("reports", "--db", str(db), "--format", "json").output)
-    assert [(r["report_id"], r["kind"], r["tool_version"]) for r in rows] == [(1, "nsys", "2025.3.2.0")]
+    assert [(r["report_id"], r["format"], r["tool_version"]) for r in rows] == [(1, "nsys", "2025.3.2.0")]
     assert "kernel" in rows[0]["activity_kinds"]
 
 

@@ -278,7 +278,7 @@ def test_sql_refuses_writes_to_canonical_tables(statement: str, verb: str, table
 @pytest.mark.parametrize(
     "statement",
     [
-        "CREATE TABLE mine AS SELECT report_id, kind FROM reports",
+        "CREATE TABLE mine AS SELECT report_id, format FROM reports",
         "SELECT 'DELETE FROM reports' AS text",
         "SELECT count(*) AS n FROM kernels -- DELETE FROM reports",
         "/* DROP TABLE reports */ SELECT 1 AS x",

@@ -127,8 +127,8 @@ def assert_adds_up(d: Diff) -> None:
     a = d.attribution
     assert a is not None
     assert sum(p.delta_ns for p in a.by_phase) + a.phase_remainder_ns == pytest.approx(a.total_ns, abs=1)
-    assert sum(p.delta_ns for p in a.by_kind) + a.kind_remainder_ns == pytest.approx(a.total_ns, abs=1)
-    for p in [*a.by_phase, *a.by_kind]:
+    assert sum(p.delta_ns for p in a.by_cause) + a.cause_remainder_ns == pytest.approx(a.total_ns, abs=1)
+    for p in [*a.by_phase, *a.by_cause]:
         assert p.delta_ns == pytest.approx(p.b_ns - p.a_ns, abs=1)
     assert a.total_ns == pytest.approx(d.b.mean_step_ns - d.a.mean_step_ns, rel=1e-6, abs=10)
 
@@ -150,7 +150,7 @@ def test_sync_loop_fix_is_an_improvement(sync_diffs, tmp_path) -> None:
     assert lo <= fix.step_change.estimate_ns <= hi < 0
     assert fix.step_change.estimate_ns == pytest.approx(expected, rel=0.02)
     # the host sync made the GPU wait: the change is idle time, not kernel time
-    kinds = {p.name: p.delta_ns for p in fix.attribution.by_kind}
+    kinds = {p.name: p.delta_ns for p in fix.attribution.by_cause}
     assert kinds["GPU idle (waiting for work)"] == pytest.approx(fix.attribution.total_ns, rel=0.05)
     assert abs(kinds["kernel time"]) < 0.01 * abs(fix.attribution.total_ns)
     # host step ranges say 22 ms -> 0.8 ms; the GPU says 22 ms -> 16.6 ms
@@ -398,7 +398,7 @@ def test_h100x2_change_is_a_regression(tmp_path) -> None:
     assert d.verdict == "regression", d.reason
     assert d.a.mean_step_ns == pytest.approx(expected["a"], rel=0.03)
     assert d.b.mean_step_ns == pytest.approx(expected["b"], rel=0.03)
-    kinds = {p.name: p.delta_ns for p in d.attribution.by_kind}
+    kinds = {p.name: p.delta_ns for p in d.attribution.by_cause}
     assert kinds["GPU idle (waiting for work)"] > kinds["kernel time"] > 0  # the GPU waits more
     assert_adds_up(d)
     con.close()

@@ -32,7 +32,7 @@ def test_old_schema_2x(ingested) -> None:
     assert (n, total) == (a["kernel_count"], a["kernel_total_ns"])
     by_kind = {
         k: (n, int(b))
-        for k, n, b in con.execute("SELECT copy_kind, count(*), sum(bytes) FROM memcpy GROUP BY 1").fetchall()
+        for k, n, b in con.execute("SELECT direction, count(*), sum(bytes) FROM memcpy GROUP BY 1").fetchall()
     }
     assert by_kind == {
         "HtoD": (a["memcpy_by_kind"][1]["count"], a["memcpy_by_kind"][1]["bytes"]),
@@ -52,7 +52,7 @@ def test_edge_cases(ingested) -> None:
     assert sum(1 for k in kernels if k[2] == 0) == a["zero_duration_kernels"]
     assert con.execute("SELECT DISTINCT pid FROM kernels").fetchall() == [(a["pid"],)]
     # Unknown enum codes stay visible instead of being dropped or mislabelled.
-    kinds = set(con.execute("SELECT copy_kind, src_kind, dst_kind FROM memcpy").fetchall())
+    kinds = set(con.execute("SELECT direction, src_memory, dst_memory FROM memcpy").fetchall())
     assert ("code:99", "code:42", "code:42") in kinds
     assert con.execute("SELECT sync_type FROM sync_events").fetchall() == [("code:17",)]
     ranges = {n: (d, e) for n, d, e in con.execute("SELECT name, domain, end_ns FROM nvtx_ranges").fetchall()}

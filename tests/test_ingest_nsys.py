@@ -140,7 +140,7 @@ def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
     got = {
         (k, s): int(b)
         for k, s, b in con.execute(
-            "SELECT copy_kind, src_kind, sum(bytes) FROM memcpy WHERE report_id = ? GROUP BY 1, 2", [rid]
+            "SELECT direction, src_memory, sum(bytes) FROM memcpy WHERE report_id = ? GROUP BY 1, 2", [rid]
         ).fetchall()
     }
     assert got == expected
@@ -186,7 +186,7 @@ def test_report_rows_tell_what_was_captured(ws) -> None:
     rows = {
         r[0]: r[1:]
         for r in con.execute(
-            "SELECT report_id, kind, tool_version, schema_version, has_kernels, has_memcpy, has_nvtx FROM reports"
+            "SELECT report_id, format, tool_version, schema_version, has_kernels, has_memcpy, has_nvtx FROM reports"
         ).fetchall()
     }
     old = ids.get("h100_nsys2022.4_no_cuda_nvtx_osrt.sqlite")

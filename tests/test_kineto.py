@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) traces as a report kind.
+"""PyTorch profiler (Kineto) traces as an input format.
 
 Every expected number is plain arithmetic on the JSON in the test (json.load with Decimal
 numbers, so microseconds turn into nanoseconds exactly), never nsa's own output. The ROCm and
@@ -101,14 +101,14 @@ def test_every_trace_ingests_with_the_counts_of_its_json(kineto_workspace, path:
     trace = load_json(path)
     assert table_counts(con, rid) == expected_counts(trace)
     kind, start, rank, world = con.execute(
-        "SELECT kind, session_start_utc_ns, rank, world_size FROM reports WHERE report_id = ?", [rid]
+        "SELECT format, session_start_utc_ns, rank, world_size FROM reports WHERE report_id = ?", [rid]
     ).fetchone()
     info = trace.get("distributedInfo", {})
     assert (kind, rank, world) == ("kineto", info.get("rank"), info.get("world_size"))
     gpus = con.execute("SELECT count(*) FROM gpus WHERE report_id = ?", [rid]).fetchone()[0]
     assert gpus == len(trace.get("deviceProperties", []))
     flows = Counter(e["cat"] for e in trace["traceEvents"] if e.get("ph") == "s")
-    got_flows = con.execute("SELECT kind, count(*) FROM flow_links WHERE report_id = ? GROUP BY 1", [rid])
+    got_flows = con.execute("SELECT category, count(*) FROM flow_links WHERE report_id = ? GROUP BY 1", [rid])
     assert dict(got_flows.fetchall()) == dict(flows)
     # GPU time: the sum of every kernel's `dur`, exactly
     total = sum(to_ns(e["dur"]) for e in trace["traceEvents"] if e.get("ph") == "X" and cat(e) == "kernel")
@@ -159,16 +159,17 @@ def test_copies_memory_and_host_rows_of_the_training_trace(kineto_workspace) -> 
             want[(m[1], m[2].lower(), m[3].lower())] += 1
             nbytes[m[1]] += e["args"]["bytes"]
     got = con.execute(
-        "SELECT copy_kind, src_kind, dst_kind, count(*) FROM memcpy WHERE report_id = ? GROUP BY ALL", [rid]
+        "SELECT direction, src_memory, dst_memory, count(*) FROM memcpy WHERE report_id = ? GROUP BY ALL",
+        [rid],
     ).fetchall()
     assert {(a, b, c): n for a, b, c, n in got} == dict(want)
-    got_bytes = con.execute("SELECT copy_kind, sum(bytes) FROM memcpy WHERE report_id = ? GROUP BY 1", [rid])
+    got_bytes = con.execute("SELECT direction, sum(bytes) FROM memcpy WHERE report_id = ? GROUP BY 1", [rid])
     assert dict(got_bytes.fetchall()) == dict(nbytes)
     # [memory] events: the allocator's bytes, the running totals, host vs device
     mem = [e["args"] for e in ev if e.get("name") == "[memory]"]
     dev = [a for a in mem if a["Device Type"] == 1]
     row = con.execute(
-        "SELECT sum(delta_bytes) FILTER (WHERE memory_kind = 'device'), count(*) FILTER (WHERE memory_kind = 'device'), "
+        "SELECT sum(delta_bytes) FILTER (WHERE memory = 'device'), count(*) FILTER (WHERE memory = 'device'), "
         "max(allocated_bytes) FILTER (WHERE device_id = 0), count(*) FILTER (WHERE operation = 'free') "
         "FROM memory_events WHERE report_id = ?",
         [rid],
@@ -282,7 +283,7 @@ def test_variants_built_by_code(tmp_path: Path, build, packed: bool) -> None:
     path.write_bytes(gzip.compress(data) if packed else data)
     con = nsa.connect(tmp_path / "w.duckdb")
     r = nsa.ingest(con, path)
-    assert r.kind == "kineto"
+    assert r.format == "kineto"
     counts = expected_counts(json.loads(data, parse_float=Decimal))
     assert table_counts(con, r.report_id) == counts
     assert counts["kernels"] > 0 and counts["steps"] > 0

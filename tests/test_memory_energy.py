@@ -80,7 +80,7 @@ def test_memory_events_are_the_exports_rows(real_sqlite, tmp_path: Path, name: s
         "SELECT memKind, memoryOperationType, count(*), sum(bytes) FROM CUDA_GPU_MEMORY_USAGE_EVENTS GROUP BY 1, 2"
     ).fetchall()
     got = con.execute(
-        "SELECT memory_kind, operation, count(*), sum(bytes) FROM memory_events WHERE report_id = ? GROUP BY ALL",
+        "SELECT memory, operation, count(*), sum(bytes) FROM memory_events WHERE report_id = ? GROUP BY ALL",
         [rid],
     ).fetchall()
     ops = {0: "alloc", 1: "free"}
@@ -107,7 +107,7 @@ def test_memory_peak_and_where_it_happens(pair, real_sqlite) -> None:
             "ORDER BY start DESC LIMIT 1",
             [held[0], held[0]],
         ).fetchone()[0]
-        (row,) = [r for r in _rows(con, "memory_peak", report_id=ids[run][0]) if r["memory_kind"] == "device"]
+        (row,) = [r for r in _rows(con, "memory_peak", report_id=ids[run][0]) if r["memory"] == "device"]
         assert (row["peak_ns"], row["peak_event_bytes"], row["peak_bytes"]) == held
         assert (row["peak_step_name"], row["peak_range"]) == (step, innermost)
         assert row["headroom_bytes"] == total - held[2]
@@ -134,7 +134,7 @@ def test_memory_growth_is_silent_on_the_training_pair(pair, real_sqlite) -> None
             [steps[1][1], steps[1][2]],
         ).fetchone()[0]
         assert later == 0
-        rows = [r for r in _rows(con, "memory_steps", report_id=ids[run][0]) if r["memory_kind"] == "device"]
+        rows = [r for r in _rows(con, "memory_steps", report_id=ids[run][0]) if r["memory"] == "device"]
         grown = [(r["name"], r["held_end_bytes"] - r["held_start_bytes"]) for r in rows if r["steady"]]
         assert [g for g in grown if g[1]] == [("step 1", in_step_1)]
         found = nsa.findings(con, report_id=ids[run][0], only=["memory-growth"])
@@ -153,7 +153,7 @@ def test_memory_timeline_reads_a_stated_allocated_count(workspace) -> None:
     for ts, op, size, delta, allocated, reserved in rows:
         workspace.execute(
             "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, "
-            "memory_kind, allocated_bytes, reserved_bytes) VALUES (9, 0, 1, ?, ?, ?, ?, 'device', ?, ?)",
+            "memory, allocated_bytes, reserved_bytes) VALUES (9, 0, 1, ?, ?, ?, ?, 'device', ?, ?)",
             [ts, op, size, delta, allocated, reserved],
         )
     assert [r["held_bytes"] for r in _rows(workspace, "memory_timeline")] == [4 * mib, 6 * mib, 2 * mib]

@@ -119,7 +119,7 @@ def test_jax_report_has_the_launches_the_readme_states(tmp_path: Path) -> None:
     path = realdata("ncu-rep", "jax_cuda_graph_pdl_stream_capture.ncu-rep")
     con = nsa.connect(tmp_path / "w.duckdb")
     result = nsa.ingest(con, path)
-    assert result.kind == "ncu-rep"
+    assert result.format == "ncu-rep"
     # README: 1 range, 3 launches, ~2,500 metrics each (a JAX program: CUDA graph, PDL, capture)
     kernels = con.execute("SELECT launch_id, name FROM ncu_kernels ORDER BY 1").fetchall()
     assert [k[0] for k in kernels] == [0, 1, 2]
@@ -396,14 +396,14 @@ def test_source_view_equals_the_csv_source_page(ws) -> None:
     expected_rows, expected_stalls = cuda_sass_page("hot_source_cuda_sass.csv.gz")
     rows = Counter(
         con.execute(
-            "SELECT launch_id, kind, line, address, sass, samples, samples_not_issued, instructions_executed "
+            "SELECT launch_id, granularity, line, address, sass, samples, samples_not_issued, instructions_executed "
             "FROM ncu_source WHERE report_id = ?",
             [ids["hot"]],
         ).fetchall()
     )
     stalls = Counter(
         con.execute(
-            "SELECT launch_id, kind, line, address, reason, t.samples, t.samples_not_issued "
+            "SELECT launch_id, granularity, line, address, reason, t.samples, t.samples_not_issued "
             "FROM ncu_source_stalls t JOIN ncu_source s USING (report_id, launch_id, seq) WHERE report_id = ?",
             [ids["hot"]],
         ).fetchall()
@@ -428,7 +428,7 @@ def test_source_instructions_equal_the_sass_page(ws) -> None:
         ]
         got = con.execute(
             "SELECT address, sass, samples FROM ncu_source WHERE report_id = ? AND launch_id = ? "
-            "AND kind = 'sass' ORDER BY address",
+            "AND granularity = 'sass' ORDER BY address",
             [ids["hot"], launch_id],
         ).fetchall()
         assert got == sorted(expected)

@@ -87,7 +87,12 @@ def test_hot_lines_of_hot_cu(hot) -> None:
         best, reason, samples = _hottest(head, lines)
         mine = [g for g in got if g["launch_id"] == launch]
         top = mine[0]
-        assert (top["name"], top["kind"], top["line"], top["code"]) == (name, "line", int(best[0]), best[1])
+        assert (top["name"], top["granularity"], top["line"], top["code"]) == (
+            name,
+            "line",
+            int(best[0]),
+            best[1],
+        )
         assert top["samples"] == int(best[head.index("Warp Stall Sampling (All Samples)")])
         assert (top["top_reason"], top["top_reason_samples"]) == (reason, samples)
         total = sum(int(r[head.index("Warp Stall Sampling (All Samples)")]) for r in lines)
@@ -114,7 +119,7 @@ def test_sass_hot_spots_without_line_info(hot) -> None:
     assert [g["launch_id"] for g in got] == [0, 1]
     for top, (name, head, rows) in zip(got, blocks[::2], strict=True):
         best, reason, samples = _hottest(head, rows)
-        assert (top["kind"], top["line"], top["address"]) == ("sass", None, best[0])
+        assert (top["granularity"], top["line"], top["address"]) == ("sass", None, best[0])
         assert top["code"] == best[1].strip()
         assert (top["top_reason"], top["top_reason_samples"]) == (reason, samples)
     # gather's hottest instruction is the FFMA that consumes the scattered load

@@ -314,16 +314,16 @@ def test_section_body_text_is_kept_with_its_launch(name: str) -> None:
     item_at = rows[0].index("Body Item Label")
     items = [r for r in rows[1:] if len(r) > item_at + 2 and r[item_at] and r[item_at + 1]]
     text = _parsed(name).section_text
-    got_text = text[text.kind == "text"]
+    got_text = text[text.entry == "text"]
     assert sorted(zip(got_text.launch_id, got_text.text, strict=True)) == sorted(expected_text)
-    got_tables = text[text.kind == "table"]
+    got_tables = text[text.entry == "table"]
     assert len(got_tables) == len(tables) == 10
     # the CSV names no section for either; after_section says which rows they followed
-    assert text[text.kind != "item"].section.isna().all()
+    assert text[text.entry != "item"].section.isna().all()
     before_table = {"details_body.csv": "Instruction Statistics"}.get(name, "NUMA Affinity")
     assert set(got_tables.after_section) == {before_table}
     assert all(t.split("\n")[0] == tables[0] for t in got_tables.text)
-    got_items = text[text.kind == "item"]
+    got_items = text[text.entry == "item"]
     assert len(got_items) == len(items)
     first = items[0]
     head = rows[0]

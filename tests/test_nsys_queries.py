@@ -53,7 +53,7 @@ def _api(rid, start, end, name, corr=None, pid=10, tid=11):
 
 def _cp(rid, start, end, kind="HtoD", src="pinned", dst="device", nbytes=0, corr=None, dev=0, pid=10):
     return dict(report_id=rid, device_id=dev, stream_id=7, pid=pid, start_ns=start, end_ns=end,
-                duration_ns=end - start, bytes=nbytes, copy_kind=kind, src_kind=src, dst_kind=dst,
+                duration_ns=end - start, bytes=nbytes, direction=kind, src_memory=src, dst_memory=dst,
                 correlation_id=corr)  # fmt: skip
 
 

@@ -27,7 +27,7 @@ import nsight_analytics as nsa
 from conftest import ROOT, realdata
 from nsight_analytics import api, schema
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
-from nsight_analytics.ingest import detect_kind, nsys_cli
+from nsight_analytics.ingest import detect_format, nsys_cli
 
 REP_GZ = ROOT / "tests" / "data" / "nsys-rep" / "cpu_nsys2022.4_osrt.nsys-rep.gz"
 REP_NAME = "cpu_nsys2022.4_osrt.nsys-rep"
@@ -166,10 +166,10 @@ def reference(capture: Capture, sql: str) -> list[tuple]:
 def test_reports_of_every_version_are_recognised_from_content(tmp_path: Path) -> None:
     renamed = tmp_path / "capture.bin"  # the name plays no part
     renamed.write_bytes(gzip.decompress(REP_GZ.read_bytes()))
-    assert detect_kind(renamed) == "nsys-rep"
-    assert detect_kind(REP_GZ) == "nsys-rep"
-    assert detect_kind(realdata("nsys-rep", STORM)) == "nsys-rep"  # 2025.3
-    assert detect_kind(realdata("nsys-rep", "jax_benchmark.nsys-rep")) == "nsys-rep"  # 2025.5
+    assert detect_format(renamed) == "nsys-rep"
+    assert detect_format(REP_GZ) == "nsys-rep"
+    assert detect_format(realdata("nsys-rep", STORM)) == "nsys-rep"  # 2025.3
+    assert detect_format(realdata("nsys-rep", "jax_benchmark.nsys-rep")) == "nsys-rep"  # 2025.5
 
 
 # --- through a real nsys -----------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_rows_equal_an_independent_export(capture: Capture, db: Path, only) -> N
         sleeps = con.execute("SELECT duration_ns FROM osrt_api WHERE name = 'clock_nanosleep'").fetchall()
         assert len(sleeps) == 5 and all(d >= 20_000_000 for (d,) in sleeps)
         row = con.execute(
-            "SELECT kind, source_path, sha256, tool_version, session_start_utc_ns, deferred_steps FROM reports"
+            "SELECT format, source_path, sha256, tool_version, session_start_utc_ns, deferred_steps FROM reports"
         ).fetchone()
     finally:
         con.close()

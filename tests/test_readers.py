@@ -63,7 +63,7 @@ def test_every_reader_module_is_discovered() -> None:
     modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
     assert [type(r).__module__.rsplit(".", 1)[1] for r in all_readers()] == modules
     assert {"ncu_csv", "nsys_sqlite"} <= set(modules)
-    assert {"ncu", "nsys"} <= {r.name for r in all_readers()}  # reports.kind, as before
+    assert {"ncu", "nsys"} <= {r.name for r in all_readers()}  # reports.format
 
 
 def test_the_readers_ship_in_the_package() -> None:
@@ -87,8 +87,8 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path, real_sqlite
     plain = real_sqlite(STORM)  # decompressed by the test's own gzip, read by sqlite3 below
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     r = nsa.ingest(con, packed)
-    assert (r.kind, r.status, r.path) == ("nsys", "ingested", packed)
-    row = con.execute("SELECT kind, source_path, sha256, size_bytes FROM reports").fetchone()
+    assert (r.format, r.status, r.path) == ("nsys", "ingested", packed)
+    row = con.execute("SELECT format, source_path, sha256, size_bytes FROM reports").fetchone()
     assert row == (
         "nsys",
         str(packed),
@@ -116,7 +116,7 @@ def test_gz_ncu_csv_ingests_like_the_csv(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(csv.read_bytes()))
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     a, b = nsa.ingest(con, csv), nsa.ingest(con, packed)
-    assert (b.kind, b.rows) == ("ncu", a.rows) and a.rows["kernels"] > 0
+    assert (b.format, b.rows) == ("ncu", a.rows) and a.rows["kernels"] > 0
     for table in ("ncu_kernels", "ncu_metrics", "ncu_rules"):
         sql = f"SELECT * EXCLUDE (report_id) FROM {table} WHERE report_id = ? ORDER BY ALL"
         one = con.execute(sql, [a.report_id]).fetchall()
@@ -222,15 +222,15 @@ def test_a_new_format_is_one_reader(toy: ToyKernels, tmp_path: Path) -> None:
     path.write_bytes(MAGIC + b"name,start_ns,end_ns\ngemm,0,300\nrelu,400,450\ngemm,500,800\n")
     con = nsa.connect(tmp_path / "w.duckdb")
     r = nsa.ingest(con, path)
-    assert (r.kind, r.rows) == ("toy", {"kernels": 3})
-    row = con.execute("SELECT kind, activity_kinds, has_kernels, has_memcpy FROM reports").fetchone()
+    assert (r.format, r.rows) == ("toy", {"kernels": 3})
+    row = con.execute("SELECT format, activity_kinds, has_kernels, has_memcpy FROM reports").fetchone()
     assert row == ("toy", ["kernel"], True, False)
     rows = nsa.query(con, "kernel_summary").fetchall()
     assert [(name, n, total) for _, name, n, total, *_ in rows] == [("gemm", 2, 600), ("relu", 1, 50)]
     # and compressed, with no more code
     packed = tmp_path / "run2.kernels.gz"
     packed.write_bytes(gzip.compress(path.read_bytes().replace(b"800", b"900")))
-    assert nsa.ingest(con, packed).kind == "toy"
+    assert nsa.ingest(con, packed).format == "toy"
     inside = toy.opened[-1]  # a temporary copy, named as the .gz without `.gz`, gone now
     assert (inside.name, inside.parent.parent, inside.exists()) == ("run2.kernels", tmp_path, False)
     bad = tmp_path / "bad.kernels"

@@ -131,7 +131,7 @@ def test_tables_show_the_export_numbers(demo: Any, export: sqlite3.Connection) -
     assert {r["name"]: r["total_ns"] for r in shown["top_kernels"]} == kernels
     copies: dict[str, int] = {}
     for r in shown["copies"]:
-        copies[r["copy_kind"]] = copies.get(r["copy_kind"], 0) + r["bytes"]
+        copies[r["direction"]] = copies.get(r["direction"], 0) + r["bytes"]
     assert copies == {COPY_KIND[k]: b for k, b in export.execute(
         "SELECT copyKind, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1")}  # fmt: skip
 

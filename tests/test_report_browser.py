@@ -118,8 +118,8 @@ def _check_numbers(driver: Any, built: Built, panels: dict[str, dict[str, Any]])
                 u["idle_ns"],
             )
     copies = _query(con, "memcpy_summary", rid)
-    assert sorted((r["copy_kind"], r["bytes"], r["total_ns"]) for r in _rows(driver, "copies")) == sorted(
-        (c["copy_kind"], c["bytes"], c["total_ns"]) for c in copies
+    assert sorted((r["direction"], r["bytes"], r["total_ns"]) for r in _rows(driver, "copies")) == sorted(
+        (c["direction"], c["bytes"], c["total_ns"]) for c in copies
     )
     cards = driver.execute_script(
         "return Array.from(document.querySelectorAll('.finding')).map(f => f.dataset.rule)"

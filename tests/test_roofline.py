@@ -353,7 +353,7 @@ def test_export_without_roofline_metrics_gives_nulls(tmp_path: Path) -> None:
 
 def test_dram_peak_falls_back_to_the_device_attributes(workspace) -> None:
     """Without dram__bytes.sum.peak_sustained the DRAM roof is 2 x memory clock x bus width."""
-    insert(workspace, "reports", [{"report_id": 1, "kind": "ncu", "source_path": "/x", "sha256": "1"}])
+    insert(workspace, "reports", [{"report_id": 1, "format": "ncu", "source_path": "/x", "sha256": "1"}])
     insert(workspace, "ncu_kernels", [{"report_id": 1, "launch_id": 0, "name": "k"}])
     metrics = {
         "gpu__time_duration.sum": 1e6,
@@ -396,7 +396,7 @@ def _synthetic(con, kernels: list[tuple[str, float, float, float]]) -> None:
         [
             {
                 "report_id": 1,
-                "kind": "ncu",
+                "format": "ncu",
                 "source_path": "/x",
                 "sha256": "1",
                 "activity_kinds": ["ncu_metrics"],
@@ -448,7 +448,7 @@ def test_rule_on_a_warp_mma_tensor_kernel(workspace) -> None:
         [
             {
                 "report_id": 1,
-                "kind": "ncu",
+                "format": "ncu",
                 "source_path": "/x",
                 "sha256": "1",
                 "activity_kinds": ["ncu_metrics"],
@@ -577,7 +577,7 @@ def test_rule_uses_the_nsys_time_of_the_same_program(train_db: Path) -> None:
         realdata("ncu", "h100_ncu2025.3_transformer_train_raw.csv"),
     )
     con = nsa.connect(train_db)
-    (rid,) = con.execute("SELECT report_id FROM reports WHERE kind = 'ncu'").fetchone()
+    (rid,) = con.execute("SELECT report_id FROM reports WHERE format = 'ncu'").fetchone()
     found = [f for f in run_rules(con, report_id=rid) if f.rule_id == "roofline-headroom"]
     con.close()
     ncu_name = MUL

@@ -43,7 +43,7 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
     for table, table_rows in rows.items():
         for r in table_rows:
             if "report_id" in r and r["report_id"] not in reports:
-                reports[r["report_id"]] = {"report_id": r["report_id"], "kind": "nsys"}
+                reports[r["report_id"]] = {"report_id": r["report_id"], "format": "nsys"}
     for rid, rep in reports.items():
         # what an ingest would record: the activity kinds the case has rows of (rules run by them)
         kinds = rep.get("activity_kinds") or sorted({ACTIVITY_KIND[t] for t in rows if t in ACTIVITY_KIND})
@@ -100,7 +100,7 @@ def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
     k_one, m_one = ncu_launch(1, "void summarised(float*)", 1 * MS, **{SOL: 10.0, MEM: 10.0})
     k_big, m_big = ncu_launch(2, "void single(float*)", 2.5 * MS, **{SOL: 10.0, MEM: 10.0})
     rows = {
-        "reports": [{"report_id": 1, "kind": "ncu"}],
+        "reports": [{"report_id": 1, "format": "ncu"}],
         "ncu_kernels": [k_sum, k_one, k_big],
         "ncu_metrics": m_sum + m_one + m_big,
     }

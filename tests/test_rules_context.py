@@ -50,4 +50,4 @@ def test_context_keeps_rows_and_dataframes_of_one_query_apart(tmp_path) -> None:
         assert isinstance(rows, Rows) and isinstance(frame, pd.DataFrame)
         assert list(frame.columns) == list(rows.columns)
     assert ctx.sql("k", "SELECT 1 AS report_id, $rid AS r", report_id=1)[0].r is None
-    assert ctx.reports().columns[:2] == ("report_id", "kind") and not ctx.reports("nsys")
+    assert ctx.reports().columns[:2] == ("report_id", "format") and not ctx.reports("nsys")

@@ -63,9 +63,9 @@ def _forget(package: str) -> None:
 def _workspace(path: Path):
     con = nsa.connect(path)
     reports = [
-        {"report_id": 1, "kind": "nsys", "activity_kinds": ["kernel"], "has_kernels": True},
+        {"report_id": 1, "format": "nsys", "activity_kinds": ["kernel"], "has_kernels": True},
         # an ncu report also has kernels (ncu_kernels), but no kernel activity on a timeline
-        {"report_id": 2, "kind": "ncu", "activity_kinds": ["ncu_metrics"], "has_kernels": True},
+        {"report_id": 2, "format": "ncu", "activity_kinds": ["ncu_metrics"], "has_kernels": True},
     ]
     insert(
         con,

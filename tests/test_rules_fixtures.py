@@ -56,7 +56,7 @@ def test_h2d_dominated_numbers(tmp_path: Path) -> None:
     answers, found = _findings("h2d_dominated", tmp_path)
     f = next(f for f in found if f.rule_id == "copy-dominated")
     assert found[0] is f
-    assert f.evidence["dominant"]["copy_kind"] == "HtoD"
+    assert f.evidence["dominant"]["direction"] == "HtoD"
     assert f.evidence["dominant"]["host_memory"] == "pinned"
     # judged on the steady state: batch 0 is warm-up
     assert f.evidence["steady_start_ns"] == answers["steady_start_ns"]

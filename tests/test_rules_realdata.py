@@ -49,7 +49,7 @@ def test_h2d_heavy(tmp_path: Path) -> None:
     top = found[0]
     assert top.rule_id == "copy-dominated"
     dom = top.evidence["dominant"]
-    assert (dom["copy_kind"], dom["host_memory"]) == ("HtoD", "pinned")
+    assert (dom["direction"], dom["host_memory"]) == ("HtoD", "pinned")
     assert htod[0] / span == pytest.approx(0.95, abs=0.01)
     assert dom["share"] == pytest.approx(htod[0] / span, abs=0.005)  # copies do not overlap here
     assert dom["bytes"] == htod[1]
@@ -94,7 +94,7 @@ def test_pageable_h2d(tmp_path: Path) -> None:
     cd = next(f for f in found if f.rule_id == "copy-dominated")
     assert found[0] is cd
     dom = cd.evidence["dominant"]
-    assert (dom["copy_kind"], dom["host_memory"]) == ("DtoH", "pageable")
+    assert (dom["direction"], dom["host_memory"]) == ("DtoH", "pageable")
     assert nbytes / ns == pytest.approx(1.35, abs=0.02)
     assert dom["gb_per_s"] == pytest.approx(nbytes / ns, rel=1e-6)
     assert dom["share"] == pytest.approx(ns / span, abs=0.005)

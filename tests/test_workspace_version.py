@@ -129,3 +129,38 @@ def test_version_1_workspace_gets_deferred_steps(tmp_path: Path) -> None:
     assert (
         "cuda_api" in steps and "cuda_api" not in left and set(left) < set(steps)
     )  # gaps loaded what it reads
+
+
+def test_version_2_workspace_gets_the_renamed_kind_columns(tmp_path: Path) -> None:
+    """Migration 3: the columns that used `kind` for something other than the activity kind are
+    renamed in place, their values kept: a version-2 workspace answers as a new one does."""
+    from nsight_analytics import api
+    from nsight_analytics.cli import demo_input
+
+    fresh, old = tmp_path / "fresh.duckdb", tmp_path / "old.duckdb"
+    for path in (fresh, old):
+        con = workspace.open_workspace(path)
+        api.ingest(con, demo_input())
+        con.close()
+    with duckdb.connect(str(old)) as con:  # as version 2 left it
+        for table, was, now in workspace._RENAMED_3:
+            con.execute(f'ALTER TABLE "{table}" RENAME COLUMN "{now}" TO "{was}"')
+        con.execute("UPDATE nsa_workspace SET schema_version = 2")
+        assert con.execute("SELECT count(*) FROM memcpy WHERE copy_kind = 'HtoD'").fetchone()[0] > 0
+
+    def answers(path: Path) -> list[list[str]]:
+        out = []
+        for args in (["query", "memcpy_summary"], ["reports"]):
+            res = CliRunner().invoke(main, [*args, "--db", str(path), "--format", "csv"])
+            assert res.exit_code == EXIT_OK, res.output
+            out.append(
+                [line.rsplit(",", 1)[0] if args == ["reports"] else line for line in res.output.splitlines()]
+            )
+        return out  # reports without ingested_at
+
+    assert answers(old) == answers(fresh)
+    assert "direction,src_memory,dst_memory" in answers(old)[0][0]
+    assert _version(old) == workspace.SCHEMA_VERSION
+    with duckdb.connect(str(old), read_only=True) as con:
+        cols = set(con.execute("SELECT table_name, column_name FROM duckdb_columns()").fetchall())
+    assert not {(t, was) for t, was, _ in workspace._RENAMED_3} & cols

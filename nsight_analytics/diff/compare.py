@@ -34,7 +34,7 @@ MAX_UNLIKE_PHASES = 0.1
 # Attribution lines listed by phase; the rest is the remainder.
 TOP_PHASES = 8
 
-KIND_NAMES = {
+CAUSE_NAMES = {
     "kernels": "kernel time",
     "copies": "exposed copy time",
     "memsets": "memset time",
@@ -43,7 +43,7 @@ KIND_NAMES = {
 }
 
 GPUS_SQL = "SELECT name FROM gpus WHERE report_id = $rid ORDER BY device_id"
-REPORT_SQL = "SELECT regexp_extract(source_path, '[^/]+$'), kind FROM reports WHERE report_id = $rid"
+REPORT_SQL = "SELECT regexp_extract(source_path, '[^/]+$'), format FROM reports WHERE report_id = $rid"
 # The most device memory held at once by one process on one GPU: the source's running total
 # where it states one (Kineto), else the running sum of allocations and frees.
 MEMORY_PEAK_SQL = """
@@ -252,7 +252,7 @@ def _phase_check(a: Charges, b: Charges) -> Check | None:
         "phases",
         True,
         f"{unlike:.0%} of the step time is in NVTX phases only one side has (A only: {some(only_a)}; "
-        f"B only: {some(only_b)}): the phase attribution compares unlike ranges; compare by kind "
+        f"B only: {some(only_b)}): the phase attribution compares unlike ranges; compare by cause "
         "and by kernel.",
         warning=True,
     )
@@ -286,9 +286,9 @@ def _too_few(a: Side, b: Side, s: stats.Shift) -> Check:
 
 def _step_change(s: stats.Shift, a: Side) -> StepChange:
     base = a.median_step_ns or 1.0
-    kind = "exact" if s.exact else "normal approximation"
+    method = "exact" if s.exact else "normal approximation"
     return StepChange(
-        statistic=f"Mann-Whitney U ({kind}), Hodges-Lehmann shift of the GPU step times",
+        statistic=f"Mann-Whitney U ({method}), Hodges-Lehmann shift of the GPU step times",
         estimate_ns=s.estimate,
         ci_ns=list(s.ci) if s.ci else None,
         relative=s.estimate / base,
@@ -347,33 +347,33 @@ def _attribution(a: Charges, b: Charges) -> Attribution:
         )
     parts.sort(key=lambda p: (-abs(p.delta_ns), p.name))
     listed = parts[:TOP_PHASES]
-    kinds = sorted({k for _, k in a.by_part} | {k for _, k in b.by_part})
-    by_kind = []
-    for kind in kinds:
-        ka = sum(v for (_, k), v in a.by_part.items() if k == kind)
-        kb = sum(v for (_, k), v in b.by_part.items() if k == kind)
-        by_kind.append(Part(KIND_NAMES.get(kind, kind), ka, kb, kb - ka))
-    by_kind.sort(key=lambda p: (-abs(p.delta_ns), p.name))
+    causes = sorted({k for _, k in a.by_part} | {k for _, k in b.by_part})
+    by_cause = []
+    for cause in causes:
+        ka = sum(v for (_, k), v in a.by_part.items() if k == cause)
+        kb = sum(v for (_, k), v in b.by_part.items() if k == cause)
+        by_cause.append(Part(CAUSE_NAMES.get(cause, cause), ka, kb, kb - ka))
+    by_cause.sort(key=lambda p: (-abs(p.delta_ns), p.name))
     return Attribution(
         total_ns=total,
         by_phase=listed,
         phase_remainder_ns=total - sum(p.delta_ns for p in listed),
-        by_kind=by_kind,
-        kind_remainder_ns=total - sum(p.delta_ns for p in by_kind),
+        by_cause=by_cause,
+        cause_remainder_ns=total - sum(p.delta_ns for p in by_cause),
     )
 
 
 def _phase_detail(phase: str, pa: dict[str, float], pb: dict[str, float], a: Charges, b: Charges) -> str:
-    """What changed inside a phase: its kernel count per step and each kind of time."""
+    """What changed inside a phase: its kernel count per step and each cause of time."""
     bits = []
     na, nb = a.phase_kernels.get(phase, 0.0), b.phase_kernels.get(phase, 0.0)
     dk = nb - na
     if abs(dk) >= 0.5:
         bits.append(f"{plural(round(abs(dk)), 'fewer kernel' if dk < 0 else 'more kernel')} per step")
-    for kind in sorted(set(pa) | set(pb)):
-        d = pb.get(kind, 0.0) - pa.get(kind, 0.0)
+    for cause in sorted(set(pa) | set(pb)):
+        d = pb.get(cause, 0.0) - pa.get(cause, 0.0)
         if abs(d) >= 1000:
-            bits.append(f"{KIND_NAMES.get(kind, kind)} {_signed(d)}")
+            bits.append(f"{CAUSE_NAMES.get(cause, cause)} {_signed(d)}")
     idle = pb.get("idle", 0.0) - pa.get("idle", 0.0)
     if dk <= -0.2 * max(na, 1.0) and idle < 0:
         bits.append("launch overhead")

@@ -26,7 +26,7 @@ class Side:
     median_step_ns: float | None
     mean_step_ns: float | None
     kernels_per_step: float | None
-    tools: list[str] = field(default_factory=list)  # `reports.kind` of each report: nsys, kineto...
+    tools: list[str] = field(default_factory=list)  # `reports.format` of each report: nsys, kineto...
     memory_peak_bytes: int | None = None  # largest device memory held, when memory_events has rows
     energy_per_step_j: float | None = None  # when the reports have power data
 
@@ -69,15 +69,15 @@ class Part:
 
 @dataclass
 class Attribution:
-    """Where the mean step time change came from: `by_phase` (NVTX range) and `by_kind`
-    (kernels, exposed copies, idle...) each add up to `total_ns`: the parts listed plus
+    """Where the mean step time change came from: `by_phase` (NVTX range) and `by_cause`
+    (kernel time, exposed copies, GPU idle...) each add up to `total_ns`: the parts listed plus
     `remainder_ns` (the parts too small to list)."""
 
     total_ns: float
     by_phase: list[Part]
     phase_remainder_ns: float
-    by_kind: list[Part]
-    kind_remainder_ns: float
+    by_cause: list[Part]
+    cause_remainder_ns: float
 
 
 @dataclass

@@ -39,7 +39,7 @@ MEMSET_KIND = r"^Memset \(([^)]*)\)"
 DEVICE_TYPES = {0: "host", 1: "device", 6: "device"}
 
 
-def _kind_case(expr: str) -> str:
+def _memory_case(expr: str) -> str:
     whens = " ".join(f"WHEN {params.literal(k)} THEN {params.literal(v)}" for k, v in MEMORY_KINDS.items())
     return f"CASE {expr} {whens} WHEN '' THEN NULL ELSE lower({expr}) END"
 
@@ -62,7 +62,7 @@ def _setup(con: duckdb.DuckDBPyConnection, staged: Staged) -> int:
     # one trace is one process's profiler: correlation ids are unique in it
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _kin_launch AS SELECT correlation, any_value(pid) AS pid, "
-        "any_value(tid) AS tid FROM _kin_host WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL "
+        "any_value(tid) AS tid FROM _kin_host WHERE category IN ('runtime', 'driver') AND correlation IS NOT NULL "
         "GROUP BY correlation"
     )
     return int(origin)
@@ -79,7 +79,7 @@ GPU_COLUMNS = """
     $rid, coalesce(g.device, g.pid), g.context, coalesce(g.stream, g.tid),
     coalesce(l.pid, (SELECT pid FROM _kin_main)), coalesce(l.pid, (SELECT pid FROM _kin_main)),
     g.ts - $origin, g.ts + coalesce(g.dur, 0) - $origin, coalesce(g.dur, 0)"""
-GPU_FROM = "FROM _kin_gpu AS g LEFT JOIN _kin_launch AS l USING (correlation) WHERE g.kind = '{kind}'"
+GPU_FROM = "FROM _kin_gpu AS g LEFT JOIN _kin_launch AS l USING (correlation) WHERE g.category = '{category}'"
 HOST_COLUMNS = f"""
     $rid, h.pid, h.tid, h.pid * {TID_SHIFT} + h.tid,
     h.ts - $origin, h.ts + coalesce(h.dur, 0) - $origin, coalesce(h.dur, 0)"""
@@ -105,7 +105,7 @@ def load_kernels(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
     names = [
         r[0]
         for r in con.execute(
-            "SELECT DISTINCT name FROM _kin_gpu WHERE kind = 'kernel' ORDER BY name"
+            "SELECT DISTINCT name FROM _kin_gpu WHERE category = 'kernel' ORDER BY name"
         ).fetchall()
     ]
     con.execute("CREATE OR REPLACE TEMP TABLE _kin_names (name_id BIGINT, name VARCHAR, short_name VARCHAR)")
@@ -120,14 +120,14 @@ def load_kernels(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
         f"SELECT {GPU_COLUMNS}, nm.name_id, g.correlation, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, "
         "g.block_z, g.registers, NULL, g.smem, NULL, NULL, g.idx "
         "FROM _kin_gpu AS g LEFT JOIN _kin_launch AS l USING (correlation) "
-        "JOIN _kin_names AS nm ON nm.name = g.name WHERE g.kind = 'kernel'",
+        "JOIN _kin_names AS nm ON nm.name = g.name WHERE g.category = 'kernel'",
         v,
     )
     _insert(
         con,
         "kernel_names",
         "SELECT $rid, nm.name_id, nm.name, nm.short_name, NULL, count(*) FROM _kin_names AS nm "
-        "JOIN _kin_gpu AS g ON g.name = nm.name AND g.kind = 'kernel' GROUP BY ALL",
+        "JOIN _kin_gpu AS g ON g.name = nm.name AND g.category = 'kernel' GROUP BY ALL",
         {"rid": rid},
     )
     return n
@@ -136,23 +136,23 @@ def load_kernels(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
 def load_copies(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> dict[str, int]:
     v = {"rid": rid, "origin": origin}
     src, dst = (
-        _kind_case(f"regexp_extract(g.name, '{SRC_KIND}', 1)"),
-        _kind_case(f"regexp_extract(g.name, '{DST_KIND}', 1)"),
+        _memory_case(f"regexp_extract(g.name, '{SRC_KIND}', 1)"),
+        _memory_case(f"regexp_extract(g.name, '{DST_KIND}', 1)"),
     )
-    copy_kind = f"nullif(regexp_extract(g.name, '{COPY_KIND}', 1), '')"
+    direction = f"nullif(regexp_extract(g.name, '{COPY_KIND}', 1), '')"
     memcpy = _insert(
         con,
         "memcpy",
-        f"SELECT {GPU_COLUMNS}, g.bytes, coalesce({copy_kind}, 'Unknown'), {src}, {dst}, "
+        f"SELECT {GPU_COLUMNS}, g.bytes, coalesce({direction}, 'Unknown'), {src}, {dst}, "
         f"coalesce(g.device, g.pid), coalesce(g.device, g.pid), g.correlation, NULL "
-        f"{GPU_FROM.format(kind='memcpy')}",
+        f"{GPU_FROM.format(category='memcpy')}",
         v,
     )
-    mem_kind = _kind_case(f"regexp_extract(g.name, '{MEMSET_KIND}', 1)")
+    memory = _memory_case(f"regexp_extract(g.name, '{MEMSET_KIND}', 1)")
     memset = _insert(
         con,
         "memset",
-        f"SELECT {GPU_COLUMNS}, g.bytes, NULL, {mem_kind}, g.correlation, NULL {GPU_FROM.format(kind='memset')}",
+        f"SELECT {GPU_COLUMNS}, g.bytes, NULL, {memory}, g.correlation, NULL {GPU_FROM.format(category='memset')}",
         v,
     )
     return {"memcpy": memcpy, "memset": memset}
@@ -164,15 +164,15 @@ def load_host(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> dict[str
         con,
         "cuda_api",
         f"SELECT {HOST_COLUMNS}, h.name, h.correlation, NULL FROM _kin_host AS h "
-        "WHERE h.kind IN ('runtime', 'driver')",
+        "WHERE h.category IN ('runtime', 'driver')",
         v,
     )
     ops = _insert(
         con,
         "cpu_ops",
-        f"SELECT {HOST_COLUMNS}, h.name, h.kind, h.external_id, h.seq, h.fwd_tid, h.rf_id, h.input_dims, "
+        f"SELECT {HOST_COLUMNS}, h.name, h.category, h.external_id, h.seq, h.fwd_tid, h.rf_id, h.input_dims, "
         "h.input_types, h.flops FROM _kin_host AS h "
-        "WHERE h.kind IN ('cpu_op', 'user_annotation', 'python_function')",
+        "WHERE h.category IN ('cpu_op', 'user_annotation', 'python_function')",
         v,
     )
     # record_function ranges (and ProfilerStep#N, a cpu_op before torch 2.0) are the trace's NVTX
@@ -180,8 +180,8 @@ def load_host(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> dict[str
         con,
         "nvtx_ranges",
         f"SELECT {HOST_COLUMNS}, h.name, h.name, NULL, 'push_pop', NULL, NULL, NULL, NULL, NULL "
-        "FROM _kin_host AS h WHERE h.kind = 'user_annotation' "
-        "OR (h.kind = 'cpu_op' AND h.name LIKE 'ProfilerStep#%')",
+        "FROM _kin_host AS h WHERE h.category = 'user_annotation' "
+        "OR (h.category = 'cpu_op' AND h.name LIKE 'ProfilerStep#%')",
         v,
     )
     return {"cuda_api": api, "cpu_ops": ops, "nvtx_ranges": nvtx}
@@ -206,10 +206,10 @@ def load_flows(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
     return _insert(
         con,
         "flow_links",
-        "SELECT $rid, s.kind, s.flow_id, s.pid, s.tid, s.ts - $origin, f.pid, f.tid, f.ts - $origin "
+        "SELECT $rid, s.category, s.flow_id, s.pid, s.tid, s.ts - $origin, f.pid, f.tid, f.ts - $origin "
         "FROM (SELECT * FROM _kin_flow WHERE ph = 's') AS s "
-        "LEFT JOIN (SELECT kind, flow_id, any_value(pid) AS pid, any_value(tid) AS tid, min(ts) AS ts "
-        "FROM _kin_flow WHERE ph = 'f' GROUP BY ALL) AS f USING (kind, flow_id)",
+        "LEFT JOIN (SELECT category, flow_id, any_value(pid) AS pid, any_value(tid) AS tid, min(ts) AS ts "
+        "FROM _kin_flow WHERE ph = 'f' GROUP BY ALL) AS f USING (category, flow_id)",
         {"rid": rid, "origin": origin},
     )
 

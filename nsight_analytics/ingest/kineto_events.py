@@ -30,7 +30,7 @@ from ..errors import InputError
 # Rows held in Python before a batch goes to DuckDB (all staging tables together).
 BATCH = 50_000
 
-# Kineto categories (any case; torch 1.8-1.10 spelled the first ones Operator, Kernel...) -> kind
+# Kineto categories (any case; torch 1.8-1.10 spelled the first ones Operator, Kernel...) -> the category nsa stages them under
 CATEGORIES = {
     "cpu_op": "cpu_op",
     "operator": "cpu_op",
@@ -45,20 +45,20 @@ CATEGORIES = {
     "runtime": "runtime",
     "cuda_driver": "driver",
 }
-GPU_KINDS = ("kernel", "memcpy", "memset")
-HOST_KINDS = ("cpu_op", "user_annotation", "python_function", "runtime", "driver")
+GPU_CATEGORIES = ("kernel", "memcpy", "memset")
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "runtime", "driver")
 FLOW_PHASES = ("s", "t", "f")
 
 _I64, _I32, _STR = pa.int64(), pa.int32(), pa.string()
 STAGING: dict[str, dict[str, pa.DataType]] = {
     "_kin_gpu": {
-        "idx": _I64, "kind": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
+        "idx": _I64, "category": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
         "device": _I32, "context": _I64, "stream": _I64, "correlation": _I64, "external_id": _I64,
         "grid_x": _I32, "grid_y": _I32, "grid_z": _I32, "block_x": _I32, "block_y": _I32, "block_z": _I32,
         "registers": _I32, "smem": _I64, "bytes": _I64,
     },
     "_kin_host": {
-        "idx": _I64, "kind": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
+        "idx": _I64, "category": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
         "correlation": _I64, "external_id": _I64, "seq": _I64, "fwd_tid": _I64, "rf_id": _I64,
         "input_dims": _STR, "input_types": _STR, "flops": _I64,
     },
@@ -66,7 +66,7 @@ STAGING: dict[str, dict[str, pa.DataType]] = {
         "idx": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "bytes": _I64, "allocated": _I64,
         "reserved": _I64, "device_id": _I32, "device_type": _I32, "addr": _I64,
     },
-    "_kin_flow": {"kind": _STR, "flow_id": _I64, "ph": _STR, "pid": _I64, "tid": _I64, "ts": _I64},
+    "_kin_flow": {"category": _STR, "flow_id": _I64, "ph": _STR, "pid": _I64, "tid": _I64, "ts": _I64},
     "_kin_meta": {"pid": _I64, "tid": _I64, "key": _STR, "value": _STR},
     "_kin_str": {"id": _I64, "name": _STR},
 }  # fmt: skip
@@ -99,7 +99,7 @@ class TraceMeta:
 
 @dataclass
 class Staged:
-    """What the event pass saw: events per kind, and the earliest time of the capture."""
+    """What the event pass saw: events per category, and the earliest time of the capture."""
 
     counts: dict[str, int] = field(default_factory=dict)
     profiler_start: int | None = None  # the `Trace` span (the profiling window), ns from the base
@@ -222,15 +222,15 @@ class Stager:
         args = ev.get("args")
         args = args if isinstance(args, dict) else {}
         cat = ev.get("cat")
-        kind = CATEGORIES.get(cat.lower()) if isinstance(cat, str) else None
-        if ph == "X" and kind in GPU_KINDS:
-            self._gpu(idx, str(kind), ev, args)
-        elif ph == "X" and kind in HOST_KINDS:
-            self._host(idx, str(kind), ev, args)
+        category = CATEGORIES.get(cat.lower()) if isinstance(cat, str) else None
+        if ph == "X" and category in GPU_CATEGORIES:
+            self._gpu(idx, str(category), ev, args)
+        elif ph == "X" and category in HOST_CATEGORIES:
+            self._host(idx, str(category), ev, args)
         elif ph == "i" and ev.get("name") == "[memory]":
             self._memory(idx, ev, args)
         elif ph in FLOW_PHASES:
-            self._row("_kin_flow", kind=str(cat), flow_id=as_int(ev.get("id")), ph=ph,
+            self._row("_kin_flow", category=str(cat), flow_id=as_int(ev.get("id")), ph=ph,
                       pid=as_int(ev.get("pid")), tid=as_int(ev.get("tid")), ts=to_ns(ev.get("ts")))  # fmt: skip
         elif ph == "M":
             value = args.get("name", args.get("labels"))
@@ -243,13 +243,13 @@ class Stager:
             return
         else:
             return
-        name = "memory" if ph == "i" else ("flow" if ph in FLOW_PHASES else kind or "meta")
+        name = "memory" if ph == "i" else ("flow" if ph in FLOW_PHASES else category or "meta")
         self.staged.counts[name] = self.staged.counts.get(name, 0) + 1
 
-    def _common(self, idx: int, kind: str, ev: dict[str, Any]) -> dict[str, Any]:
+    def _common(self, idx: int, category: str, ev: dict[str, Any]) -> dict[str, Any]:
         return {
             "idx": idx,
-            "kind": kind,
+            "category": category,
             "name_id": self._name_id(str(ev.get("name", ""))),
             "pid": as_int(ev.get("pid")),
             "tid": as_int(ev.get("tid")),
@@ -257,12 +257,12 @@ class Stager:
             "dur": to_ns(ev.get("dur")),
         }
 
-    def _gpu(self, idx: int, kind: str, ev: dict[str, Any], args: dict[str, Any]) -> None:
+    def _gpu(self, idx: int, category: str, ev: dict[str, Any], args: dict[str, Any]) -> None:
         gx, gy, gz = _dims(args.get("grid"))
         bx, by, bz = _dims(args.get("block"))
         self._row(
             "_kin_gpu",
-            **self._common(idx, kind, ev),
+            **self._common(idx, category, ev),
             device=as_int(args.get("device")),
             context=as_int(args.get("context")),
             stream=as_int(args.get("stream")),
@@ -274,10 +274,10 @@ class Stager:
             bytes=as_int(args.get("bytes")),
         )  # fmt: skip
 
-    def _host(self, idx: int, kind: str, ev: dict[str, Any], args: dict[str, Any]) -> None:
+    def _host(self, idx: int, category: str, ev: dict[str, Any], args: dict[str, Any]) -> None:
         self._row(
             "_kin_host",
-            **self._common(idx, kind, ev),
+            **self._common(idx, category, ev),
             correlation=as_int(args.get("correlation")),
             external_id=as_int(_arg(args, "External id", "external id")),
             seq=as_int(_arg(args, "Sequence number", "Sequence Number", "seq")),

@@ -445,7 +445,7 @@ _TEXT_COLS = [
     "launch_id",
     "section",
     "after_section",
-    "kind",
+    "entry",
     "seq",
     "item",
     "metric_label",
@@ -563,7 +563,7 @@ def _section_text(
                 {
                     "launch_id": _ints(items["ID"]),
                     "section": items["Section Name"].replace({"": None}),
-                    "kind": "item",
+                    "entry": "item",
                     "item": items[_BODY_ITEM],
                     "metric_label": items["Metric Name"],
                     "unit": unit.map(lambda u: conv[u][0]),
@@ -575,7 +575,7 @@ def _section_text(
         )
     runs = _runs(head.index("Section Name"), body, extra, where)
     if runs:
-        frames.append(pd.DataFrame(runs, columns=["launch_id", "after_section", "kind", "text", "_line"]))
+        frames.append(pd.DataFrame(runs, columns=["launch_id", "after_section", "entry", "text", "_line"]))
     if not frames:
         return pd.DataFrame(columns=_TEXT_COLS)
     out = pd.concat(frames, ignore_index=True).sort_values("_line", kind="stable")

@@ -115,7 +115,14 @@ def _entries(listing: dict[str, Any]) -> list[dict[str, Any]]:
     entries = []
     for (file, line), code in sorted(by_line.items(), key=lambda item: (item[0][0] or "", item[0][1] or 0)):
         text = listing["lines"].get((file, line))
-        row = {"kind": "line", "file": file, "line": line, "source": text, "address": None, "sass": None}
+        row = {
+            "granularity": "line",
+            "file": file,
+            "line": line,
+            "source": text,
+            "address": None,
+            "sass": None,
+        }
         entries.append({"row": row, "pcs": [pc for pc, _ in code]})
         entries.extend(_instruction(pc, sass, file, line) for pc, sass in code)
     return entries
@@ -123,7 +130,7 @@ def _entries(listing: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _instruction(pc: int, sass: str, file: str | None, line: int | None) -> dict[str, Any]:
     row = {
-        "kind": "sass", "file": file, "line": line, "source": None, "address": f"0x{pc:x}",
+        "granularity": "sass", "file": file, "line": line, "source": None, "address": f"0x{pc:x}",
         "sass": _LABEL_RE.sub("", sass),
     }  # fmt: skip
     return {"row": row, "pcs": [pc]}

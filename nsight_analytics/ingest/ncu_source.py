@@ -147,20 +147,20 @@ def _rows(path: Path, block: _Block, launch_id: int) -> tuple[pd.DataFrame, pd.D
             )
         if with_lines and fields[0]:
             line_no = int(fields[0])
-            kind, text, address, sass = "line", fields[1], None, None
+            granularity, text, address, sass = "line", fields[1], None, None
         else:
             address = fields[2 if with_lines else 0]
             sass = fields[3 if with_lines else 1].strip()
             if address in ("...", "-") or (line_no, address) in seen:
                 continue
             seen.add((line_no, address))
-            kind, text = "sass", None
+            granularity, text = "sass", None
         seq = len(source)
         source.append(
             {
                 "launch_id": launch_id,
                 "seq": seq,
-                "kind": kind,
+                "granularity": granularity,
                 "file": block.file,
                 "line": line_no if with_lines else None,
                 "source": text,

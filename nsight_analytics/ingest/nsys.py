@@ -219,7 +219,7 @@ def kernel_names_sql(src: Source, rows: Sequence[int] = ()) -> str | None:
     return _select(cols, "kernel_names", f"FROM {reps} {a}{joins}")
 
 
-def _kind(src: Source, table: str, col: str, a: str, mapping: dict[int, str]) -> str:
+def _decoded(src: Source, table: str, col: str, a: str, mapping: dict[int, str]) -> str:
     expr = src.col(table, col, a)
     return "NULL" if expr == "NULL" else _case(expr, mapping)
 
@@ -231,9 +231,9 @@ def memcpy_sql(src: Source) -> str | None:
     cols = {
         **_device_side(src, t, a),
         "bytes": src.col(t, "bytes", a),
-        "copy_kind": _kind(src, t, "copyKind", a, COPY_KINDS),
-        "src_kind": _kind(src, t, "srcKind", a, MEM_KINDS),
-        "dst_kind": _kind(src, t, "dstKind", a, MEM_KINDS),
+        "direction": _decoded(src, t, "copyKind", a, COPY_KINDS),
+        "src_memory": _decoded(src, t, "srcKind", a, MEM_KINDS),
+        "dst_memory": _decoded(src, t, "dstKind", a, MEM_KINDS),
         "src_device_id": src.col(t, "srcDeviceId", a),
         "dst_device_id": src.col(t, "dstDeviceId", a),
         "correlation_id": src.col(t, "correlationId", a),
@@ -250,7 +250,7 @@ def memset_sql(src: Source) -> str | None:
         **_device_side(src, t, a),
         "bytes": src.col(t, "bytes", a),
         "value": src.col(t, "value", a),
-        "mem_kind": _kind(src, t, "memKind", a, MEM_KINDS),
+        "memory": _decoded(src, t, "memKind", a, MEM_KINDS),
         "correlation_id": src.col(t, "correlationId", a),
         "graph_node_id": src.col(t, "graphNodeId", a),
     }
@@ -340,7 +340,7 @@ def sync_events_sql(src: Source) -> str | None:
     t, a = SYNC, "y"
     cols = {
         **_device_side(src, t, a),
-        "sync_type": _kind(src, t, "syncType", a, SYNC_TYPES),
+        "sync_type": _decoded(src, t, "syncType", a, SYNC_TYPES),
         "correlation_id": src.col(t, "correlationId", a),
         "event_id": src.col(t, "eventId", a),
     }
@@ -389,7 +389,7 @@ def nvtx_ranges_sql(src: Source) -> str | None:
         "name": name,
         "base_name": base_name_sql(name),
         "domain": domain,
-        "range_kind": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
+        "range_api": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
         "category": src.col(t, "category", a),
     }
     # the nvtx_kernels step: fill_nvtx_kernels

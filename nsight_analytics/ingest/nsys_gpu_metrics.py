@@ -106,15 +106,6 @@ BYTE_RATES = {"dram_read": "dram_read_bytes", "dram_write": "dram_write_bytes"}
 NVLINK_PARTS = {
     d: tuple(c.metric for c in CANONICAL if c.metric.startswith(f"nvlink_{d}_")) for d in ("rx", "tx")
 }
-DERIVED_DOCS = {
-    "dram_read_bytes": ("byte/s", "DRAM read bandwidth: dram_read x the GPU's peak DRAM bandwidth."),
-    "dram_write_bytes": ("byte/s", "DRAM write bandwidth: dram_write x the GPU's peak DRAM bandwidth."),
-    "nvlink_rx": (
-        "%",
-        "Sum of the NVLink RX request/response user/protocol components, when only those exist.",
-    ),
-    "nvlink_tx": ("%", "Sum of the NVLink TX components, likewise."),
-}
 # Percent-like units as nsys brackets them; no bracket (nsys 2021-2022) is a percentage too.
 _PERCENT_UNITS = {"", "throughput %", "%", "percent"}
 # Per-cycle warp counts: '[Avg Warps per Cycle]'.

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports" and "report_id" in t.col_names]
 # reports columns the pipeline writes itself; a reader's LoadResult.metadata fills the others
 _OWN_COLUMNS = {
-    "report_id", "kind", "source_path", "sha256", "size_bytes", "source_mtime_ns", "ingested_at",
+    "report_id", "format", "source_path", "sha256", "size_bytes", "source_mtime_ns", "ingested_at",
     "activity_kinds", "deferred_steps",
 }  # fmt: skip
 # reports flag -> the activity kind that sets it (a reader's LoadResult.flags may set it too)
@@ -47,7 +47,7 @@ _FLAGS = {"has_kernels": "kernel", "has_memcpy": "memcpy", "has_cuda_api": "cuda
 class IngestResult:
     report_id: int
     path: Path
-    kind: str
+    format: str  # reports.format: the reader's name
     status: str  # 'ingested', 'replaced' or 'unchanged'
     rows: dict[str, int] = field(default_factory=dict)
     deferred: list[str] = field(default_factory=list)
@@ -121,8 +121,8 @@ def detect(path: Path) -> Detected:
     return Detected(found, gzip=False)
 
 
-def detect_kind(path: Path) -> str:
-    """The report kind ('nsys', 'ncu', ...) the file would be ingested as."""
+def detect_format(path: Path) -> str:
+    """The format ('nsys', 'ncu', ...) the file would be ingested as: its reader's name."""
     return detect(path).reader.name
 
 
@@ -240,7 +240,7 @@ def _report_row(
         **{flag: kind in kinds for flag, kind in _FLAGS.items()},
         **loaded.flags,
         "report_id": rid,
-        "kind": rd.name,
+        "format": rd.name,
         "source_path": str(path),
         "sha256": sha,
         "size_bytes": stat.st_size,
@@ -268,16 +268,16 @@ def deferred_for(
     tables = set(tables)
     only = None if report_ids is None else set(report_ids)
     rows = con.execute(
-        "SELECT report_id, kind, source_path, deferred_steps FROM reports "
+        "SELECT report_id, format, source_path, deferred_steps FROM reports "
         "WHERE len(deferred_steps) > 0 ORDER BY report_id"
     ).fetchall()
     todo = []
-    for rid, kind, source, steps in rows:
+    for rid, fmt, source, steps in rows:
         if only is not None and rid not in only:
             continue
-        rd = reader.by_name(kind)
+        rd = reader.by_name(fmt)
         if rd is None:
-            raise NsaError(f"report {rid} is a {kind} report, and this nsa has no reader for {kind} files.")
+            raise NsaError(f"report {rid} is a {fmt} report, and this nsa has no reader for {fmt} files.")
         todo += [(rid, source, step) for step in rd.steps_for(tables) if step in steps]
     return todo
 
@@ -323,10 +323,10 @@ def ensure_loaded(
         for i, (rid, source, step) in enumerate(todo):
             if progress:
                 progress(f"{step} (report {rid})", i, len(todo))
-            kind, sha = params.first_row(
-                params.execute(con, "SELECT kind, sha256 FROM reports WHERE report_id = $rid", {"rid": rid})
+            fmt, sha = params.first_row(
+                params.execute(con, "SELECT format, sha256 FROM reports WHERE report_id = $rid", {"rid": rid})
             )
-            rd = reader.by_name(kind)
+            rd = reader.by_name(fmt)
             assert rd is not None  # deferred_for checked
             path = Path(source)
             derived = step in rd.derived  # computed from the workspace: no source file needed

@@ -58,7 +58,7 @@ class Reader(ABC, Generic[Handle]):
     rows under the given report id; and `load_deferred`, for the steps `load` left to first use.
     """
 
-    name: str  # reports.kind
+    name: str  # reports.format
     # Steps `load` may leave for first use, in the order they must run.
     deferrable: tuple[str, ...] = ()
     # Deferred steps computed from the workspace alone: they need no source file (handle None).

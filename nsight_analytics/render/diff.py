@@ -191,7 +191,7 @@ def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
         ]
         out += _parts(a.by_phase, a.phase_remainder_ns, a.total_ns, "by phase (NVTX range)")
         out += [""]
-        out += _parts(a.by_kind, a.kind_remainder_ns, a.total_ns, "by kind")
+        out += _parts(a.by_cause, a.cause_remainder_ns, a.total_ns, "by cause")
     if d.metrics:
         out += ["", "Per steady step"]
         rows = [["metric", "A", "B", "change"]]
@@ -262,11 +262,11 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
         rows.append({"phase": "remainder", "change": signed(a.phase_remainder_ns)})
         rows.append({"phase": "**total**", "change": signed(a.total_ns)})
         out.append(_md_table(rows))
-        kinds = [
-            {"kind": p.name, "A": dur(p.a_ns), "B": dur(p.b_ns), "change": signed(p.delta_ns)}
-            for p in a.by_kind
+        causes = [
+            {"cause": p.name, "A": dur(p.a_ns), "B": dur(p.b_ns), "change": signed(p.delta_ns)}
+            for p in a.by_cause
         ]
-        out += [_md_table(kinds), "</details>", ""]
+        out += [_md_table(causes), "</details>", ""]
     if d.kernels:
         out += [f"<details><summary>Kernels: {_counts(d)}</summary>", ""]
         rows_k = _kernel_rows(d, top)

@@ -1,5 +1,5 @@
 """The report page's diff view, from `Diff.to_dict()`: the verdict and its checks, the steady
-step-time distributions of A and B, the attribution waterfalls (by kind of time and by NVTX
+step-time distributions of A and B, the attribution waterfalls (by cause and by NVTX
 phase), the kernels that changed, the metrics and the findings that came or went."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _attribution(att: dict[str, Any] | None) -> str | None:
     if not att:
         return None
     out = []
-    for key, rest, title in (("by_kind", "kind_remainder_ns", "By kind of time"),
+    for key, rest, title in (("by_cause", "cause_remainder_ns", "By cause"),
                              ("by_phase", "phase_remainder_ns", "By NVTX phase")):  # fmt: skip
         parts = [(p["name"], p["delta_ns"]) for p in att.get(key, [])]
         if att.get(rest):

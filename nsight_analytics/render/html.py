@@ -36,7 +36,7 @@ def page(data: dict[str, Any]) -> str:
             sections.append(timeline_section(side, i, f"Timeline {'AB'[i]}: {side['file']}"))
         payload = [s["timeline"] for s in data["sides"]]
     else:
-        title = f"nsa report: {data['file']} (report {data['report_id']}, {data['kind']})"
+        title = f"nsa report: {data['file']} (report {data['report_id']}, {data['format']})"
         sections = report_sections(data)
         payload = [data["timeline"]]
     rest = _without_timelines(data)
@@ -82,7 +82,7 @@ def report_sections(data: dict[str, Any]) -> list[str]:
                 "No memory copies in this report."),
         section("graphs", "CUDA graph launches", _graphs(p.get("graphs", [])), "No CUDA graph launches."),
     ]  # fmt: skip
-    ncu = ncu_sections(p, str(data["kind"]).startswith("ncu"))
+    ncu = ncu_sections(p, str(data["format"]).startswith("ncu"))
     out = [out[0], *ncu, *out[1:]] if data["timeline"] is None else out + ncu
     out += [
         section("gpu_metrics", "GPU metrics", _gpu_metrics(p.get("gpu_metrics", []), data["timeline"]),
@@ -122,7 +122,7 @@ def findings_section(found: list[dict[str, Any]]) -> str:
 def timeline_section(data: dict[str, Any], index: int, title: str) -> str:
     tl = data.get("timeline")
     if not tl:
-        ncu = str(data.get("kind", "")).startswith("ncu")
+        ncu = str(data.get("format", "")).startswith("ncu")
         why = (
             "Nsight Compute profiles kernels one at a time: no timeline."
             if ncu
@@ -202,10 +202,10 @@ def _nvtx(rows: list[dict[str, Any]]) -> str | None:
 def _copies(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
-    label = [f"GPU {r['device_id']} {r['copy_kind']} {r['src_kind']}→{r['dst_kind']}" for r in rows]
+    label = [f"GPU {r['device_id']} {r['direction']} {r['src_memory']}→{r['dst_memory']}" for r in rows]
     chart = svg.hbars([(n, [r["total_ns"]]) for n, r in zip(label, rows, strict=True)], ["time"], "copies")
-    cols: list[Col] = [("device_id", "GPU", fmt_text), ("copy_kind", "direction", fmt_text), ("src_kind", "from", fmt_text),
-                       ("dst_kind", "to", fmt_text), ("copies", "count", fmt_num), ("bytes", "bytes", fmt_bytes),
+    cols: list[Col] = [("device_id", "GPU", fmt_text), ("direction", "direction", fmt_text), ("src_memory", "from", fmt_text),
+                       ("dst_memory", "to", fmt_text), ("copies", "count", fmt_num), ("bytes", "bytes", fmt_bytes),
                        ("total_ns", "time", fmt_ns), ("gb_per_s", "GB/s", fmt_num), ("launch_apis", "calls", fmt_text)]  # fmt: skip
     return chart + table(rows, cols, "copies")
 
@@ -252,7 +252,7 @@ def _memory(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str 
     t0 = (timeline or {}).get("t0", 0)
     series: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        series.setdefault(f"GPU {r['device_id']} {r['memory_kind']}", []).append(
+        series.setdefault(f"GPU {r['device_id']} {r['memory']}", []).append(
             (r["ts_ns"] - t0, r["held_bytes"] or 0)
         )
     return svg.lines(series, "memory held", y_fmt=fmt_bytes, x_range=_span(timeline)) or None

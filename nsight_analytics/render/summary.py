@@ -51,7 +51,7 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
     width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
     out: list[str] = []
     for r in reports:
-        out.append(f"report {r['report_id']}  {r['file']}  ({r['kind']})")
+        out.append(f"report {r['report_id']}  {r['file']}  ({r['format']})")
         if not r["devices"]:
             out.append("  no GPU timeline in this report (ncu reports: `nsa query speed_of_light`).")
         out += [_device_line(d) for d in r["devices"]]
@@ -80,7 +80,7 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
             rows += [
                 [
                     (f"GPU {c['device_id']} " if len(r["devices"]) > 1 else "")
-                    + f"{c['copy_kind']} {c['src_kind']} -> {c['dst_kind']}",
+                    + f"{c['direction']} {c['src_memory']} -> {c['dst_memory']}",
                     size(c["bytes"]),
                     _dur(c["total_ns"]),
                     rate(c["gb_per_s"]) if c["gb_per_s"] is not None else "-",

@@ -55,10 +55,10 @@ def gather(
     max_events: int = DEFAULT_MAX_EVENTS,
 ) -> dict[str, Any]:
     """Everything the page shows for one report, JSON-able; `findings` are `Finding`s."""
-    kind, file = params.first_row(
+    fmt, file = params.first_row(
         params.execute(
             con,
-            "SELECT kind, regexp_extract(source_path, '[^/]+$') FROM reports WHERE report_id = $rid",
+            "SELECT format, regexp_extract(source_path, '[^/]+$') FROM reports WHERE report_id = $rid",
             {"rid": report_id},
         )
     )
@@ -80,7 +80,7 @@ def gather(
     found = [f.to_dict() for f in findings]
     if timeline:
         pin_findings(found, timeline, panels)
-    return {"report_id": report_id, "kind": kind, "file": file, "timeline": timeline,
+    return {"report_id": report_id, "format": fmt, "file": file, "timeline": timeline,
             "findings": found, "panels": panels}  # fmt: skip
 
 
@@ -128,13 +128,13 @@ def _memory(con: duckdb.DuckDBPyConnection, report_id: int) -> list[dict[str, An
     out: list[dict[str, Any]] = []
     lines: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for r in rows(con, "memory_timeline", report_id):
-        lines.setdefault((r["device_id"], r["memory_kind"]), []).append(r)
+        lines.setdefault((r["device_id"], r["memory"]), []).append(r)
     for (device, kind), pts in lines.items():
         step = max(1, math.ceil(len(pts) / LINE_POINTS))
         for i in range(0, len(pts), step):
             chunk = pts[i : i + step]
             top = max(chunk, key=lambda p: p["held_bytes"] or 0)
-            out.append({"device_id": device, "memory_kind": kind, "ts_ns": top["ts_ns"],
+            out.append({"device_id": device, "memory": kind, "ts_ns": top["ts_ns"],
                         "held_bytes": top["held_bytes"]})  # fmt: skip
     return out
 

@@ -48,7 +48,7 @@ def _window(evidence: dict[str, Any], t0: int, span: int) -> dict[str, Any] | No
 
 
 def _copy(evidence: dict[str, Any], timeline: dict[str, Any]) -> dict[str, Any] | None:
-    kinds = {d["copy_kind"] for d in _dicts(evidence) if isinstance(d.get("copy_kind"), str)}
+    kinds = {d["direction"] for d in _dicts(evidence) if isinstance(d.get("direction"), str)}
     best: tuple[int, int] | None = None
     for lane in timeline["lanes"]:
         if lane["kind"] != "memcpy" or not any(lane["label"].endswith(f"memcpy {k}") for k in kinds):

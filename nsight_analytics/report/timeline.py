@@ -42,9 +42,9 @@ _ACTIVITY = """
                'graph ' || coalesce(graph_id::VARCHAR, '?'), NULL, pid, correlation_id
         FROM graph_executions WHERE report_id = $rid
         UNION ALL
-        SELECT device_id, 3, coalesce(copy_kind, '?'), start_ns, duration_ns,
-               'memcpy ' || coalesce(copy_kind, '?') || ' ' || coalesce(src_kind, '?') || ' -> '
-               || coalesce(dst_kind, '?'), bytes, pid, correlation_id
+        SELECT device_id, 3, coalesce(direction, '?'), start_ns, duration_ns,
+               'memcpy ' || coalesce(direction, '?') || ' ' || coalesce(src_memory, '?') || ' -> '
+               || coalesce(dst_memory, '?'), bytes, pid, correlation_id
         FROM memcpy WHERE report_id = $rid
     ), laned AS (
         SELECT dense_rank() OVER (ORDER BY device_id, kind, lane_key) - 1 AS lane,

@@ -88,17 +88,17 @@ class Context:
     def __getitem__(self, threshold: str) -> Any:
         return self.config[threshold]
 
-    def reports(self, kind: str | None = None) -> Rows:
+    def reports(self, format: str | None = None) -> Rows:
         """The reports of this run (one, or all in the workspace)."""
         rows: Rows = self._run_sql(
             "reports",
-            "SELECT report_id, kind, activity_kinds, has_kernels, has_memcpy, has_cuda_api, "
+            "SELECT report_id, format, activity_kinds, has_kernels, has_memcpy, has_cuda_api, "
             "regexp_extract(source_path, '[^/]+$') AS file FROM reports "
             "WHERE $rid IS NULL OR report_id = $rid ORDER BY report_id",
             {},
             as_df=False,
         )
-        return rows if kind is None else rows.where(lambda r: r.kind == kind)
+        return rows if format is None else rows.where(lambda r: r.format == format)
 
     def steady(self, report_id: int) -> Any:
         """The report's steady-state window (nsa_steady: start_ns, end_ns, steps,

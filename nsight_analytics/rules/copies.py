@@ -12,22 +12,22 @@ MIN_BANDWIDTH_BYTES = 1 << 20  # average copy size below which a copy group meas
 
 def host_memory(row: Any) -> str:
     """The host side of a copy: 'pageable' or 'pinned' (or whatever the export says)."""
-    host = row.src_kind if row.copy_kind == "HtoD" else row.dst_kind
+    host = row.src_memory if row.direction == "HtoD" else row.dst_memory
     return str(host) if host is not None else "unknown"
 
 
 def copy_phrase(row: Any) -> str:
-    prep = "from" if row.copy_kind == "HtoD" else "into"
-    return f"{row.copy_kind} copies {prep} {host_memory(row)} memory"
+    prep = "from" if row.direction == "HtoD" else "into"
+    return f"{row.direction} copies {prep} {host_memory(row)} memory"
 
 
 @dataclass
 class CopyGroup:
     """memcpy_summary rows of one (copy kind, source, destination memory), all devices summed."""
 
-    copy_kind: str | None
-    src_kind: str | None
-    dst_kind: str | None
+    direction: str | None
+    src_memory: str | None
+    dst_memory: str | None
     copies: int = 0
     bytes: int = 0
     total_ns: int = 0
@@ -40,7 +40,7 @@ def copy_groups(rows: Iterable[Any], order_by: str) -> list[CopyGroup]:
     found: dict[tuple[Any, ...], CopyGroup] = {}
     for r in rows:
         g = found.setdefault(
-            (r.copy_kind, r.src_kind, r.dst_kind), CopyGroup(r.copy_kind, r.src_kind, r.dst_kind)
+            (r.direction, r.src_memory, r.dst_memory), CopyGroup(r.direction, r.src_memory, r.dst_memory)
         )
         g.copies += r.copies
         g.bytes += r.bytes
@@ -56,7 +56,7 @@ def _pinned_gbps(copies: Iterable[Any], direction: str) -> tuple[float | None, s
     # tiny copies measure latency, not bandwidth
     pinned = [r for r in copies if host_memory(r) == "pinned" and r.bytes >= MIN_BANDWIDTH_BYTES * r.copies]
     for scope, rows in (
-        ("same direction", [r for r in pinned if r.copy_kind == direction]),
+        ("same direction", [r for r in pinned if r.direction == direction]),
         ("other direction", pinned),
     ):
         b, ns = sum(r.bytes for r in rows), sum(r.total_ns for r in rows)
@@ -71,12 +71,12 @@ def pinning_savings(copies: Iterable[Any]) -> tuple[dict[int, int], dict[str, fl
     per_device: dict[int, int] = {}
     rates: dict[str, float] = {}
     for r in copies:
-        if not (r.pageable and r.copy_kind in HOST_DEVICE):
+        if not (r.pageable and r.direction in HOST_DEVICE):
             continue
-        gbps, _ = _pinned_gbps(copies, r.copy_kind)
+        gbps, _ = _pinned_gbps(copies, r.direction)
         if gbps is None:
             continue
-        rates[r.copy_kind] = gbps
+        rates[r.direction] = gbps
         saved = max(0.0, r.total_ns - r.bytes / gbps)
         per_device[r.device_id] = per_device.get(r.device_id, 0) + int(saved)
     return per_device, rates

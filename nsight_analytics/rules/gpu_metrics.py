@@ -114,10 +114,15 @@ def ranges_at(
     summed average reaches limit_pct, most GPU time first (gpu_metrics_by_range)."""
     phase = "steady" if ctx.steady(rid) is not None else None
     rows = ctx.query("gpu_metrics_by_range", rid, metrics=",".join(metrics), phase=phase)
-    steps = {r.name for r in rows if r.kind == "step"}
+    steps = {r.name for r in rows if r.range_type == "step"}
     sums: dict[str, list[float]] = {}
     for r in rows:
-        if r.kind == "nvtx" and r.name not in steps and r.device_id == device_id and r.average is not None:
+        if (
+            r.range_type == "nvtx"
+            and r.name not in steps
+            and r.device_id == device_id
+            and r.average is not None
+        ):
             slot = sums.setdefault(str(r.name), [0.0, float(r.gpu_ns)])
             slot[0] += float(r.average)
     return sorted(((n, v, ns) for n, (v, ns) in sums.items() if v >= limit_pct), key=lambda x: -x[2])

@@ -10,19 +10,19 @@
 -- col launch_id INTEGER: the kernel's 0-based position in the source export.
 -- col name VARCHAR: kernel name as ncu wrote it.
 -- col rank BIGINT: 1 for the line (instruction) with the most samples in the kernel.
--- col kind VARCHAR: 'line' (a CUDA source line) or 'sass' (an instruction).
+-- col granularity VARCHAR: 'line' (a CUDA source line) or 'sass' (an instruction).
 -- col file VARCHAR: source file; NULL without line info.
 -- col line INTEGER: source line number; NULL without line info.
--- col address VARCHAR: instruction address (kind 'sass'), as ncu wrote it.
+-- col address VARCHAR: instruction address (granularity 'sass'), as ncu wrote it.
 -- col code VARCHAR: the CUDA source of the line, or the SASS instruction.
 -- col samples BIGINT: warp stall samples on the row (sample).
 -- col share_pct DOUBLE: the row's share of the kernel's samples (%).
 -- col samples_not_issued BIGINT: samples of warps that were not issuing (sample).
 -- col top_reason VARCHAR: stall reason with the most samples on the row (long_sb, wait, ...).
 -- col top_reason_samples BIGINT: samples of that reason (sample).
-WITH kernel_kind AS (
+WITH kernel_granularity AS (
     -- a kernel with line rows is ranked by line, else by instruction
-    SELECT report_id, launch_id, CASE WHEN bool_or(kind = 'line') THEN 'line' ELSE 'sass' END AS kind
+    SELECT report_id, launch_id, CASE WHEN bool_or(granularity = 'line') THEN 'line' ELSE 'sass' END AS granularity
     FROM ncu_source
     WHERE ($report_id IS NULL OR report_id = $report_id)
     GROUP BY ALL
@@ -35,7 +35,7 @@ ranked AS (
         ) AS rank,
         100.0 * s.samples / nullif(sum(s.samples) OVER (PARTITION BY s.report_id, s.launch_id), 0) AS share_pct
     FROM ncu_source AS s
-    JOIN kernel_kind AS k USING (report_id, launch_id, kind)
+    JOIN kernel_granularity AS k USING (report_id, launch_id, granularity)
     WHERE s.samples > 0
 ),
 top_reason AS (
@@ -54,11 +54,11 @@ SELECT
     r.launch_id,
     k.name,
     r.rank,
-    r.kind,
+    r.granularity,
     r.file,
     r.line,
     r.address,
-    CASE WHEN r.kind = 'line' THEN r.source ELSE r.sass END AS code,
+    CASE WHEN r.granularity = 'line' THEN r.source ELSE r.sass END AS code,
     r.samples,
     r.share_pct,
     r.samples_not_issued,

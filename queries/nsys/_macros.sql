@@ -15,7 +15,7 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
     WHERE (nsa_rid IS NULL OR k.report_id = nsa_rid) AND k.start_ns IS NOT NULL AND k.end_ns >= k.start_ns
     UNION ALL
     SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns,
-           'memcpy' AS kind, 'memcpy ' || coalesce(copy_kind, 'Unknown') AS label
+           'memcpy' AS kind, 'memcpy ' || coalesce(direction, 'Unknown') AS label
     FROM memcpy
     WHERE (nsa_rid IS NULL OR report_id = nsa_rid) AND start_ns IS NOT NULL AND end_ns >= start_ns
     UNION ALL
@@ -48,7 +48,7 @@ CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
     GROUP BY report_id
     HAVING count(*) FILTER (WHERE steady) > 0;
 
--- nsa_sync_kind(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
+-- nsa_blocking_call(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
 --   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix;
 --                  the per-thread default stream variant cudaStreamSynchronize_ptsz too);
@@ -59,7 +59,7 @@ CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
 -- cudaStreamWaitEvent (a GPU-side dependency), cudaEventQuery / cudaStreamQuery (polls) and every
 -- *Async call are not blocking. Implicit synchronisation (cudaFree, cudaMalloc on some drivers,
 -- an Async copy from pageable memory) is not counted.
-CREATE OR REPLACE MACRO nsa_sync_kind(api_name) AS
+CREATE OR REPLACE MACRO nsa_blocking_call(api_name) AS
     CASE
         WHEN api_name IS NULL OR contains(api_name, 'Async') THEN NULL
         -- contains / starts_with first: the same matches as the regular expressions

@@ -2,7 +2,7 @@
 -- kernel, memcpy, memset or CUDA graph execution ran on the device (between its first and last
 -- activity), with the activity ending before and starting after it, the phase of the run it
 -- falls in, and what the host was doing:
---   sync         a blocking CUDA call (nsa_sync_kind: cuda*Synchronize, synchronous cudaMemcpy /
+--   sync         a blocking CUDA call (nsa_blocking_call: cuda*Synchronize, synchronous cudaMemcpy /
 --                cudaMemset) of the process that runs the next activity, on any of its threads,
 --                overlapped at least half the gap; cause_detail names it;
 --   host_wait    otherwise, when the host thread that launched the activity after the gap was
@@ -99,7 +99,7 @@ launch AS (
 sync_calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, name
     FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_sync_kind(name) IS NOT NULL
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_blocking_call(name) IS NOT NULL
 ),
 probe AS (
     SELECT g.report_id, g.device_id, g.pid, t.tid, g.gap_start_ns, g.gap_end_ns, g.gap_ns,

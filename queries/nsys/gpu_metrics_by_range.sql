@@ -14,7 +14,7 @@
 -- param phase VARCHAR = NULL: 'steady': only windows starting in the steady state (reports with steps); all when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
--- col kind VARCHAR: 'nvtx' (a range name), 'step' (one step of table steps) or 'phase'.
+-- col range_type VARCHAR: 'nvtx' (a range name), 'step' (one step of table steps) or 'phase'.
 -- col name VARCHAR: NVTX range name without per-call suffixes (nvtx_ranges.base_name), step name, or phase.
 -- col metric VARCHAR: canonical metric name.
 -- col unit VARCHAR: the metric's unit.
@@ -27,7 +27,7 @@
 WITH steady AS (SELECT report_id, start_ns FROM nsa_steady($report_id)),
 gpu AS (SELECT * FROM nsa_gpu_activity($report_id)),
 host AS (
-    SELECT report_id, pid, 'nvtx' AS kind, coalesce(base_name, name) AS name, start_ns, end_ns,
+    SELECT report_id, pid, 'nvtx' AS range_type, coalesce(base_name, name) AS name, start_ns, end_ns,
            row_number() OVER () AS wid
     FROM nvtx_ranges
     WHERE ($report_id IS NULL OR report_id = $report_id) AND end_ns IS NOT NULL
@@ -37,7 +37,7 @@ host AS (
     WHERE ($report_id IS NULL OR report_id = $report_id) AND source <> 'kernels'
 ),
 projected AS (
-    SELECT h.report_id, g.device_id, h.kind, h.name, h.wid, min(g.start_ns) AS s, max(g.end_ns) AS e
+    SELECT h.report_id, g.device_id, h.range_type, h.name, h.wid, min(g.start_ns) AS s, max(g.end_ns) AS e
     FROM host AS h
     JOIN cuda_api AS a ON a.report_id = h.report_id AND a.pid = h.pid
         AND a.start_ns >= h.start_ns AND a.start_ns <= h.end_ns
@@ -46,7 +46,7 @@ projected AS (
 ),
 span AS (SELECT report_id, device_id, min(start_ns) AS s, max(end_ns) AS e FROM gpu GROUP BY ALL),
 windows AS (
-    SELECT report_id, device_id, kind, name, s, e FROM projected
+    SELECT report_id, device_id, range_type, name, s, e FROM projected
     UNION ALL
     SELECT report_id, device_id, 'step', name, start_ns, end_ns
     FROM steps
@@ -63,15 +63,15 @@ windows AS (
 ),
 kept AS (
     SELECT w.*, row_number() OVER () AS wid FROM windows AS w LEFT JOIN steady AS st USING (report_id)
-    WHERE w.e > w.s AND ($phase IS NULL OR w.kind = 'phase' AND w.name = 'steady' OR w.s >= st.start_ns)
+    WHERE w.e > w.s AND ($phase IS NULL OR w.range_type = 'phase' AND w.name = 'steady' OR w.s >= st.start_ns)
 ),
 totals AS (
-    SELECT report_id, device_id, kind, name, count(*) AS ranges, sum(e - s) AS gpu_ns, min(s) AS s, max(e) AS e
+    SELECT report_id, device_id, range_type, name, count(*) AS ranges, sum(e - s) AS gpu_ns, min(s) AS s, max(e) AS e
     FROM kept
     GROUP BY ALL
 ),
 x AS (
-    SELECT k.report_id, k.device_id, k.kind, k.name, g.metric, g.unit, g.value,
+    SELECT k.report_id, k.device_id, k.range_type, k.name, g.metric, g.unit, g.value,
            least(g.ts_ns + coalesce(g.period_ns, 0), k.e) - greatest(g.ts_ns, k.s) AS w
     FROM kept AS k
     JOIN gpu_metrics AS g ON g.report_id = k.report_id AND g.device_id = k.device_id
@@ -79,7 +79,7 @@ x AS (
     WHERE ($report_id IS NULL OR g.report_id = $report_id) AND ($metrics IS NULL OR list_contains(list_transform(string_split($metrics, ','), x -> trim(x)), g.metric))
 ),
 agg AS (
-    SELECT report_id, device_id, kind, name, metric, any_value(unit) AS unit,
+    SELECT report_id, device_id, range_type, name, metric, any_value(unit) AS unit,
            sum(value * w) / nullif(sum(w), 0) AS average, max(value) AS peak
     FROM x
     GROUP BY ALL
@@ -87,7 +87,7 @@ agg AS (
 SELECT
     a.report_id,
     a.device_id,
-    a.kind,
+    a.range_type,
     a.name,
     a.metric,
     a.unit,
@@ -98,5 +98,5 @@ SELECT
     a.average,
     CAST(a.peak AS DOUBLE) AS peak
 FROM agg AS a
-JOIN totals AS t USING (report_id, device_id, kind, name)
-ORDER BY a.report_id, a.device_id, a.kind, t.s, a.name, a.metric
+JOIN totals AS t USING (report_id, device_id, range_type, name)
+ORDER BY a.report_id, a.device_id, a.range_type, t.s, a.name, a.metric

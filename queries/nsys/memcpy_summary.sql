@@ -12,9 +12,9 @@
 -- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
--- col copy_kind VARCHAR: HtoD, DtoH, DtoD, PtoP...
--- col src_kind VARCHAR: source memory: pageable, pinned, device, managed...
--- col dst_kind VARCHAR: destination memory.
+-- col direction VARCHAR: HtoD, DtoH, DtoD, PtoP...
+-- col src_memory VARCHAR: source memory: pageable, pinned, device, managed...
+-- col dst_memory VARCHAR: destination memory.
 -- col copies BIGINT: number of copies.
 -- col bytes BIGINT: bytes copied (byte).
 -- col total_ns BIGINT: summed copy durations (ns).
@@ -28,7 +28,7 @@ WITH win AS (
     SELECT report_id, start_ns AS steady_ns FROM nsa_steady($report_id) WHERE $phase IN ('steady', 'startup')
 ),
 m AS (
-    SELECT c.report_id, c.device_id, c.pid, c.correlation_id, c.copy_kind, c.src_kind, c.dst_kind, c.start_ns,
+    SELECT c.report_id, c.device_id, c.pid, c.correlation_id, c.direction, c.src_memory, c.dst_memory, c.start_ns,
            c.end_ns, c.duration_ns, c.bytes
     FROM memcpy AS c
     LEFT JOIN win AS w USING (report_id)
@@ -39,15 +39,15 @@ m AS (
 -- on it instead of on three strings (string sort keys cost several times more)
 grp AS (
     SELECT row_number() OVER () AS gid, *
-    FROM (SELECT DISTINCT report_id, device_id, copy_kind, src_kind, dst_kind FROM m)
+    FROM (SELECT DISTINCT report_id, device_id, direction, src_memory, dst_memory FROM m)
 ),
 mg AS (
     SELECT g.gid, m.report_id, m.pid, m.correlation_id, m.start_ns, m.end_ns, m.duration_ns, m.bytes
     FROM m
     JOIN grp AS g
         ON g.report_id = m.report_id AND g.device_id IS NOT DISTINCT FROM m.device_id
-        AND g.copy_kind IS NOT DISTINCT FROM m.copy_kind AND g.src_kind IS NOT DISTINCT FROM m.src_kind
-        AND g.dst_kind IS NOT DISTINCT FROM m.dst_kind
+        AND g.direction IS NOT DISTINCT FROM m.direction AND g.src_memory IS NOT DISTINCT FROM m.src_memory
+        AND g.dst_memory IS NOT DISTINCT FROM m.dst_memory
 ),
 -- each copy's share of the union (the part not covered by earlier copies of its group)
 mw AS (
@@ -93,34 +93,34 @@ s AS (
     SELECT
         g.report_id,
         g.device_id,
-        g.copy_kind,
-        g.src_kind,
-        g.dst_kind,
+        g.direction,
+        g.src_memory,
+        g.dst_memory,
         sum(a.copies) AS copies,
         sum(a.bytes) AS bytes,
         sum(a.total_ns) AS total_ns,
         sum(a.busy_ns) AS busy_ns,
-        coalesce(sum(a.copies) FILTER (WHERE nsa_sync_kind(a.api) = 'memcpy'), 0) AS sync_copies,
+        coalesce(sum(a.copies) FILTER (WHERE nsa_blocking_call(a.api) = 'memcpy'), 0) AS sync_copies,
         string_agg(DISTINCT a.api, ',' ORDER BY a.api) AS launch_apis
     FROM per_api AS a
     JOIN grp AS g USING (gid)
-    GROUP BY g.gid, g.report_id, g.device_id, g.copy_kind, g.src_kind, g.dst_kind
+    GROUP BY g.gid, g.report_id, g.device_id, g.direction, g.src_memory, g.dst_memory
 )
 SELECT
     s.report_id,
     s.device_id,
-    s.copy_kind,
-    s.src_kind,
-    s.dst_kind,
+    s.direction,
+    s.src_memory,
+    s.dst_memory,
     CAST(s.copies AS BIGINT) AS copies,
     CAST(s.bytes AS BIGINT) AS bytes,
     CAST(s.total_ns AS BIGINT) AS total_ns,
     CAST(s.busy_ns AS BIGINT) AS busy_ns,
     CAST(CASE WHEN sp.span_ns > 0 THEN 100.0 * s.busy_ns / sp.span_ns END AS DOUBLE) AS span_pct,
     CAST(CASE WHEN s.total_ns > 0 THEN s.bytes / s.total_ns END AS DOUBLE) AS gb_per_s,
-    coalesce(s.src_kind = 'pageable' OR s.dst_kind = 'pageable', false) AS pageable,
+    coalesce(s.src_memory = 'pageable' OR s.dst_memory = 'pageable', false) AS pageable,
     CAST(s.sync_copies AS BIGINT) AS sync_copies,
     s.launch_apis
 FROM s
 LEFT JOIN span AS sp ON sp.report_id = s.report_id AND sp.device_id IS NOT DISTINCT FROM s.device_id
-ORDER BY s.report_id, s.device_id, s.busy_ns DESC, s.copy_kind, s.src_kind, s.dst_kind
+ORDER BY s.report_id, s.device_id, s.busy_ns DESC, s.direction, s.src_memory, s.dst_memory

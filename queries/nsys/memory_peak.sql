@@ -9,7 +9,7 @@
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id; NULL for host memory.
 -- col pid BIGINT: process id.
--- col memory_kind VARCHAR: memory kind, as in memory_events.
+-- col memory VARCHAR: memory kind, as in memory_events.
 -- col events BIGINT: events of the device / process / kind.
 -- col allocations BIGINT: allocations.
 -- col frees BIGINT: frees.
@@ -35,13 +35,13 @@ WITH ev AS (
 held AS (
     SELECT *,
            CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory_kind ORDER BY ts_ns, seq
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
            )) AS BIGINT) AS held_bytes
     FROM ev
 ),
 per AS (
-    SELECT report_id, device_id, pid, memory_kind,
+    SELECT report_id, device_id, pid, memory,
            count(*) AS events,
            count(*) FILTER (WHERE operation = 'alloc') AS allocations,
            count(*) FILTER (WHERE operation = 'free') AS frees,
@@ -55,24 +55,24 @@ peak AS (
     FROM per AS p
     JOIN held AS h
         ON h.report_id = p.report_id AND h.device_id IS NOT DISTINCT FROM p.device_id
-        AND h.pid IS NOT DISTINCT FROM p.pid AND h.memory_kind IS NOT DISTINCT FROM p.memory_kind
+        AND h.pid IS NOT DISTINCT FROM p.pid AND h.memory IS NOT DISTINCT FROM p.memory
         AND h.held_bytes = p.peak_bytes
     QUALIFY row_number() OVER (
-        PARTITION BY p.report_id, p.device_id, p.pid, p.memory_kind ORDER BY h.ts_ns, h.seq
+        PARTITION BY p.report_id, p.device_id, p.pid, p.memory ORDER BY h.ts_ns, h.seq
     ) = 1
 ),
 ranged AS (
-    SELECT pk.report_id, pk.device_id, pk.pid, pk.memory_kind, r.name AS peak_range
+    SELECT pk.report_id, pk.device_id, pk.pid, pk.memory, r.name AS peak_range
     FROM peak AS pk
     JOIN nvtx_ranges AS r
         ON r.report_id = pk.report_id AND r.pid = pk.pid
         AND r.start_ns <= pk.peak_ns AND coalesce(r.end_ns, pk.peak_ns) >= pk.peak_ns
     QUALIFY row_number() OVER (
-        PARTITION BY pk.report_id, pk.device_id, pk.pid, pk.memory_kind
+        PARTITION BY pk.report_id, pk.device_id, pk.pid, pk.memory
         ORDER BY r.start_ns DESC, r.end_ns NULLS LAST
     ) = 1
 )
-SELECT pk.report_id, pk.device_id, pk.pid, pk.memory_kind, pk.events, pk.allocations, pk.frees,
+SELECT pk.report_id, pk.device_id, pk.pid, pk.memory, pk.events, pk.allocations, pk.frees,
        pk.peak_bytes, pk.peak_ns, pk.peak_event_bytes, pk.peak_address, pk.peak_name,
        s.step AS peak_step, s.name AS peak_step_name, rg.peak_range, pk.final_bytes,
        pk.reserved_at_peak_bytes,
@@ -81,9 +81,9 @@ SELECT pk.report_id, pk.device_id, pk.pid, pk.memory_kind, pk.events, pk.allocat
        g.total_memory_bytes - pk.peak_bytes AS headroom_bytes,
        (g.total_memory_bytes - pk.peak_bytes) / g.total_memory_bytes AS headroom_share
 FROM peak AS pk
-LEFT JOIN ranged AS rg USING (report_id, device_id, pid, memory_kind)
+LEFT JOIN ranged AS rg USING (report_id, device_id, pid, memory)
 LEFT JOIN steps AS s ON s.report_id = pk.report_id AND pk.peak_ns >= s.start_ns AND pk.peak_ns < s.end_ns
 LEFT JOIN gpus AS g
     ON g.report_id = pk.report_id AND g.device_id = pk.device_id
-    AND pk.memory_kind IN ('device', 'device_static', 'array', 'managed', 'managed_static')
-ORDER BY pk.report_id, pk.device_id NULLS LAST, pk.pid, pk.memory_kind
+    AND pk.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static')
+ORDER BY pk.report_id, pk.device_id NULLS LAST, pk.pid, pk.memory

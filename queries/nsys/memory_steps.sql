@@ -9,7 +9,7 @@
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id; NULL for host memory.
 -- col pid BIGINT: process id.
--- col memory_kind VARCHAR: memory kind, as in memory_events.
+-- col memory VARCHAR: memory kind, as in memory_events.
 -- col step INTEGER: 0-based position of the step (table steps).
 -- col name VARCHAR: the step's name ('step 12').
 -- col steady BOOLEAN: false for warm-up steps (steps.steady).
@@ -29,22 +29,22 @@ WITH ev AS (
     WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.ts_ns IS NOT NULL
 ),
 held AS (
-    SELECT report_id, device_id, pid, memory_kind, ts_ns, seq, operation, bytes, delta_bytes,
+    SELECT report_id, device_id, pid, memory, ts_ns, seq, operation, bytes, delta_bytes,
            CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory_kind ORDER BY ts_ns, seq
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
            )) AS BIGINT) AS held_bytes
     FROM ev
 ),
 -- the last event at each time: what is held from then on
 settled AS (
-    SELECT report_id, device_id, pid, memory_kind, ts_ns, arg_max(held_bytes, seq) AS held_bytes
+    SELECT report_id, device_id, pid, memory, ts_ns, arg_max(held_bytes, seq) AS held_bytes
     FROM held GROUP BY ALL
 ),
 -- what each series held before its first event: 0 for a running sum, the stated count less the
 -- first event's own bytes where the source states one
 series AS (
-    SELECT report_id, device_id, pid, memory_kind,
+    SELECT report_id, device_id, pid, memory,
            arg_min(held_bytes - coalesce(delta_bytes, 0), (ts_ns, seq)) AS initial_bytes
     FROM held GROUP BY ALL
 ),
@@ -60,15 +60,15 @@ bounds AS (
     FROM grid AS g
     ASOF LEFT JOIN settled AS b
         ON b.report_id = g.report_id AND b.device_id IS NOT DISTINCT FROM g.device_id
-        AND b.pid IS NOT DISTINCT FROM g.pid AND b.memory_kind IS NOT DISTINCT FROM g.memory_kind
+        AND b.pid IS NOT DISTINCT FROM g.pid AND b.memory IS NOT DISTINCT FROM g.memory
         AND g.start_ns > b.ts_ns
     ASOF LEFT JOIN settled AS e
         ON e.report_id = g.report_id AND e.device_id IS NOT DISTINCT FROM g.device_id
-        AND e.pid IS NOT DISTINCT FROM g.pid AND e.memory_kind IS NOT DISTINCT FROM g.memory_kind
+        AND e.pid IS NOT DISTINCT FROM g.pid AND e.memory IS NOT DISTINCT FROM g.memory
         AND g.end_ns >= e.ts_ns
 ),
 inside AS (
-    SELECT g.report_id, g.device_id, g.pid, g.memory_kind, g.step,
+    SELECT g.report_id, g.device_id, g.pid, g.memory, g.step,
            max(h.held_bytes) AS peak_bytes,
            count(*) FILTER (WHERE h.operation = 'alloc') AS allocations,
            count(*) FILTER (WHERE h.operation = 'free') AS frees,
@@ -77,11 +77,11 @@ inside AS (
     FROM grid AS g
     JOIN held AS h
         ON h.report_id = g.report_id AND h.device_id IS NOT DISTINCT FROM g.device_id
-        AND h.pid IS NOT DISTINCT FROM g.pid AND h.memory_kind IS NOT DISTINCT FROM g.memory_kind
+        AND h.pid IS NOT DISTINCT FROM g.pid AND h.memory IS NOT DISTINCT FROM g.memory
         AND h.ts_ns >= g.start_ns AND h.ts_ns <= g.end_ns
     GROUP BY ALL
 )
-SELECT b.report_id, b.device_id, b.pid, b.memory_kind, b.step, b.name, b.steady, b.start_ns, b.end_ns,
+SELECT b.report_id, b.device_id, b.pid, b.memory, b.step, b.name, b.steady, b.start_ns, b.end_ns,
        b.held_start_bytes, b.held_end_bytes,
        greatest(b.held_start_bytes, coalesce(i.peak_bytes, b.held_start_bytes)) AS peak_bytes,
        coalesce(i.allocations, 0) AS allocations, coalesce(i.frees, 0) AS frees,
@@ -89,8 +89,8 @@ SELECT b.report_id, b.device_id, b.pid, b.memory_kind, b.step, b.name, b.steady,
        CAST(coalesce(i.freed_bytes, 0) AS BIGINT) AS freed_bytes,
        g.total_memory_bytes
 FROM bounds AS b
-LEFT JOIN inside AS i USING (report_id, device_id, pid, memory_kind, step)
+LEFT JOIN inside AS i USING (report_id, device_id, pid, memory, step)
 LEFT JOIN gpus AS g
     ON g.report_id = b.report_id AND g.device_id = b.device_id
-    AND b.memory_kind IN ('device', 'device_static', 'array', 'managed', 'managed_static')
-ORDER BY b.report_id, b.device_id NULLS LAST, b.pid, b.memory_kind, b.step
+    AND b.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static')
+ORDER BY b.report_id, b.device_id NULLS LAST, b.pid, b.memory, b.step

@@ -7,11 +7,11 @@
 -- the event falls in, by time.
 -- reads memory_events, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param memory_kind VARCHAR = NULL: only this memory kind ('device', 'pinned'...); all when NULL.
+-- param memory VARCHAR = NULL: only this memory kind ('device', 'pinned'...); all when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id; NULL for host memory.
 -- col pid BIGINT: process id.
--- col memory_kind VARCHAR: 'device', 'device_static', 'pinned', 'pageable', 'managed', 'host'... as in memory_events.
+-- col memory VARCHAR: 'device', 'device_static', 'pinned', 'pageable', 'managed', 'host'... as in memory_events.
 -- col ts_ns BIGINT: when the event happened (ns, report timeline).
 -- col operation VARCHAR: 'alloc' or 'free'.
 -- col bytes BIGINT: size of the allocation or free (byte).
@@ -26,20 +26,20 @@ WITH ev AS (
     SELECT m.*, m.rowid AS seq
     FROM memory_events AS m
     WHERE ($report_id IS NULL OR m.report_id = $report_id)
-      AND ($memory_kind IS NULL OR m.memory_kind = $memory_kind)
+      AND ($memory IS NULL OR m.memory = $memory)
       AND m.ts_ns IS NOT NULL
 ),
 held AS (
     SELECT *,
            coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory_kind ORDER BY ts_ns, seq
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
                ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
            )) AS held_bytes
     FROM ev
 )
-SELECT h.report_id, h.device_id, h.pid, h.memory_kind, h.ts_ns, h.operation, h.bytes, h.delta_bytes,
+SELECT h.report_id, h.device_id, h.pid, h.memory, h.ts_ns, h.operation, h.bytes, h.delta_bytes,
        CAST(h.held_bytes AS BIGINT) AS held_bytes, h.reserved_bytes, h.address, h.name,
        s.step, s.name AS step_name
 FROM held AS h
 LEFT JOIN steps AS s ON s.report_id = h.report_id AND h.ts_ns >= s.start_ns AND h.ts_ns < s.end_ns
-ORDER BY h.report_id, h.device_id NULLS LAST, h.pid, h.memory_kind, h.ts_ns, h.seq
+ORDER BY h.report_id, h.device_id NULLS LAST, h.pid, h.memory, h.ts_ns, h.seq

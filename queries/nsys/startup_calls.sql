@@ -1,7 +1,7 @@
 -- Where the host spent its CUDA API time during start-up, per report and category: the calls
 -- that began before the steady state (nsa_steady: the first steady step) in module loading,
 -- memory allocation, CUDA graph instantiation, context creation, or waiting for the GPU
--- (nsa_sync_kind). Calls in none of these are left out; reports without steps have no rows.
+-- (nsa_blocking_call). Calls in none of these are left out; reports without steps have no rows.
 -- reads cuda_api, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
@@ -17,7 +17,7 @@ WITH c AS (
                    THEN 'memory allocation'
                WHEN regexp_matches(c.name, '^cu(da)?GraphInstantiate') THEN 'CUDA graph instantiation'
                WHEN regexp_matches(c.name, '^(cuInit|cuCtxCreate|cuDevicePrimaryCtxRetain|cudaSetDevice)') THEN 'context creation'
-               WHEN nsa_sync_kind(c.name) IS NOT NULL THEN 'waiting for the GPU'
+               WHEN nsa_blocking_call(c.name) IS NOT NULL THEN 'waiting for the GPU'
            END AS category,
            c.duration_ns
     FROM cuda_api AS c JOIN nsa_steady($report_id) AS w ON w.report_id = c.report_id

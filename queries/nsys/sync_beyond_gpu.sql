@@ -1,7 +1,7 @@
 -- Blocking CUDA API calls per report, process and call name, with the part of the blocked time
 -- the process's GPUs had nothing to do ("beyond GPU work"). Time blocked while a GPU of the
 -- process was busy is mostly harmless (the host waits for work it needs); time blocked while
--- they were all idle is lost on both sides. The calls are those of nsa_sync_kind, as in
+-- they were all idle is lost on both sides. The calls are those of nsa_blocking_call, as in
 -- sync_calls; each call's busy time is the union of the GPU activity (nsa_gpu_activity) of its
 -- process's devices inside the call, on the device that was busiest.
 -- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
@@ -21,7 +21,7 @@ calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, duration_ns, name,
            row_number() OVER () AS call_id
     FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_sync_kind(name) IS NOT NULL
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_blocking_call(name) IS NOT NULL
 ),
 -- each call's start and end as probe rows on each GPU of its process, placed after the
 -- activities that start at the same time (end_ns NULL: a probe adds nothing)

@@ -1,6 +1,6 @@
 -- Blocking CUDA API calls per report, process and API name: how long host threads sat in
 -- device/stream/event/context synchronize and in synchronous cudaMemcpy / cudaMemset (the
--- nsa_sync_kind list; cudaStreamWaitEvent, queries and *Async calls do not block). span_pct is
+-- nsa_blocking_call list; cudaStreamWaitEvent, queries and *Async calls do not block). span_pct is
 -- the blocked time as a share of the report span (first to last start/end of any CUDA API call,
 -- kernel, memcpy or memset of the report); several threads can block at once, so it can pass 100.
 -- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
@@ -8,7 +8,7 @@
 -- col report_id INTEGER: workspace report id.
 -- col pid BIGINT: process id.
 -- col name VARCHAR: CUDA API call.
--- col sync_kind VARCHAR: synchronize, memcpy or memset.
+-- col blocking VARCHAR: synchronize, memcpy or memset.
 -- col calls BIGINT: number of calls.
 -- col total_ns BIGINT: summed time blocked in the calls (ns).
 -- col avg_ns DOUBLE: mean call duration (ns).
@@ -16,9 +16,9 @@
 -- col threads BIGINT: distinct host threads that made the calls.
 -- col span_pct DOUBLE: total_ns as a share of the report span (%).
 WITH c AS (
-    SELECT report_id, pid, tid, name, nsa_sync_kind(name) AS sync_kind, duration_ns
+    SELECT report_id, pid, tid, name, nsa_blocking_call(name) AS blocking, duration_ns
     FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_sync_kind(name) IS NOT NULL
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_blocking_call(name) IS NOT NULL
 ),
 span AS (
     SELECT report_id, max(end_ns) - min(start_ns) AS span_ns
@@ -31,7 +31,7 @@ span AS (
 ),
 s AS (
     SELECT
-        report_id, pid, name, sync_kind,
+        report_id, pid, name, blocking,
         count(*) AS calls,
         sum(duration_ns) AS total_ns,
         avg(duration_ns) AS avg_ns,
@@ -44,7 +44,7 @@ SELECT
     s.report_id,
     s.pid,
     s.name,
-    s.sync_kind,
+    s.blocking,
     CAST(s.calls AS BIGINT) AS calls,
     CAST(s.total_ns AS BIGINT) AS total_ns,
     CAST(s.avg_ns AS DOUBLE) AS avg_ns,

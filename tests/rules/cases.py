@@ -50,9 +50,9 @@ def copy(
         "end_ns": start + dur,
         "duration_ns": dur,
         "bytes": nbytes,
-        "copy_kind": kind,
-        "src_kind": src,
-        "dst_kind": dst,
+        "direction": kind,
+        "src_memory": src,
+        "dst_memory": dst,
         "correlation_id": corr,
     }
 
@@ -163,12 +163,12 @@ def _warmup_then_steps(steady_busy: int) -> dict[str, list[dict]]:
 
 def _ncu(name: str = "void heavy_kernel(float*)", **m: float) -> dict[str, list[dict]]:
     k, rows = ncu_launch(0, name, 1 * MS, **m)
-    return {"reports": [{"report_id": 1, "kind": "ncu"}], "ncu_kernels": [k], "ncu_metrics": rows}
+    return {"reports": [{"report_id": 1, "format": "ncu"}], "ncu_kernels": [k], "ncu_metrics": rows}
 
 
 def _alloc(ts: int, n: int) -> dict:
     return {"report_id": 1, "device_id": 0, "pid": PID, "ts_ns": ts, "operation": "alloc", "bytes": n,
-            "delta_bytes": n, "memory_kind": "device"}  # fmt: skip
+            "delta_bytes": n, "memory": "device"}  # fmt: skip
 
 
 def _memory_per_step(grows: list[int], total_memory: int = 80 << 30) -> dict[str, list[dict]]:
@@ -342,7 +342,12 @@ CASES: list[dict[str, Any]] = [
         "rules": ["copy-dominated"],
         "rows": {
             "memcpy": [
-                {**copy(0, 90 * MS, 10**10), "copy_kind": "DtoD", "src_kind": "device", "dst_kind": "device"}
+                {
+                    **copy(0, 90 * MS, 10**10),
+                    "direction": "DtoD",
+                    "src_memory": "device",
+                    "dst_memory": "device",
+                }
             ],
             "kernels": [kernel(90 * MS, 5 * MS)],
         },
@@ -403,7 +408,7 @@ CASES: list[dict[str, Any]] = [
             "reports": [
                 {
                     "report_id": 1,
-                    "kind": "nsys",
+                    "format": "nsys",
                     "has_kernels": False,
                     "activity_kinds": ["cuda_api", "nvtx", "osrt"],
                 }

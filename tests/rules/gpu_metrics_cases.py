@@ -63,7 +63,10 @@ def _with_kinds(case: dict[str, Any]) -> dict[str, Any]:
     kinds = {"kernels": "kernel", "cuda_api": "cuda_api", "nvtx_ranges": "nvtx", "gpu_metrics": "gpu_metrics"}
     rows = case["rows"]
     found = sorted({kinds[t] for t in rows if t in kinds})
-    return {**case, "rows": {"reports": [{"report_id": 1, "kind": "nsys", "activity_kinds": found}], **rows}}
+    return {
+        **case,
+        "rows": {"reports": [{"report_id": 1, "format": "nsys", "activity_kinds": found}], **rows},
+    }
 
 
 GPU_METRIC_CASES: list[dict[str, Any]] = [

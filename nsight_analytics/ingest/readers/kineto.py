@@ -82,7 +82,7 @@ class KinetoReader(Reader[Trace]):
             progress("events", 0, 2)
         stager, staged = kineto_events.stage(con, path)
         try:
-            if not any(n for kind, n in staged.counts.items() if kind != "meta"):
+            if not any(n for what, n in staged.counts.items() if what != "meta"):
                 raise InputError(
                     f"{path} is a PyTorch profiler trace with no events: the profiler recorded nothing; "
                     "export the trace from inside the profiled region (`on_trace_ready`) or after a step ran."

@@ -82,7 +82,7 @@ class NsysRepReader(Reader[Report]):
 
     def clean(self, con: duckdb.DuckDBPyConnection) -> None:
         kept = params.execute(
-            con, "SELECT sha256 FROM reports WHERE kind = $kind", {"kind": self.name}
+            con, "SELECT sha256 FROM reports WHERE format = $format", {"format": self.name}
         ).fetchall()
         export_cache.prune(con, (sha for (sha,) in kept))
 

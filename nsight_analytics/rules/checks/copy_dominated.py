@@ -53,7 +53,7 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
     """
     util = ctx.query("utilization", rid, phase="steady")
     copies = ctx.query("memcpy_summary", rid, phase="steady")
-    hd = copies.where(lambda r: r.copy_kind in HOST_DEVICE)
+    hd = copies.where(lambda r: r.direction in HOST_DEVICE)
     if not util or not hd:
         return []
     window = ctx.steady(rid)
@@ -90,9 +90,9 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
     savings = max(per_device.values()) if per_device else None
     memory = host_memory(top)
     if memory == "pageable":
-        rate = rates.get(str(top.copy_kind))
+        rate = rates.get(str(top.direction))
         recommendation = (
-            f"Allocate the host buffers of these {top.copy_kind} copies as pinned memory (cudaHostAlloc / "
+            f"Allocate the host buffers of these {top.direction} copies as pinned memory (cudaHostAlloc / "
             f"cudaHostRegister; PyTorch: tensor.pin_memory(), DataLoader(pin_memory=True)): pageable copies "
             f"are staged by the driver and ran at {bw(top.bytes, top.total_ns)}"
             + (f" where pinned copies in this run reached {rate:.3g} GB/s" if rate else "")
@@ -100,7 +100,7 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         )
     else:
         recommendation = (
-            f"The {top.copy_kind} copies already use {memory} memory at {bw(top.bytes, top.total_ns)}: "
+            f"The {top.direction} copies already use {memory} memory at {bw(top.bytes, top.total_ns)}: "
             "the win is moving fewer bytes. Keep tensors resident on the GPU across steps instead of re-sending "
             "them, send only what changed or in lower precision (bf16/fp16/int8), and overlap what remains with "
             "compute (cudaMemcpyAsync on a side stream, double buffering; PyTorch: non_blocking=True)."
@@ -121,7 +121,7 @@ def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         "kernel_share": kernel_share,
         "devices": devices,
         "dominant": {
-            "copy_kind": str(top.copy_kind),
+            "direction": str(top.direction),
             "host_memory": memory,
             "copies": int(top.copies),
             "bytes": int(top.bytes),

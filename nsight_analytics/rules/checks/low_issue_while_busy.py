@@ -98,14 +98,14 @@ def low_issue_while_busy(ctx: Context, rid: int) -> list[Finding]:
     window = ctx.steady(rid)
     phase = "steady" if window is not None else None
     rows = ctx.query("gpu_metrics_by_range", rid, metrics=",".join(_METRICS), phase=phase)
-    steady = [r for r in rows if r.kind == "phase" and r.name in ("steady", "run")]
+    steady = [r for r in rows if r.range_type == "phase" and r.name in ("steady", "run")]
     if not steady:
         return []
     total = {r.device_id: int(r.gpu_ns) for r in steady}
-    step_names = {r.name for r in rows if r.kind == "step"}
+    step_names = {r.name for r in rows if r.range_type == "step"}
     ranges: dict[tuple[int, str], list[Any]] = {}
     for r in rows:
-        if r.kind == "nvtx" and r.name not in step_names:
+        if r.range_type == "nvtx" and r.name not in step_names:
             ranges.setdefault((r.device_id, r.name), []).append(r)
     out = []
     for (dev, name), rs in ranges.items():

@@ -62,7 +62,7 @@ def memory_growth(ctx: Context, rid: int) -> list[Finding]:
     rows = ctx.query("memory_steps", rid).where(lambda r: bool(r.steady))
     series: dict[tuple[Any, Any, Any], list[Any]] = {}
     for r in rows:
-        series.setdefault((r.device_id, r.pid, r.memory_kind), []).append(r)
+        series.setdefault((r.device_id, r.pid, r.memory), []).append(r)
     leaks = [t for t in (_trend(steps, ctx) for steps in series.values()) if t is not None]
     if not leaks:
         return []
@@ -70,7 +70,7 @@ def memory_growth(ctx: Context, rid: int) -> list[Finding]:
     per_step = worst["growth_bytes"] / worst["steady_steps"]
     where = f"device {worst['device_id']}" if worst["device_id"] is not None else "host"
     message = (
-        f"The {worst['memory_kind']} memory held by process {worst['pid']} on {where} grew by "
+        f"The {worst['memory']} memory held by process {worst['pid']} on {where} grew by "
         f"{size(worst['growth_bytes'])} over {count(worst['steady_steps'])} steady steps "
         f"({size(worst['held_first_bytes'])} -> {size(worst['held_last_bytes'])}, about "
         f"{size(per_step)} per step), in {count(worst['steps_grown'])} of them and in both halves "
@@ -93,7 +93,7 @@ def memory_growth(ctx: Context, rid: int) -> list[Finding]:
         "min_growth_bytes": int(ctx["memory_growth_min_bytes"]),
         **steady_evidence(ctx.steady(rid)),
     }
-    title = f"{worst['memory_kind'].capitalize()} memory grows {size(per_step)} per step"
+    title = f"{worst['memory'].capitalize()} memory grows {size(per_step)} per step"
     return [Finding("memory-growth", severity, rid, title, message, memory_growth.fix, evidence, None)]
 
 
@@ -113,7 +113,7 @@ def _trend(steps: list[Any], ctx: Context) -> dict[str, Any] | None:
     return {
         "device_id": steps[0].device_id,
         "pid": steps[0].pid,
-        "memory_kind": str(steps[0].memory_kind),
+        "memory": str(steps[0].memory),
         "steady_steps": len(steps),
         "steps_grown": grown,
         "held_first_bytes": first,

@@ -66,8 +66,8 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
             f"{copy_phrase(g)}: {count(g.copies)} copies, {size(g.bytes)} in {dur(g.total_ns)} at "
             f"{bw(g.bytes, g.total_ns)}"
         )
-        if g.copy_kind in rates:
-            text += f" (pinned: {rates[g.copy_kind]:.3g} GB/s)"
+        if g.direction in rates:
+            text += f" (pinned: {rates[g.direction]:.3g} GB/s)"
         parts.append(text)
     apis = sorted(set().union(*(g.apis for g in groups)))
     async_note = ""
@@ -95,9 +95,9 @@ def pageable_memcpy(ctx: Context, rid: int) -> list[Finding]:
         "span_share": share,
         "groups": [
             {
-                "copy_kind": str(g.copy_kind),
-                "src_kind": str(g.src_kind),
-                "dst_kind": str(g.dst_kind),
+                "direction": str(g.direction),
+                "src_memory": str(g.src_memory),
+                "dst_memory": str(g.dst_memory),
                 "copies": int(g.copies),
                 "bytes": int(g.bytes),
                 "total_ns": int(g.total_ns),
