@@ -51,11 +51,12 @@ CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
 -- nsa_blocking_call(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
 --   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix;
---                  the per-thread default stream variant cudaStreamSynchronize_ptsz too);
---   'memcpy':      a synchronous copy: cudaMemcpy, cudaMemcpy2D/3D/Peer/ToSymbol..., cuMemcpy*
---                  without `Async` in the name;
---   'memset':      a synchronous memset: cudaMemset, cudaMemset2D/3D, cuMemsetD8/16/32... without
---                  `Async`.
+--                  the per-thread default stream variant cudaStreamSynchronize_ptsz too), and
+--                  ROCm's hip Device-, Stream-, Event- and CtxSynchronize (PyTorch traces on AMD);
+--   'memcpy':      a synchronous copy: cudaMemcpy, cudaMemcpy2D/3D/Peer/ToSymbol..., cuMemcpy*,
+--                  hipMemcpy* without `Async` in the name;
+--   'memset':      a synchronous memset: cudaMemset, cudaMemset2D/3D, cuMemsetD8/16/32...,
+--                  hipMemset* without `Async`.
 -- cudaStreamWaitEvent (a GPU-side dependency), cudaEventQuery / cudaStreamQuery (polls) and every
 -- *Async call are not blocking. Implicit synchronisation (cudaFree, cudaMalloc on some drivers,
 -- an Async copy from pageable memory) is not counted.
@@ -63,13 +64,15 @@ CREATE OR REPLACE MACRO nsa_blocking_call(api_name) AS
     CASE
         WHEN api_name IS NULL OR contains(api_name, 'Async') THEN NULL
         -- contains / starts_with first: the same matches as the regular expressions
-        -- ^cu(da)?...Synchronize..., ^cu(da)?Memcpy and ^cu(da)?Memset, without running a regex
-        -- on each of millions of cudaLaunchKernel rows
+        -- ^(cu|cuda|hip)...Synchronize..., ^(cu|cuda|hip)Memcpy and ^(cu|cuda|hip)Memset, without
+        -- running a regex on each of millions of cudaLaunchKernel rows
         WHEN contains(api_name, 'Synchronize')
-             AND regexp_matches(api_name, '^cu(da)?(Device|Thread|Ctx|Stream|Event)Synchronize(_ptsz)?(_v[0-9]+)?$')
+             AND regexp_matches(api_name, '^(cu|cuda|hip)(Device|Thread|Ctx|Stream|Event)Synchronize(_ptsz)?(_v[0-9]+)?$')
             THEN 'synchronize'
-        WHEN starts_with(api_name, 'cudaMemcpy') OR starts_with(api_name, 'cuMemcpy') THEN 'memcpy'
-        WHEN starts_with(api_name, 'cudaMemset') OR starts_with(api_name, 'cuMemset') THEN 'memset'
+        WHEN starts_with(api_name, 'cudaMemcpy') OR starts_with(api_name, 'cuMemcpy')
+             OR starts_with(api_name, 'hipMemcpy') THEN 'memcpy'
+        WHEN starts_with(api_name, 'cudaMemset') OR starts_with(api_name, 'cuMemset')
+             OR starts_with(api_name, 'hipMemset') THEN 'memset'
     END;
 
 -- nsa_union_ns(end, start, prev_max_end): the part of [start, end] not already covered by the
