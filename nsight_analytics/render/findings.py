@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ..rules.model import Finding
 from ..rules.units import dur
 from .rows import Result, jsonable
 from .rows import to_csv as rows_to_csv
+
+F = TypeVar("F")
 
 # `text` (also spelled `table`, the name every other command gives its human format)
 FORMATS = ("text", "table", "csv", "json", "markdown")
@@ -20,11 +23,12 @@ def _savings(f: Finding) -> str:
     return f"est. savings {dur(f.est_savings_ns)}" if f.est_savings_ns is not None else "no savings estimate"
 
 
-def grouped(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
+def grouped(findings: Sequence[F], field: Callable[[F, str], Any] = getattr) -> list[tuple[F, list[F]]]:
     """Findings in rank order, each with the lower-ranked findings of the same report that
-    estimate the same saving (`same_saving_as`, either way round): one fix, shown once."""
+    estimate the same saving (`same_saving_as`, either way round): one fix, shown once.
+    `field(finding, name)` reads a field: getattr for `Finding`s, item access for their dicts."""
     taken: set[int] = set()
-    groups: list[tuple[Finding, list[Finding]]] = []
+    groups: list[tuple[F, list[F]]] = []
     for i, f in enumerate(findings):
         if i in taken:
             continue
@@ -33,8 +37,11 @@ def grouped(findings: list[Finding]) -> list[tuple[Finding, list[Finding]]]:
             for j, g in enumerate(findings)
             if j > i
             and j not in taken
-            and g.report_id == f.report_id
-            and (g.same_saving_as == f.rule_id or f.same_saving_as == g.rule_id)
+            and field(g, "report_id") == field(f, "report_id")
+            and (
+                field(g, "same_saving_as") == field(f, "rule_id")
+                or field(f, "same_saving_as") == field(g, "rule_id")
+            )
         ]
         taken.update(same)
         groups.append((f, [findings[j] for j in same]))

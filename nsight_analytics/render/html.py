@@ -17,6 +17,7 @@ from typing import Any
 
 from . import svg
 from .diff_panels import diff_sections
+from .findings import grouped
 from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
 from .ncu_panels import ncu_sections
 from .svg import fmt_bytes, fmt_ns
@@ -99,7 +100,9 @@ def findings_section(found: list[dict[str, Any]]) -> str:
     if not found:
         return section("findings", "Findings", '<p class="ok">No findings: every rule passed.</p>')
     cards = []
-    for i, f in enumerate(found):
+    index = {id(f): i for i, f in enumerate(found)}  # the finding's place in the page's data
+    for f, same in grouped(found, lambda d, name: d.get(name)):
+        i = index[id(f)]
         pin = f.get("pin")
         goto = (
             f'<button class="goto" data-timeline="0" data-s="{pin["s"]}" data-d="{pin["d"]}">'
@@ -114,7 +117,12 @@ def findings_section(found: list[dict[str, Any]]) -> str:
             f'<h3><span class="sev">{escape(f["severity"])}</span> {escape(f["title"])}'
             f"<small> {escape(f['rule_id'])}{saving}</small></h3>"
             f'<p>{escape(f["message"])}</p><p class="fix"><b>Fix:</b> {escape(f["recommendation"])}</p>'
-            f"<details><summary>evidence</summary><pre>{evidence}</pre></details>{goto}</article>"
+            + "".join(
+                f'<p class="same-saving" data-rule="{escape(g["rule_id"])}">Same saving, also found by '
+                f"{escape(g['rule_id'])} [{escape(g['severity'])}]: {escape(g['title'])}. {escape(g['message'])}</p>"
+                for g in same
+            )
+            + f"<details><summary>evidence</summary><pre>{evidence}</pre></details>{goto}</article>"
         )
     return section("findings", "Findings", "".join(cards))
 
