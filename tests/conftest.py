@@ -62,6 +62,36 @@ def nsys_real_workspace(tmp_path_factory):
     con.close()
 
 
+@pytest.fixture(scope="session")
+def nsys_any_workspace(request, tmp_path_factory):
+    """(connection, {file name: report_id}) for checks that hold on any set of exports with rows
+    (query contracts, the queries the rules declare): `nsys_real_workspace` when ../shared/realdata
+    is there; otherwise what ships in the repository, so a clone without it still runs them: the
+    bundled demo export, tests/data's nsys captures, a PyTorch profiler trace of tests/data/kineto
+    (its memory events feed the memory queries) and every code-built fixture export of
+    fixtures/nsys_fixtures.py (the old 2.x and 3.0.0 schemas, edge cases, no GPU activity)."""
+    if NSYS_FILES:
+        yield request.getfixturevalue("nsys_real_workspace")
+        return
+    import nsight_analytics as nsa
+    from fixtures.nsys_fixtures import write_all
+
+    folder = tmp_path_factory.mktemp("nsys_repo")
+    write_all(folder / "fixtures")
+    data = ROOT / "tests" / "data"
+    files = [
+        ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite",
+        *sorted(data.glob("*.sqlite*")),
+        data / "kineto" / "h100_torch2.11_train_fused_rerun.json.gz",
+        *sorted((folder / "fixtures").glob("*.sqlite")),
+    ]
+    con = nsa.connect(folder / "w.duckdb")
+    ids = {path.name: nsa.ingest(con, path).report_id for path in files}
+    nsa.query(con, "nvtx_summary")  # copies the deferred nvtx_ranges table once
+    yield con, ids
+    con.close()
+
+
 # --- end of nsys query library fixtures ---
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import sqlite3
 from pathlib import Path
@@ -9,8 +10,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT.parent / "shared" / "realdata" / "nsys" / "h100x2_nsys2026.2_h2d_heavy.sqlite"
+# A real capture committed with the tests (tests/data/README.md): kernels, CUDA API calls, copies,
+# memsets, syncs and NVTX ranges, all of them tables the generator tiles.
+PACKED = ROOT / "tests" / "data" / "h100_nsys2025.3_sync_loop_before.sqlite.gz"
 TIME_COLS = ("start", "end")
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Path:
+    """The capture as a plain SQLite file."""
+    path = tmp_path_factory.mktemp("src") / PACKED.name.removesuffix(".gz")
+    path.write_bytes(gzip.decompress(PACKED.read_bytes()))
+    return path
 
 
 def _generator():
@@ -27,12 +38,10 @@ def _count(con: sqlite3.Connection, table: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def tiled(tmp_path_factory):
-    if not REAL.exists():
-        pytest.skip(f"real export not found: {REAL} (the shared realdata folder is absent)")
+def tiled(tmp_path_factory, real: Path):
     out = tmp_path_factory.mktemp("bench") / "x3.sqlite"
-    info = _generator().make_large_export(REAL, 3, out)
-    src = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    info = _generator().make_large_export(real, 3, out)
+    src = sqlite3.connect(f"file:{real}?mode=ro", uri=True)
     dst = sqlite3.connect(out)
     yield info, src, dst
     src.close()
@@ -95,11 +104,12 @@ def test_kernel_api_pairs_stay_consistent(tiled):
     assert dst.execute(late).fetchone()[0] == src.execute(late).fetchone()[0] == 0
 
 
-def test_cli_entry_point(tmp_path):
-    if not REAL.exists():
-        pytest.skip(f"real export not found: {REAL}")
+def test_cli_entry_point(tmp_path, real: Path):
     out = tmp_path / "x2.sqlite"
-    assert _generator().main([str(REAL), "2", str(out)]) == 0
+    assert _generator().main([str(real), "2", str(out)]) == 0
+    src = sqlite3.connect(f"file:{real}?mode=ro", uri=True)
+    kernels = _count(src, "CUPTI_ACTIVITY_KIND_KERNEL")
+    src.close()
     con = sqlite3.connect(out)
-    assert _count(con, "CUPTI_ACTIVITY_KIND_KERNEL") == 2 * 3442
+    assert _count(con, "CUPTI_ACTIVITY_KIND_KERNEL") == 2 * kernels > 0
     con.close()

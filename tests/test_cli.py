@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, realdata
+from conftest import ROOT
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
+
+# The bundled demo export: byte for byte ../shared/realdata/nsys/h100_nsys2025.3_pageable_h2d.sqlite,
+# shipped in the package (nsight_analytics/data/README.md), so these tests need no ../shared.
+DEMO = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
 
 
 def invoke(*args: str):
@@ -23,36 +27,45 @@ def invoke(*args: str):
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "w.duckdb"
-    res = invoke("ingest", "--db", str(path), str(realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")))
+    res = invoke("ingest", "--db", str(path), str(DEMO))
     assert res.exit_code == EXIT_OK, res.output
     return path
 
 
 def test_ingest_says_what_it_did(tmp_path: Path) -> None:
-    path = realdata("nsys", "tiny_nsys2026.1.sqlite")
     db = str(tmp_path / "w.duckdb")
-    res = invoke("ingest", "--db", db, str(path))
-    # Counts from sqlite3: 2 kernels with 2 distinct names, 1 memcpy, 1 sync row, 1 GPU, 81
-    # processes; the 9 runtime rows are host-side and copied on first use.
+    res = invoke("ingest", "--db", db, str(DEMO))
+    # Counts from sqlite3 on the export. Its CUDA runtime rows, NVTX ranges and OS runtime calls
+    # (CUPTI_ACTIVITY_KIND_RUNTIME, NVTX_EVENTS, OSRT_API) are host-side and copied on first use.
+    with sqlite3.connect(DEMO) as c:
+        kernels, names = c.execute(
+            "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()
+        (copies,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()
+        (syncs,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION").fetchone()
+        (gpus,) = c.execute("SELECT count(*) FROM TARGET_INFO_GPU").fetchone()
+        (processes,) = c.execute("SELECT count(*) FROM PROCESSES").fetchone()
+        (api_calls,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
     assert res.output == (
-        "tiny_nsys2026.1.sqlite: ingested as report 1 (nsys): 2 kernels, 2 kernel_names, 1 memcpy, "
-        "1 sync_events, 1 gpus, 81 processes; kernel_launch, cuda_api copied on first use (--full copies now).\n"
+        f"demo_pageable_h2d.sqlite: ingested as report 1 (nsys): {kernels:,} kernels, {names:,} kernel_names, "
+        f"{copies:,} memcpy, {syncs:,} sync_events, {gpus:,} gpus, {processes:,} processes; kernel_launch, "
+        "cuda_api, nvtx_ranges, osrt_api copied on first use (--full copies now).\n"
     )
     res = invoke("sql", "--db", db, "SELECT count(*) AS n FROM cuda_api", "--format", "csv")
-    assert res.output == "n\n9\n"
-    res = invoke("ingest", "--db", db, str(path))
+    assert res.output == f"n\n{api_calls}\n"
+    res = invoke("ingest", "--db", db, str(DEMO))
     assert res.exit_code == EXIT_OK
     assert "already in the workspace as report 1" in res.output
 
 
 def test_env_var_picks_the_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NSA_DB", str(tmp_path / "env.duckdb"))
-    assert invoke("ingest", str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code == EXIT_OK
+    assert invoke("ingest", str(DEMO)).exit_code == EXIT_OK
     assert (tmp_path / "env.duckdb").exists()
 
 
 def test_sql_formats(db: Path) -> None:
-    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    src = DEMO
     with sqlite3.connect(src) as c:
         (n, total) = c.execute(
             'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY'
@@ -196,10 +209,13 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
     from nsight_analytics import schema
 
     path = tmp_path / "old.duckdb"
-    assert (
-        invoke("ingest", "--db", str(path), str(realdata("nsys", "tiny_nsys2026.1.sqlite"))).exit_code
-        == EXIT_OK
-    )
+    assert invoke("ingest", "--db", str(path), str(DEMO)).exit_code == EXIT_OK
+    with sqlite3.connect(DEMO) as c:  # the export's kernel names, and those with a mangled name
+        names, mangled = c.execute(
+            "SELECT count(DISTINCT demangledName), "
+            "count(DISTINCT demangledName) FILTER (WHERE mangledName IS NOT NULL) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()
+    assert mangled > 0
     with duckdb.connect(str(path)) as con:
         con.execute('ALTER TABLE kernel_names DROP COLUMN "mangled_name"')
         con.execute('ALTER TABLE ncu_kernels DROP COLUMN "invocations"')
@@ -211,7 +227,7 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
         "--format",
         "csv",
     )
-    assert res.output == "n,named\n2,0\n"
+    assert res.output == f"n,named\n{names},0\n"
     with duckdb.connect(str(path), read_only=True) as con:
         for table in ("kernel_names", "ncu_kernels"):
             cols = [
@@ -221,12 +237,12 @@ def test_old_workspace_gains_new_columns(tmp_path: Path) -> None:
                 ).fetchall()
             ]
             assert sorted(cols) == sorted(schema.BY_NAME[table].col_names)
-    res = invoke("ingest", "--db", str(path), "--replace", str(realdata("nsys", "tiny_nsys2026.1.sqlite")))
+    res = invoke("ingest", "--db", str(path), "--replace", str(DEMO))
     assert res.exit_code == EXIT_OK, res.output
     res = invoke(
         "sql", "--db", str(path), "SELECT count(mangled_name) AS named FROM kernel_names", "--format", "csv"
     )
-    assert res.output == "named\n2\n"
+    assert res.output == f"named\n{mangled}\n"
 
 
 def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +18,26 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from conftest import ROOT, realdata
+from conftest import ROOT
 from nsight_analytics import queries, schema
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 from nsight_analytics.render import schema_page as render_schema_page
 from nsight_analytics.rules import rules
 from nsight_analytics.rules.config import ConfigError, load_config
 
-TINY = "tiny_nsys2026.1.sqlite"
+# Real captures that ship in the repository, so these tests need no ../shared: the bundled demo
+# export (nsight_analytics/data/README.md) and a capture committed with the tests (tests/data/README.md).
+DEMO = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
+IDLE_GAPS = ROOT / "tests" / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+
+
+def demo_kernels() -> int:
+    """The demo export's kernels, counted with sqlite3."""
+    con = sqlite3.connect(DEMO)
+    try:
+        return int(con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    finally:
+        con.close()
 
 
 def run(*args: str, **env: str):
@@ -53,9 +66,9 @@ def state(db: Path) -> list[tuple]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    """A workspace holding the tiny real export as report 1, its CUDA API calls still deferred."""
+    """A workspace holding the demo export as report 1, its CUDA API calls still deferred."""
     path = tmp_path / "w.duckdb"
-    res = run("ingest", "--db", str(path), str(realdata("nsys", TINY)))
+    res = run("ingest", "--db", str(path), str(DEMO))
     assert res.exit_code == EXIT_OK, res.output
     assert "cuda_api" in state(path)[0][2]
     return path
@@ -112,7 +125,7 @@ def test_output_to_a_file_writes_only_data(db: Path, tmp_path: Path) -> None:
         "sql", "--db", str(db), "SELECT count(*) AS n FROM kernels", "--format", "csv", "-o", str(target)
     )
     assert (res.exit_code, res.stdout, res.stderr) == (EXIT_OK, "", "")
-    assert target.read_text() == "n\n2\n"
+    assert target.read_text() == f"n\n{demo_kernels()}\n"
 
 
 @pytest.mark.parametrize("command", ["query gaps", "query kernel_summary", "findings"])
@@ -206,8 +219,8 @@ def test_every_library_default_satisfies_the_parameter_conventions() -> None:
 
 
 def test_ingest_good_bad_good(tmp_path: Path) -> None:
-    good = realdata("nsys", TINY)
-    good2 = realdata("nsys", "minimal_columns_nsys2026.1.sqlite")
+    good = DEMO
+    good2 = IDLE_GAPS
     bad = tmp_path / "bad.sqlite"
     bad.write_text("not a profile\n")
     db = tmp_path / "w.duckdb"
@@ -215,8 +228,8 @@ def test_ingest_good_bad_good(tmp_path: Path) -> None:
     assert res.exit_code == EXIT_ERROR
     lines = res.stdout.splitlines()
     assert [line.split(":")[0:2] for line in lines] == [
-        [TINY, " ingested as report 1 (nsys)"],
-        ["minimal_columns_nsys2026.1.sqlite", " ingested as report 2 (nsys)"],
+        [DEMO.name, " ingested as report 1 (nsys)"],
+        [IDLE_GAPS.name, " ingested as report 2 (nsys)"],
     ]
     assert res.stderr == (
         f"bad.sqlite: failed: {bad} is not an SQLite file nor an ncu CSV; for nsys, export it with "
@@ -296,7 +309,7 @@ def test_sql_own_table_round_trip(db: Path) -> None:
     assert run("sql", "--db", str(db), "CREATE TABLE mine (n INTEGER)").exit_code == EXIT_OK
     assert run("sql", "--db", str(db), "INSERT INTO mine SELECT count(*) FROM kernels").exit_code == EXIT_OK
     res = run("sql", "--db", str(db), "SELECT n FROM mine", "--format", "csv")
-    assert (res.exit_code, res.stdout) == (EXIT_OK, "n\n2\n")
+    assert (res.exit_code, res.stdout) == (EXIT_OK, f"n\n{demo_kernels()}\n")
 
 
 def test_sql_allow_writes(db: Path) -> None:
@@ -510,11 +523,11 @@ def test_verbose_logs_steps_and_times_on_stderr(db: Path) -> None:
 
 
 def test_verbose_ingest_times_each_step(tmp_path: Path) -> None:
-    res = run("-v", "ingest", "--db", str(tmp_path / "w.duckdb"), str(realdata("nsys", TINY)))
+    res = run("-v", "ingest", "--db", str(tmp_path / "w.duckdb"), str(DEMO))
     assert res.exit_code == EXIT_OK, res.output
     lines = res.stderr.splitlines()
-    assert lines[0].startswith(f"nsa: ingest {TINY}: kernel_rows: ") and lines[0].endswith(" s")
-    assert re.fullmatch(rf"nsa: ingest {re.escape(TINY)}: \d+\.\d{{3}} s", lines[-1]), lines[-1]
+    assert lines[0].startswith(f"nsa: ingest {DEMO.name}: kernel_rows: ") and lines[0].endswith(" s")
+    assert re.fullmatch(rf"nsa: ingest {re.escape(DEMO.name)}: \d+\.\d{{3}} s", lines[-1]), lines[-1]
 
 
 # --- the rules config file ----------------------------------------------------------------------

@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 
 import nsight_analytics as nsa
-from conftest import NSYS_FILES, realdata
+from conftest import NSYS_FILES, ROOT
 
-pytestmark = pytest.mark.skipif(not NSYS_FILES, reason="../shared/realdata/nsys is absent")
+# The bundled demo export (byte for byte ../shared/realdata/nsys/h100_nsys2025.3_pageable_h2d.sqlite,
+# shipped in the package): the ingest behaviours below that need no particular file run on it.
+DEMO = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
+# the checks of every real export
+REAL = pytest.mark.skipif(not NSYS_FILES, reason="../shared/realdata/nsys is absent")
 
 # CUPTI codes, written out by hand from CUpti_ActivityMemcpyKind / CUpti_ActivityMemoryKind.
 COPY = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -52,6 +56,7 @@ TABLES = {
 }
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_row_counts_and_times(ws, path: Path) -> None:
     con, ids = ws
@@ -68,6 +73,7 @@ def test_row_counts_and_times(ws, path: Path) -> None:
         assert (got[0], int(got[1])) == expected, canonical
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_kernel_names_and_pids(ws, path: Path) -> None:
     con, ids = ws
@@ -97,6 +103,7 @@ def test_kernel_names_and_pids(ws, path: Path) -> None:
     assert got_pids == pids
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_kernel_names_table(ws, path: Path) -> None:
     # one row per distinct (demangled, short, mangled) name, with its kernel count
@@ -124,6 +131,7 @@ def test_kernel_names_table(ws, path: Path) -> None:
     assert sum(r[3] for r in got) == sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
     con, ids = ws
@@ -146,6 +154,7 @@ def test_memcpy_bytes_per_kind(ws, path: Path) -> None:
     assert got == expected
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_api_names_lose_version_suffix(ws, path: Path) -> None:
     con, ids = ws
@@ -162,6 +171,7 @@ def test_api_names_lose_version_suffix(ws, path: Path) -> None:
     assert got == expected
 
 
+@REAL
 @pytest.mark.parametrize("path", NSYS_FILES, ids=lambda p: p.stem)
 def test_nvtx_names(ws, path: Path) -> None:
     con, ids = ws
@@ -181,6 +191,7 @@ def test_nvtx_names(ws, path: Path) -> None:
     assert got == expected
 
 
+@REAL
 def test_report_rows_tell_what_was_captured(ws) -> None:
     con, ids = ws
     rows = {
@@ -198,7 +209,7 @@ def test_report_rows_tell_what_was_captured(ws) -> None:
 
 
 def test_reingest_is_a_noop_and_replace_keeps_the_id(tmp_path: Path) -> None:
-    path = realdata("nsys", "tiny_nsys2026.1.sqlite")
+    path = DEMO
     con = nsa.connect(tmp_path / "w.duckdb")
     first = nsa.ingest(con, path)
     again = nsa.ingest(con, path)
@@ -206,12 +217,14 @@ def test_reingest_is_a_noop_and_replace_keeps_the_id(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM reports").fetchone()[0] == 1
     replaced = nsa.ingest(con, path, replace=True)
     assert (replaced.status, replaced.report_id) == ("replaced", first.report_id)
-    # Two kernels in the file (sqlite3: SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL), not four.
-    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == 2
+    # The file's kernels once (sqlite3: SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL), not twice.
+    ((kernels,),) = sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    assert kernels > 0
+    assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == kernels
 
 
 def test_deferred_steps_load_on_first_query(tmp_path: Path) -> None:
-    path = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    path = DEMO
     (expected,) = sq(path, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60)")[0]
     con = nsa.connect(tmp_path / "w.duckdb")
     r = nsa.ingest(con, path)
@@ -243,6 +256,7 @@ def _sqlite_launch_rows(path: Path) -> Counter:
     return Counter(sq(path, f"SELECT {picked} FROM CUPTI_ACTIVITY_KIND_KERNEL"))
 
 
+@REAL
 @pytest.mark.parametrize(
     "path", [p for p in NSYS_FILES if has_table(p, TABLES["kernels"])], ids=lambda p: p.stem
 )

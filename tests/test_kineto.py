@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 import nsight_analytics as nsa
-from conftest import REALDATA, ROOT
+from conftest import REALDATA, ROOT, realdata
 from nsight_analytics import queries
 from nsight_analytics.cli import EXIT_ERROR, main
 from nsight_analytics.errors import InputError
@@ -83,11 +83,10 @@ def table_counts(con: Any, rid: int) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def kineto_workspace(tmp_path_factory):
-    """(connection, {file name: report_id}) with every shared and own Kineto trace."""
-    if not SHARED:
-        pytest.skip(
-            f"real data not available: {KINETO_DIR} (tests expect ../shared/realdata beside the repo)"
-        )
+    """(connection, {file name: report_id}) with every shared and own Kineto trace: our own, in
+    tests/data/kineto, without ../shared/realdata (tests about one shared trace skip then)."""
+    if not TRACES:
+        pytest.skip(f"no Kineto traces in {KINETO_DIR} nor in {OURS_DIR}")
     con = nsa.connect(tmp_path_factory.mktemp("kineto") / "w.duckdb")
     ids = {p.name: nsa.ingest(con, p).report_id for p in TRACES}
     yield con, ids
@@ -129,8 +128,8 @@ def test_every_trace_ingests_with_the_counts_of_its_json(kineto_workspace, path:
 
 
 def test_kernel_columns_of_sample_events(kineto_workspace) -> None:
+    path = realdata("kineto", "hta_a100_rank0of2_nccl.json.gz")
     con, ids = kineto_workspace
-    path = KINETO_DIR / "hta_a100_rank0of2_nccl.json.gz"
     trace = load_json(path)
     kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
     for e in kernels[:: max(1, len(kernels) // 25)]:
@@ -145,8 +144,8 @@ def test_kernel_columns_of_sample_events(kineto_workspace) -> None:
 
 
 def test_copies_memory_and_host_rows_of_the_training_trace(kineto_workspace) -> None:
+    path = realdata("kineto", "h100_torch2.11_train_foreach.json.gz")
     con, ids = kineto_workspace
-    path = KINETO_DIR / "h100_torch2.11_train_foreach.json.gz"
     rid = ids[path.name]
     ev = load_json(path)["traceEvents"]
     # copy kinds and bytes per direction, from the event names

@@ -10,7 +10,7 @@ from datetime import datetime
 import duckdb
 import pytest
 
-from conftest import ROOT, realdata
+from conftest import ROOT
 from nsight_analytics import params
 
 VALUES = [
@@ -51,8 +51,9 @@ def test_execute_binds_named_parameters_and_relations_rerun() -> None:
 
 def test_cli_query_ingest_and_findings_do_not_import_pandas(tmp_path) -> None:
     # DuckDB imports pandas (~0.35 s) when it binds a Python value; nsa binds literals instead,
-    # and the timeline rules read plain rows (this export has copy and host-sync findings)
-    src = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    # and the timeline rules read plain rows (this export has copy and host-sync findings); the
+    # bundled demo export is h100_nsys2025.3_pageable_h2d.sqlite, shipped in the package
+    src = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
     runs = [
         ["ingest", str(src)],
         ["query", "gaps", "-p", "min_gap_ns=1000"],

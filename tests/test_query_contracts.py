@@ -60,8 +60,8 @@ def test_columns_on_empty_workspace(tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", QUERIES)
-def test_columns_on_real_workspace(nsys_real_workspace, name: str) -> None:
-    con, _ = nsys_real_workspace
+def test_columns_on_real_workspace(nsys_any_workspace, name: str) -> None:
+    con, _ = nsys_any_workspace
     rel = nsa.query(con, name)
     assert _actual(rel) == _declared(name)
     rows = rel.fetchall()

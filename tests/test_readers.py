@@ -21,19 +21,24 @@ import duckdb
 import pytest
 
 import nsight_analytics as nsa
-from conftest import realdata
+from conftest import ROOT
 from nsight_analytics.errors import InputError
 from nsight_analytics.ingest import LoadResult, Progress, Reader, all_readers, register, unregister
 
 pipeline = sys.modules["nsight_analytics.ingest.pipeline"]
 
-STORM = "h100_nsys2025.3_storm_cudagraph_nodes.sqlite"  # shipped as .sqlite.gz only
+DATA = ROOT / "tests" / "data"
+# committed as .sqlite.gz only; 8.9 MB inside, past the 4 MB a reader sniffs: CUDA graph events,
+# NVTX steps, OS runtime calls (tests/data/README.md)
+COMPILE = DATA / "h100_nsys2025.3_compile_reduce_overhead.sqlite.gz"
+DEMO = ROOT / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"  # the bundled demo export
 # canonical table -> the export's table, counted with sqlite3
 COUNTS = {
     "kernel_rows": "CUPTI_ACTIVITY_KIND_KERNEL",
-    "graph_events": "CUDA_GRAPH_NODE_EVENTS",
+    "graph_events": "CUDA_GRAPH_EVENTS",
     "sync_events": "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     "nvtx_ranges": "NVTX_EVENTS",
+    "osrt_api": "OSRT_API",
     "processes": "PROCESSES",
 }
 
@@ -82,9 +87,11 @@ def test_the_readers_ship_in_the_package() -> None:
     assert folders <= set(packages["packages"])
 
 
-def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path, real_sqlite) -> None:
-    packed = realdata("nsys", STORM + ".gz").resolve()
-    plain = real_sqlite(STORM)  # decompressed by the test's own gzip, read by sqlite3 below
+def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path) -> None:
+    packed = COMPILE.resolve()
+    plain = tmp_path / "plain" / packed.name.removesuffix(".gz")  # by the test's own gzip, for sqlite3
+    plain.parent.mkdir()
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     r = nsa.ingest(con, packed)
     assert (r.format, r.status, r.path) == ("nsys", "ingested", packed)
@@ -97,7 +104,7 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path, real_sqlite
     )
     assert "nvtx_ranges" in r.deferred and _leftovers(tmp_path) == []
     # the deferred tables come from the .gz too, decompressed again on first use
-    assert pipeline.ensure_loaded(con, ["nvtx_ranges", "kernels"]) > 0
+    assert pipeline.ensure_loaded(con, ["nvtx_ranges", "kernels", "osrt_api"]) > 0
     assert con.execute("SELECT deferred_steps FROM reports").fetchone()[0] == ["steps"]
     for canonical, raw in COUNTS.items():
         assert _count(con, canonical, r.report_id) == _sqlite_count(plain, raw), canonical
@@ -111,7 +118,9 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path, real_sqlite
 
 
 def test_gz_ncu_csv_ingests_like_the_csv(tmp_path: Path) -> None:
-    csv = realdata("ncu", "h100_ncu2025.3_transformer_train_details.csv")
+    # the details page of a `--set full` report, base units (tests/data/ncu/variants/manifest.tsv)
+    csv = tmp_path / "details_base.csv"
+    csv.write_bytes(gzip.decompress((DATA / "ncu" / "variants" / "details_base.csv.gz").read_bytes()))
     packed = tmp_path / (csv.name + ".gz")
     packed.write_bytes(gzip.compress(csv.read_bytes()))
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
@@ -146,7 +155,7 @@ def test_errors_inside_a_gz_name_the_gz(tmp_path: Path) -> None:
 def test_a_gz_cut_short_fails_whole(tmp_path: Path, tail: int) -> None:
     """Cut within the first megabytes (not even the format can be told) or after them (found
     while decompressing): random bytes after the export keep the second half past them."""
-    content = realdata("nsys", "tiny_nsys2026.1.sqlite").read_bytes() + random.Random(0).randbytes(tail)
+    content = DEMO.read_bytes() + random.Random(0).randbytes(tail)  # 1.1 MB export, then `tail` bytes
     data = gzip.compress(content)
     packed = tmp_path / "cut.sqlite.gz"
     packed.write_bytes(data[: len(data) // 2])

@@ -73,7 +73,8 @@ def test_h2d_heavy(tmp_path: Path) -> None:
 
 
 def test_pageable_h2d(tmp_path: Path) -> None:
-    path = realdata("nsys", "h100_nsys2025.3_pageable_h2d.sqlite")
+    # h100_nsys2025.3_pageable_h2d.sqlite, byte for byte: the bundled demo export ships in the package
+    path = Path(__file__).resolve().parents[1] / "nsight_analytics" / "data" / "demo_pageable_h2d.sqlite"
     db = sqlite3.connect(path)
     # the steady state: batch_0 (239 ms against a 125 ms median) is warm-up, so from batch_1 on
     durations = dict(

@@ -277,14 +277,18 @@ def test_findings_rank_by_severity_first(tmp_path: Path) -> None:
     assert sorted([big_info, warning_none, critical], key=rank_key) == [critical, warning_none, big_info]
 
 
-def test_moved_export_still_answers_utilization_and_findings(tmp_path: Path, real_sqlite) -> None:
+def test_moved_export_still_answers_utilization_and_findings(tmp_path: Path) -> None:
     """Ingest, move the export away: utilization needs nothing from it (a word in a comment once
     made it ask), and findings judge the whole run, saying the steps are unknown, instead of
-    failing on the steps they can no longer look for."""
+    failing on the steps they can no longer look for. (train.py --opt fused, the capture committed
+    in tests/data: its NVTX steps and start-up are what the findings could no longer look at.)"""
+    import gzip
     import shutil
 
     src = tmp_path / "fused.sqlite"
-    shutil.copyfile(real_sqlite("h100_nsys2025.3_train_fused_gpumetrics.sqlite"), src)
+    packed = Path(__file__).parent / "data" / "h100_nsys2025.3_train_fused_rerun.sqlite.gz"
+    with gzip.open(packed) as fh, src.open("wb") as out:
+        shutil.copyfileobj(fh, out)
     con, rid = _ingest(tmp_path, src)
     ensure_loaded(con, {"cuda_api"})  # what gaps need, copied while the file is there
     src.rename(tmp_path / "moved.sqlite")
