@@ -95,15 +95,31 @@ def reader(
     when the workspace cannot be written, the read-only connection reads it from the source
     export); `check` runs before that, so a request it rejects changes nothing.
     """
+    wanted = set(needs or ())
+    return _loaded_reader(
+        db,
+        check or (lambda con: None),
+        lambda con: bool(wanted and deferred_for(con, wanted)),
+        lambda con: materialise(con, wanted),
+    )
+
+
+def _loaded_reader(
+    db: str | os.PathLike[str] | None,
+    check: Callable[[duckdb.DuckDBPyConnection], None],
+    pending: Callable[[duckdb.DuckDBPyConnection], bool],
+    load: Callable[[duckdb.DuckDBPyConnection], object],
+) -> duckdb.DuckDBPyConnection:
+    """A read-only connection once `check` passed and, when `pending` says data is still in the
+    source exports, `load` ran: in a short writable session when the workspace can be written,
+    else on the read-only connection itself (TEMP tables)."""
     con = _open(db, read_only=True)
     try:
-        if check is not None:
-            check(con)
-        needs = set(needs or ())
-        if not (needs and deferred_for(con, needs)):
+        check(con)
+        if not pending(con):
             return con
         if not writable(db):
-            materialise(con, needs)
+            load(con)
             return con
     except BaseException:
         con.close()
@@ -111,7 +127,7 @@ def reader(
     con.close()
     writer = _open(db, read_only=False)
     try:
-        materialise(writer, needs)
+        load(writer)
     finally:
         writer.close()
     return _open(db, read_only=True)
@@ -367,25 +383,15 @@ def findings_reader(
     """A read-only connection ready for `findings`: what the rules will read on each report is
     stored first in a short writable session (or read from the sources when the workspace
     cannot be written); an unknown report stops before anything is copied."""
-    con = _open(db, read_only=True)
-    try:
-        require_reports(con, [report_id])
-        groups = _rule_reads_by_report(con, report_id, only)
-        if not any(deferred_for(con, tables, rids) for tables, rids in groups.items()):
-            return con
-        if not writable(db):
-            _materialise_for_rules(con, report_id, only)
-            return con
-    except BaseException:
-        con.close()
-        raise
-    con.close()
-    writer = _open(db, read_only=False)
-    try:
-        _materialise_for_rules(writer, report_id, only)
-    finally:
-        writer.close()
-    return _open(db, read_only=True)
+    return _loaded_reader(
+        db,
+        lambda con: require_reports(con, [report_id]),
+        lambda con: any(
+            deferred_for(con, tables, rids)
+            for tables, rids in _rule_reads_by_report(con, report_id, only).items()
+        ),
+        lambda con: _materialise_for_rules(con, report_id, only),
+    )
 
 
 def findings(
