@@ -1,5 +1,6 @@
 """What the power-log readers (readers/power_nvml.py, readers/power_smi.py) share: the CSV
-header test, number parsing with the units loggers write, and the insert into power_samples.
+header test, number parsing with the units loggers write, the insert into power_samples and
+what a load reports.
 
 A power log is a report of its own: its samples carry UTC wall-clock times, and the `energy`
 query lines them up with the reports whose sessions they cover, so one log serves every capture
@@ -18,8 +19,13 @@ import duckdb
 
 from .. import schema
 from ..errors import InputError
+from .reader import LoadResult
 
 COLUMNS = [c for c in schema.BY_NAME["power_samples"].col_names if c != "report_id"]
+# the columns stored as integers: a scaled value (MHz -> Hz, MiB -> bytes) is rounded for them
+INTEGER = {c.name for c in schema.BY_NAME["power_samples"].cols if c.type in ("INTEGER", "BIGINT")} - {
+    "report_id"
+}
 # a value nvidia-smi could not read: `[N/A]`, `[Not Supported]`, `N/A`, `[Unknown Error]`
 _MISSING = re.compile(
     r"^\[?(N/?A|Not Supported|Unknown Error|GPU is lost|Insufficient Permissions)\]?$", re.IGNORECASE
@@ -96,3 +102,13 @@ def insert(con: duckdb.DuckDBPyConnection, samples: Samples, report_id: int) -> 
         [report_id, *(samples.values[c] for c in COLUMNS)],
     )
     return len(samples)
+
+
+def loaded(con: duckdb.DuckDBPyConnection, samples: Samples, report_id: int, label: str) -> LoadResult:
+    """Insert the samples and say what was loaded: `label` names them in the ingest summary."""
+    return LoadResult(
+        rows={label: insert(con, samples, report_id)},
+        activity_kinds=["power"],
+        metadata={"session_start_utc_ns": samples.start_ns},
+        warnings=samples.warnings,
+    )

@@ -34,7 +34,6 @@ OPTIONAL = {
     "mem_used_mib": ("memory_used_bytes", 1 << 20),
     "temperature_c": ("temperature_c", 1),
 }
-INTEGER = {"device_id", "sm_clock_hz", "memory_clock_hz", "memory_used_bytes"}
 # epoch nanoseconds after 1973: a column of seconds or of session-relative times is refused
 MIN_EPOCH_NS = 10**17
 
@@ -58,13 +57,7 @@ class NvmlPowerReader(Reader[power.Samples]):
         defer: set[str],
         progress: Progress | None,
     ) -> LoadResult:
-        n = power.insert(con, handle, report_id)
-        return LoadResult(
-            rows={"power samples": n},
-            activity_kinds=["power"],
-            metadata={"session_start_utc_ns": handle.start_ns},
-            warnings=handle.warnings,
-        )
+        return power.loaded(con, handle, report_id, "power samples")
 
 
 def parse(path: Path) -> power.Samples:
@@ -91,7 +84,7 @@ def parse(path: Path) -> power.Samples:
             if col in at:
                 value = power.number(path, line, col, fields[at[col]])
                 scaled = value * factor if value is not None else None
-                row[target] = round(scaled) if scaled is not None and target in INTEGER else scaled
+                row[target] = round(scaled) if scaled is not None and target in power.INTEGER else scaled
         samples.add(int(fields[at[TIME]]), **row)
     if not len(samples):
         raise InputError(f"{path} is an NVML power log with a header and no samples; log for longer.")

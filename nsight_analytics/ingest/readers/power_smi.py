@@ -51,7 +51,6 @@ UNITS = {
     "gib": 1 << 30,
     "%": 1,
 }
-INTEGER = {"device_id", "sm_clock_hz", "memory_clock_hz", "memory_used_bytes"}
 _HEADER_FIELD = re.compile(r"^(?P<name>[a-z0-9_.]+)\s*(\[(?P<unit>[^\]]*)\])?$")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -88,12 +87,8 @@ class SmiPowerReader(Reader[Handle]):
         defer: set[str],
         progress: Progress | None,
     ) -> LoadResult:
-        n = power.insert(con, handle.samples, report_id)
-        return LoadResult(
-            rows={f"power samples (local times read as {handle.zone})": n},
-            activity_kinds=["power"],
-            metadata={"session_start_utc_ns": handle.samples.start_ns},
-            warnings=handle.samples.warnings,
+        return power.loaded(
+            con, handle.samples, report_id, f"power samples (local times read as {handle.zone})"
         )
 
 
@@ -155,7 +150,7 @@ def parse(path: Path, zone: tzinfo | None) -> power.Samples:
                 continue
             unit = units[i] or _unit_of(fields[i])
             scaled = value * UNITS.get(unit.lower(), 1)
-            row[target] = round(scaled) if target in INTEGER else scaled
+            row[target] = round(scaled) if target in power.INTEGER else scaled
         samples.add(_utc_ns(path, line, fields[names.index(TIME)], zone), **row)
     if not len(samples):
         raise InputError(f"{path} is an nvidia-smi log with a header and no samples; log for longer.")
