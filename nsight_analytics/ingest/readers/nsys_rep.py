@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 
 from ... import params
-from .. import export_cache, nsys, nsys_cli
+from .. import export_cache, nsys_cli
 from ..formats import NSYS_REP_MAGIC
 from ..pipeline import sha256_file
 from ..reader import LoadResult, Progress, Reader, Source
 from .nsys_sqlite import READER as SQLITE
-from .nsys_sqlite import Export
+from .nsys_sqlite import Export, NsysSteps
 
 
 @dataclass
@@ -33,13 +33,8 @@ class Report:
     report: Path  # the .nsys-rep read, named in messages instead of the export
 
 
-class NsysRepReader(Reader[Report]):
+class NsysRepReader(NsysSteps, Reader[Report]):
     name = "nsys-rep"
-    deferrable = nsys.DEFERRABLE
-    derived = nsys.DERIVED
-    optional = nsys.OPTIONAL
-    step_writes = nsys.STEP_WRITES
-    worked_out = nsys.WORKED_OUT
 
     def sniff(self, head: bytes) -> bool:
         return head.startswith(NSYS_REP_MAGIC)

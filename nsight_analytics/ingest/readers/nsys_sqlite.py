@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import duckdb
 
@@ -35,13 +36,19 @@ class Export:
     path: Path
 
 
-class NsysSqliteReader(Reader[Export]):
+class NsysSteps:
+    """The deferred steps of the nsys tables (Reader's attributes), for every reader that reads an
+    nsys SQLite export in the end: this one and the `.nsys-rep` reader."""
+
+    deferrable: tuple[str, ...] = nsys.DEFERRABLE
+    derived: tuple[str, ...] = nsys.DERIVED
+    optional: tuple[str, ...] = nsys.OPTIONAL
+    step_writes: ClassVar[dict[str, tuple[str, ...]]] = nsys.STEP_WRITES
+    worked_out: tuple[str, ...] = nsys.WORKED_OUT
+
+
+class NsysSqliteReader(NsysSteps, Reader[Export]):
     name = "nsys"
-    deferrable = nsys.DEFERRABLE
-    derived = nsys.DERIVED
-    optional = nsys.OPTIONAL
-    step_writes = nsys.STEP_WRITES
-    worked_out = nsys.WORKED_OUT
 
     def sniff(self, head: bytes) -> bool:
         return head.startswith(sqlite_source.SQLITE_MAGIC)
