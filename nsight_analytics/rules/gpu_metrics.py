@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from .context import Context
@@ -107,6 +108,53 @@ def saturated_time(
     return out
 
 
+@dataclass
+class Stretch:
+    """The saturated time of one device and metric in the judged window (saturated_time's
+    slot), which holds at least gpu_metrics_min_share of what was observed."""
+
+    scope: str  # 'steady' or 'run', as judged_window says
+    device_id: int
+    metric: str  # 'total' when the metrics were summed
+    slot: dict[str, Any]
+    share: float  # saturated / observed
+
+    @property
+    def window(self) -> str:
+        return "steady state" if self.scope == "steady" else "run"
+
+    def evidence(self) -> dict[str, Any]:
+        """The evidence keys dram-saturated and pcie-saturated share."""
+        return {
+            "saturated_ns": int(self.slot["saturated_ns"]),
+            "observed_ns": int(self.slot["observed_ns"]),
+            "share": self.share,
+            "first_ns": self.slot["first_ns"],
+            "last_ns": self.slot["last_ns"],
+            "peak_pct": self.slot["peak"],
+        }
+
+
+def saturated_stretches(
+    ctx: Context, rid: int, metrics: tuple[str, ...], limit_pct: float, total: bool
+) -> list[Stretch]:
+    """The (device, metric) pairs of the judged window whose buckets reach limit_pct for at
+    least gpu_metrics_min_share of the observed time, in device then metric order; none
+    without GPU metrics."""
+    judged = judged_window(ctx, rid)
+    if judged is None:
+        return []
+    scope, start, end = judged
+    out = []
+    for (dev, metric), slot in sorted(
+        saturated_time(ctx, rid, metrics, limit_pct, (start, end), total).items()
+    ):
+        observed, saturated = int(slot["observed_ns"]), int(slot["saturated_ns"])
+        if observed and saturated / observed >= ctx["gpu_metrics_min_share"]:
+            out.append(Stretch(scope, dev, metric, slot, saturated / observed))
+    return out
+
+
 def ranges_at(
     ctx: Context, rid: int, metrics: tuple[str, ...], limit_pct: float, device_id: int
 ) -> list[Any]:
@@ -143,15 +191,16 @@ MIN_WINDOW_SHARE = Threshold(
 
 
 def saturation_message(
-    ctx: Context, what: str, scope: str, dev: int, slot: dict[str, Any], ranges: list[tuple[str, float, int]]
+    ctx: Context, what: str, stretch: Stretch, ranges: list[tuple[str, float, int]]
 ) -> str:
     """The sentence dram-saturated and pcie-saturated share: `what` ("DRAM read + write bandwidth
     reached 80% of peak or more") for how long of the judged window, when, the highest bucket,
     and the NVTX ranges at the limit."""
+    slot = stretch.slot
     observed, saturated = int(slot["observed_ns"]), int(slot["saturated_ns"])
-    where = "of the steady state" if scope == "steady" else "of the run"
     return (
-        f"{what} for {dur(saturated)} of {dur(observed)} ({pct(saturated / observed)}) {where} on GPU {dev}, "
+        f"{what} for {dur(saturated)} of {dur(observed)} ({pct(saturated / observed)}) of the {stretch.window} "
+        f"on GPU {stretch.device_id}, "
         f"in {dur(ctx['gpu_metrics_bucket_ns'])} averages; the first and last such stretch "
         f"{window_text(int(slot['first_ns']), int(slot['last_ns']))}; highest {slot['peak']:.0f}%."
         + (

@@ -6,9 +6,8 @@ from ..context import Context, steady_evidence
 from ..gpu_metrics import (
     BUCKET_NS,
     MIN_WINDOW_SHARE,
-    judged_window,
     ranges_at,
-    saturated_time,
+    saturated_stretches,
     saturation_message,
 )
 from ..model import Finding, Threshold, rule
@@ -59,21 +58,14 @@ def dram_saturated(ctx: Context, rid: int) -> list[Finding]:
 
     est_savings_ns: None: the bytes a fix removes decide the gain.
     """
-    judged = judged_window(ctx, rid)
-    if judged is None:
-        return []
-    scope, start, end = judged
     sat = ctx["dram_saturated_pct"]
     found = []
-    for (dev, _), slot in sorted(saturated_time(ctx, rid, _DRAM, sat, (start, end), total=True).items()):
-        observed, saturated = int(slot["observed_ns"]), int(slot["saturated_ns"])
-        if not observed or saturated / observed < ctx["gpu_metrics_min_share"]:
-            continue
-        share = saturated / observed
+    for s in saturated_stretches(ctx, rid, _DRAM, sat, total=True):
+        dev = s.device_id
         ranges = ranges_at(ctx, rid, _DRAM, sat, dev)[:3]
         kernels = _kernels_at(ctx, rid, dev, sat)[:3]
         message = saturation_message(
-            ctx, f"DRAM read + write bandwidth reached {sat:.0f}% of peak or more", scope, dev, slot, ranges
+            ctx, f"DRAM read + write bandwidth reached {sat:.0f}% of peak or more", s, ranges
         )
         if kernels:
             message += (
@@ -83,21 +75,14 @@ def dram_saturated(ctx: Context, rid: int) -> list[Finding]:
             )
         ev = {
             "device_id": dev,
-            "scope": scope,
-            "saturated_ns": saturated,
-            "observed_ns": observed,
-            "share": share,
-            "first_ns": slot["first_ns"],
-            "last_ns": slot["last_ns"],
-            "peak_pct": slot["peak"],
+            "scope": s.scope,
+            **s.evidence(),
             "ranges": [{"name": n, "dram_pct": v, "gpu_ns": int(ns)} for n, v, ns in ranges],
             "kernels": [{"name": n, "dram_pct": v, "kernel_ns": int(ns)} for n, v, ns in kernels],
             **steady_evidence(ctx.steady(rid)),
         }
-        severity = "warning" if share >= ctx["dram_warning_share"] else "info"
-        title = (
-            f"DRAM bandwidth saturated {pct(share)} of the {'steady state' if scope == 'steady' else 'run'}"
-        )
+        severity = "warning" if s.share >= ctx["dram_warning_share"] else "info"
+        title = f"DRAM bandwidth saturated {pct(s.share)} of the {s.window}"
         found.append(Finding("dram-saturated", severity, rid, title, message, dram_saturated.fix, ev, None))
     return found
 

@@ -6,9 +6,8 @@ from ..context import Context, steady_evidence
 from ..gpu_metrics import (
     BUCKET_NS,
     MIN_WINDOW_SHARE,
-    judged_window,
     ranges_at,
-    saturated_time,
+    saturated_stretches,
     saturation_message,
 )
 from ..model import Finding, Threshold, rule
@@ -64,37 +63,23 @@ def pcie_saturated(ctx: Context, rid: int) -> list[Finding]:
 
     est_savings_ns: None: how much of the transfer can be removed or hidden decides the gain.
     """
-    judged = judged_window(ctx, rid)
-    if judged is None:
-        return []
-    scope, start, end = judged
     limit = ctx["link_saturated_pct"]
     out = []
-    for (dev, link), slot in sorted(
-        saturated_time(ctx, rid, _LINKS, limit, (start, end), total=False).items()
-    ):
-        observed, saturated = int(slot["observed_ns"]), int(slot["saturated_ns"])
-        if not observed or saturated / observed < ctx["gpu_metrics_min_share"]:
-            continue
-        share = saturated / observed
+    for s in saturated_stretches(ctx, rid, _LINKS, limit, total=False):
+        dev, link = s.device_id, s.metric
         ranges = ranges_at(ctx, rid, (link,), limit, dev)[:3]
         message = saturation_message(
-            ctx, f"{_WORDS[link]} ran at {limit:.0f}% of the link's peak or more", scope, dev, slot, ranges
+            ctx, f"{_WORDS[link]} ran at {limit:.0f}% of the link's peak or more", s, ranges
         )
         ev = {
             "device_id": dev,
             "link": link,
-            "scope": scope,
-            "saturated_ns": saturated,
-            "observed_ns": observed,
-            "share": share,
-            "first_ns": slot["first_ns"],
-            "last_ns": slot["last_ns"],
-            "peak_pct": slot["peak"],
+            "scope": s.scope,
+            **s.evidence(),
             "ranges": [{"name": n, "pct": v, "gpu_ns": int(ns)} for n, v, ns in ranges],
             **steady_evidence(ctx.steady(rid)),
         }
-        severity = "warning" if share >= ctx["link_warning_share"] else "info"
+        severity = "warning" if s.share >= ctx["link_warning_share"] else "info"
         label = (
             link.replace("_", " ")
             .replace("pcie", "PCIe")
@@ -102,8 +87,6 @@ def pcie_saturated(ctx: Context, rid: int) -> list[Finding]:
             .replace("rx", "RX")
             .replace("tx", "TX")
         )
-        title = (
-            f"{label} at the link limit {pct(share)} of the {'steady state' if scope == 'steady' else 'run'}"
-        )
+        title = f"{label} at the link limit {pct(s.share)} of the {s.window}"
         out.append(Finding("pcie-saturated", severity, rid, title, message, pcie_saturated.fix, ev, None))
     return out
