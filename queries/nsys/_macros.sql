@@ -81,3 +81,19 @@ CREATE OR REPLACE MACRO nsa_blocking_call(api_name) AS
 -- one sorted pass, overlaps counted once.
 CREATE OR REPLACE MACRO nsa_union_ns(nsa_end, nsa_start, nsa_prev_end) AS
     greatest(0, nsa_end - greatest(nsa_start, coalesce(nsa_prev_end, nsa_start)));
+
+-- nsa_memory_held(): the memory events with a time, each with `seq` (its rowid: the order of
+-- events at the same time) and held_bytes: what its report / device / process / memory holds
+-- after it, the source's own count (allocated_bytes) where it states one, else the running sum
+-- of delta_bytes. A filter on those partition columns may come after: the sums stay the same.
+CREATE OR REPLACE MACRO nsa_memory_held() AS TABLE
+    SELECT *,
+           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+           )) AS BIGINT) AS held_bytes
+    FROM (
+        SELECT m.*, m.rowid AS seq
+        FROM memory_events AS m
+        WHERE m.ts_ns IS NOT NULL
+    );

@@ -27,19 +27,7 @@
 -- col total_memory_bytes BIGINT: the device's memory (gpus); NULL for host memory or when unknown (byte).
 -- col headroom_bytes BIGINT: total_memory_bytes - peak_bytes for device memory kinds (byte).
 -- col headroom_share DOUBLE: headroom_bytes / total_memory_bytes (fraction).
-WITH ev AS (
-    SELECT m.*, m.rowid AS seq
-    FROM memory_events AS m
-    WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.ts_ns IS NOT NULL
-),
-held AS (
-    SELECT *,
-           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
-               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-           )) AS BIGINT) AS held_bytes
-    FROM ev
-),
+WITH held AS (SELECT * FROM nsa_memory_held() WHERE ($report_id IS NULL OR report_id = $report_id)),
 per AS (
     SELECT report_id, device_id, pid, memory,
            count(*) AS events,

@@ -23,19 +23,7 @@
 -- col allocated_bytes BIGINT: bytes allocated during the step (byte).
 -- col freed_bytes BIGINT: bytes freed during the step (byte).
 -- col total_memory_bytes BIGINT: the device's memory (gpus) for device memory kinds; NULL for host memory or when unknown (byte).
-WITH ev AS (
-    SELECT m.*, m.rowid AS seq
-    FROM memory_events AS m
-    WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.ts_ns IS NOT NULL
-),
-held AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, seq, operation, bytes, delta_bytes,
-           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
-               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-           )) AS BIGINT) AS held_bytes
-    FROM ev
-),
+WITH held AS (SELECT * FROM nsa_memory_held() WHERE ($report_id IS NULL OR report_id = $report_id)),
 -- the last event at each time: what is held from then on
 settled AS (
     SELECT report_id, device_id, pid, memory, ts_ns, arg_max(held_bytes, seq) AS held_bytes

@@ -22,23 +22,12 @@
 -- col name VARCHAR: what the source calls the allocation, when it says.
 -- col step INTEGER: 0-based position of the step the event falls in (table steps); NULL outside steps.
 -- col step_name VARCHAR: that step's name ('step 12').
-WITH ev AS (
-    SELECT m.*, m.rowid AS seq
-    FROM memory_events AS m
-    WHERE ($report_id IS NULL OR m.report_id = $report_id)
-      AND ($memory IS NULL OR m.memory = $memory)
-      AND m.ts_ns IS NOT NULL
-),
-held AS (
-    SELECT *,
-           coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
-               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
-               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-           )) AS held_bytes
-    FROM ev
+WITH held AS (
+    SELECT * FROM nsa_memory_held()
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND ($memory IS NULL OR memory = $memory)
 )
 SELECT h.report_id, h.device_id, h.pid, h.memory, h.ts_ns, h.operation, h.bytes, h.delta_bytes,
-       CAST(h.held_bytes AS BIGINT) AS held_bytes, h.reserved_bytes, h.address, h.name,
+       h.held_bytes, h.reserved_bytes, h.address, h.name,
        s.step, s.name AS step_name
 FROM held AS h
 LEFT JOIN steps AS s ON s.report_id = h.report_id AND h.ts_ns >= s.start_ns AND h.ts_ns < s.end_ns
