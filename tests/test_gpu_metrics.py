@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 from rules.gpu_metrics_cases import GPU_METRIC_CASES, GPU_RULES
-from test_rules_cases import load_case
 
 import nsight_analytics as nsa
 from conftest import realdata
 from fixtures.nsys_fixtures import T0, ExportBuilder, add_gpu_metrics
 from nsight_analytics.api import materialise
 from nsight_analytics.ingest.nsys_gpu_metrics import canonical
-from nsight_analytics.rules import run_rules
 
 MS = 1_000_000
 TRAIN = {
@@ -163,17 +161,7 @@ def test_export_without_gpu_metrics_has_none(tmp_path: Path, workspace) -> None:
 # --- rule cases ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", GPU_METRIC_CASES, ids=[c["id"] for c in GPU_METRIC_CASES])
-def test_rule_case(case: dict, tmp_path: Path) -> None:
-    con = nsa.connect(tmp_path / "w.duckdb")
-    try:
-        load_case(con, case["rows"])
-        found = run_rules(con, config=case.get("config"), only=case["rules"])
-    finally:
-        con.close()
-    assert [(f.rule_id, f.severity) for f in found] == case["expect"], "\n".join(f.message for f in found)
-    for f in found:
-        assert f.title and "\n" not in f.title and f.message and f.recommendation
+# The cases themselves run with every rule case in tests/test_rules_cases.py.
 
 
 def test_every_gpu_metrics_rule_fires_in_a_case() -> None:

@@ -22,10 +22,11 @@ from pathlib import Path
 import duckdb
 import pytest
 from click.testing import CliRunner
+from test_cli_everyday import state
 
 import nsight_analytics as nsa
 from conftest import ROOT, realdata
-from nsight_analytics import api, schema
+from nsight_analytics import api
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 from nsight_analytics.ingest import detect_format, nsys_cli
 
@@ -120,16 +121,6 @@ def fake_nsys(folder: Path, body: str) -> Path:
 
 def run(*args: str):
     return CliRunner(env={"COLUMNS": "80"}).invoke(main, list(args))
-
-
-def state(db: Path) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        rows = con.execute("SELECT report_id, sha256, deferred_steps FROM reports ORDER BY 1").fetchall()
-        counts = [con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in schema.STORED]
-        return [*rows, tuple(counts)]
-    finally:
-        con.close()
 
 
 def cache_of(db: Path) -> Path:
