@@ -22,6 +22,7 @@ import duckdb
 from . import params, queries, schema
 from .errors import QueryError, SourceGoneError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
+from .ingest import runs as _runs
 from .statements import canonical_writes
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
@@ -46,6 +47,8 @@ __all__ = [
     "report_data",
     "reports",
     "rules",
+    "run_reports",
+    "runs",
     "schema_tables",
     "sql",
     "summary",
@@ -237,6 +240,76 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
     q.bind(params)  # a rejected parameter must not copy deferred tables first
     materialise(con, q.tables())
     return queries.run(con, name, params)
+
+
+def query_run(
+    con: duckdb.DuckDBPyConnection, name: str, run: str | int, **params: Any
+) -> duckdb.DuckDBPyRelation:
+    """A library query on one run: a query of runs gets its `run_id`; a query of reports runs on
+    each of the run's reports, their rows one after the other (each row says its report_id)."""
+    q = queries.get(name)
+    run_id = resolve_run(con, run)
+    names = {p.name for p in q.params}
+    if "run_id" in names:
+        return query(con, name, **params, run_id=run_id)
+    if "report_id" not in names:
+        raise QueryError(f"query {q.name} takes neither a run nor a report; run it without --run.")
+    q.bind(params)
+    materialise(con, q.tables())
+    parts = [queries.run(con, name, {**params, "report_id": rid}) for rid in run_reports(con, run_id)]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.union(part)
+    return out
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, run: str | int) -> int:
+    """A run's id from its id or name (InputError naming the runs there are otherwise)."""
+    return _runs.resolve_run(con, run)
+
+
+def run_reports(con: duckdb.DuckDBPyConnection, run: str | int) -> list[int]:
+    """The report ids holding a run's ranks, in rank order."""
+    return _runs.run_reports(con, resolve_run(con, run))
+
+
+def make_run(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int], name: str | None = None) -> int:
+    """Make (or remake) a run of these reports: ranks numbered, clocks aligned; its run_id."""
+    return _runs.make_run(con, list(report_ids), name)
+
+
+def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> list[int]:
+    """Make the runs that these reports say they form (distributedInfo, rank numbers in file
+    names, one report of several GPU processes); their run ids."""
+    return [_runs.make_run(con, group) for group in _runs.group_runs(con, report_ids)]
+
+
+def expand_inputs(
+    paths: Iterable[str | Path], db: str | os.PathLike[str] | None = None
+) -> tuple[list[Path], list[Path]]:
+    """The files to ingest from files, folders and tar archives (unpacked beside the
+    workspace); (files, skipped files no reader knows)."""
+    return _runs.expand_inputs(paths, resolve_db_path(db).parent)
+
+
+def runs(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+    """The runs in the workspace, one row each."""
+    return con.sql(
+        "SELECT run_id, name, world_size, ranks_seen, hosts, rank_source, clock_source, "
+        "clock_uncertainty_ns, (SELECT list(report_id ORDER BY first_rank) FROM (SELECT report_id, "
+        "min(rank) AS first_rank FROM ranks AS k WHERE k.run_id = runs.run_id GROUP BY report_id)) AS report_ids "
+        "FROM runs ORDER BY run_id"
+    )
+
+
+def ranks(con: duckdb.DuckDBPyConnection, run: str | int | None = None) -> duckdb.DuckDBPyRelation:
+    """The ranks of one run (or all runs): report, process, GPU, how the rank was found, offset."""
+    where = "" if run is None else f"WHERE k.run_id = {resolve_run(con, run)}"
+    return con.sql(
+        "SELECT k.run_id, k.rank, k.local_rank, k.host, k.report_id, k.pid, k.device_id, k.rank_source, "
+        "k.clock_offset_ns, regexp_extract(r.source_path, '[^/]+$') AS file "
+        f"FROM ranks AS k JOIN reports AS r USING (report_id) {where} ORDER BY k.run_id, k.rank"
+    )
 
 
 def library() -> list[queries.Query]:

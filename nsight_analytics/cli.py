@@ -180,22 +180,45 @@ def _describe(r: api.IngestResult) -> str:
     metavar="ZONE",
     help="Zone of nvidia-smi logs' local timestamps (Europe/Paris, UTC); default: this machine's.",
 )
+@click.option(
+    "--run", "run_name", metavar="NAME",
+    help="The files (or a folder or .tar of them) are the ranks of one job: make them the run NAME.",
+)  # fmt: skip
 @db_option
 def ingest(
-    files: tuple[str, ...], replace: bool, full: bool, quiet: bool, timezone: str | None, db: str | None
+    files: tuple[str, ...],
+    replace: bool,
+    full: bool,
+    quiet: bool,
+    timezone: str | None,
+    run_name: str | None,
+    db: str | None,
 ) -> None:
     """Ingest nsys reports (.nsys-rep, through your nsys) and SQLite exports, ncu reports
     (.ncu-rep) and CSV exports, PyTorch profiler traces and NVML / nvidia-smi power logs, plain
-    or gzip-compressed; the format is detected from the content.
+    or gzip-compressed; the format is detected from the content. A folder or a .tar(.gz) of
+    files is ingested file by file.
 
     Each file is all or nothing. With several files, every file that can be ingested is, one
     line each says what happened to it, and the exit code is 2 if any failed.
+
+    The ranks of a multi-GPU job form a run (`nsa runs`): with --run NAME, or on their own when
+    the files say so (PyTorch profiler traces with distributedInfo, names differing by a rank
+    number such as out_rank0 / out_rank1, one nsys report of several GPU processes).
     """
     failed: list[str] = []
+    ingested: list[int] = []
     with errors():
+        paths, skipped = api.expand_inputs(files, db)
+        for s in skipped:
+            click.echo(f"{s.name}: skipped (no reader knows this file)", err=True)
+        if not paths:
+            raise NsaClickError(
+                f"no file to ingest in {', '.join(files)}; give profiler reports, exports or traces."
+            )
         con = api.connect(db, load_deferred=False)
         try:
-            for f in files:
+            for f in map(str, paths):
                 try:
                     result = _ingest_one(con, f, replace, full, quiet, timezone)
                 except (NsaError, duckdb.Error) as exc:
@@ -206,15 +229,43 @@ def ingest(
                     failed.append(Path(f).name)
                     continue
                 click.echo(_describe(result))
+                ingested.append(result.report_id)
                 for warning in result.warnings:
                     click.echo(f"warning: {warning}", err=True)
+            if run_name is not None and failed:
+                raise NsaClickError(
+                    f"run {run_name} not made: {len(failed)} of its files failed ({', '.join(failed)}); "
+                    "fix them and run `nsa ingest --run` on all of them again."
+                )
+            made = [api.make_run(con, ingested, run_name)] if run_name is not None and ingested else []
+            if run_name is None and ingested:
+                made = api.group_runs(con, ingested)
+            for run_id in made:
+                click.echo(_describe_run(con, run_id))
         finally:
             con.close()
     if failed:
         raise NsaClickError(
-            f"{len(failed)} of {len(files)} files not ingested ({', '.join(failed)}); "
+            f"{len(failed)} of {len(paths)} files not ingested ({', '.join(failed)}); "
             "fix them and run `nsa ingest` on them again."
         )
+
+
+def _describe_run(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    row = api.runs(con).filter(f"run_id = {int(run_id)}").fetchone()
+    assert row is not None
+    _, name, world, seen, _, source, clock, unc, report_ids = row
+    of = f" of {world}" if world and world != seen else ""
+    where = (
+        f"reports {', '.join(map(str, report_ids))}"
+        if len(set(report_ids)) > 1
+        else f"report {report_ids[0]}"
+    )
+    sure = f", within {render.duration(unc)}" if unc else ""
+    return (
+        f"run {run_id} ({name}): {seen} rank{'s' if seen != 1 else ''}{of} in {where}; ranks from {source}, "
+        f"clocks aligned on {clock}{sure}."
+    )
 
 
 def _ingest_one(
@@ -247,6 +298,31 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
     with errors():
         con = api.reader(db)
         emit(render.render(render.Result.of(api.reports(con)), fmt, "reports"), output_path)
+
+
+@main.command(short_help="List the runs (the ranks of multi-GPU jobs) in the workspace.")
+@click.option(
+    "--ranks", "show_ranks", is_flag=True, help="One row per rank: its report, process, GPU, clock offset."
+)
+@click.option("--run", "run", metavar="RUN", help="Only this run (id or name).")
+@db_option
+@format_option()
+@wide_option
+@output_option
+def runs(
+    show_ranks: bool, run: str | None, db: str | None, fmt: str, wide: bool, output_path: str | None
+) -> None:
+    """List the runs: name, world size, ranks held, how ranks were found and clocks aligned."""
+    with errors():
+        con = api.reader(db)
+        if show_ranks or run is not None:
+            rel = api.ranks(con, run)
+        else:
+            rel = api.runs(con)
+        emit(
+            render.render(render.Result.of(rel), fmt, "ranks" if show_ranks or run else "runs", wide=wide),
+            output_path,
+        )
 
 
 @main.command(short_help="One screen per report: GPU busy, top kernels, copies.")
@@ -312,6 +388,7 @@ def sql(
 @click.argument("name", required=False)
 @click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option("--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports.")
 @click.option(
     "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable)."
 )
@@ -323,6 +400,7 @@ def query(
     name: str | None,
     list_: bool,
     report_id: int | None,
+    run: str | None,
     params: tuple[str, ...],
     db: str | None,
     fmt: str,
@@ -346,11 +424,20 @@ def query(
                 known = ", ".join(p.name for p in q.params)
                 raise NsaClickError(f"query {q.name} takes no --report; set its parameters with -p: {known}.")
             values["report_id"] = report_id
+        if run is not None and report_id is not None:
+            raise NsaClickError("give --run or --report, not both.")
         bound = q.bind(values)  # a rejected value stops here, before deferred tables are copied
         reports = [v for k, v in bound.items() if k.endswith("report_id")]
-        con = api.reader(db, needs=q.tables(), check=lambda c: api.require_reports(c, reports))
+
+        def check(c: duckdb.DuckDBPyConnection) -> None:
+            api.require_reports(c, reports)
+            if run is not None:
+                api.resolve_run(c, run)
+
+        con = api.reader(db, needs=q.tables(), check=check)
         with timed(log, f"query {q.name}"):
-            res = render.Result.of(api.query(con, name, **values), units=q.units())
+            rel = api.query(con, name, **values) if run is None else api.query_run(con, name, run, **values)
+            res = render.Result.of(rel, units=q.units())
         emit(render.render(res, fmt, name, wide=wide), output_path)
 
 

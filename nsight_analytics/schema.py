@@ -118,8 +118,26 @@ TABLES: tuple[Table, ...] = (
             _c("has_cuda_api", "BOOLEAN", "", "The export holds CUDA API records."),
             _c("has_nvtx", "BOOLEAN", "", "The export holds NVTX ranges."),
             _c("session_start_utc_ns", "BIGINT", "ns", "Wall clock of session time 0 (UTC epoch ns)."),
-            _c("rank", "INTEGER", "", "Rank of the process in a distributed job (Kineto `distributedInfo`)."),
-            _c("world_size", "INTEGER", "", "Ranks in that job (Kineto `distributedInfo`)."),
+            _c(
+                "rank",
+                "INTEGER",
+                "",
+                "Rank of the report's process in a distributed job (Kineto `distributedInfo`, or the "
+                "rank number in the file name); NULL for a report that holds several ranks (see `ranks`).",
+            ),
+            _c("world_size", "INTEGER", "", "Ranks in that job (Kineto `distributedInfo`, or its run's ranks)."),
+            _c("run_id", "INTEGER", "", "The run (`runs.run_id`) the report belongs to; NULL when none."),
+            _c("local_rank", "INTEGER", "", "Rank among the job's processes on the same host, when known."),
+            _c("host", "VARCHAR", "", "Host name the report was captured on, when the file says (nsys `Hostname`)."),
+            _c(
+                "rank_source",
+                "VARCHAR",
+                "",
+                "How `rank` was found: 'distributedInfo' (Kineto), 'environment' (the RANK / "
+                "SLURM_PROCID / OMPI_COMM_WORLD_RANK / PMI_RANK nsys recorded for the profiled process), "
+                "'file name', 'processes' (one report holding several ranks: each process using a GPU "
+                "a rank), 'order' (the order the files were given).",
+            ),
             _c(
                 "deferred_steps",
                 "VARCHAR[]",
@@ -834,6 +852,156 @@ TABLES: tuple[Table, ...] = (
             _c("source", "VARCHAR", "", "'nvml' or 'nvidia-smi'."),
         ),
         "power",
+    ),
+    # --- runs: the ranks of one distributed job, and their communication ---
+    Table(
+        "runs",
+        "A run: the ranks of one job (one report per rank, or one report holding several ranks), "
+        "analysed as one unit. `nsa ingest --run NAME FILES...` makes one; Kineto traces that carry "
+        "`distributedInfo` and files named `...rank3...` form one without help.",
+        (
+            _c("run_id", "INTEGER", "", "Workspace-unique id, assigned when the run is made."),
+            _c("name", "VARCHAR", "", "The run's name (`--run NAME`, else made from the file names)."),
+            _c("world_size", "INTEGER", "", "Ranks in the job (the traces' own world size, else the ranks seen)."),
+            _c("ranks_seen", "INTEGER", "", "Ranks of the job the workspace holds (rows of `ranks`)."),
+            _c("hosts", "INTEGER", "", "Distinct hosts of those ranks (1 when unknown)."),
+            _c(
+                "rank_source",
+                "VARCHAR",
+                "",
+                "How the ranks were found: 'distributedInfo', 'file name', 'processes', 'order'.",
+            ),
+            _c(
+                "clock_source",
+                "VARCHAR",
+                "",
+                "How the ranks' clocks were aligned: 'session start' (each report's wall-clock start, "
+                "one host), 'collective ends' (the ends of matched collectives, hosts differ or no "
+                "wall clock), 'one report' (all ranks in one capture: one clock).",
+            ),
+            _c(
+                "clock_uncertainty_ns",
+                "BIGINT",
+                "ns",
+                "How far two ranks' times may still be off after alignment: 0 within one report; the "
+                "spread of the matched collective ends otherwise.",
+            ),
+            _c("created_at", "TIMESTAMP", "", "When the run was made (UTC)."),
+        ),
+        "workspace",
+    ),
+    Table(
+        "ranks",
+        "The ranks of each run: which report (and process and GPU of it) holds each rank, and the "
+        "offset that puts the report's times on the run's common clock (time 0: the earliest "
+        "rank's session start).",
+        (
+            _c("run_id", "INTEGER", "", "`runs.run_id`."),
+            _c("rank", "INTEGER", "", "Global rank, 0-based."),
+            _c("local_rank", "INTEGER", "", "Rank among the ranks of its host (NULL when unknown)."),
+            _c("host", "VARCHAR", "", "Host name (NULL when unknown)."),
+            RID,
+            _c("pid", "BIGINT", "", "The rank's process, when its report holds several ranks; else NULL (the whole report)."),
+            _c("device_id", "INTEGER", "", "The GPU the rank's kernels ran on (the busiest one of its process)."),
+            _c(
+                "rank_source",
+                "VARCHAR",
+                "",
+                "How the rank was found: 'distributedInfo', 'file name', 'processes' (device order of "
+                "the processes of one report), 'order'.",
+            ),
+            _c(
+                "clock_offset_ns",
+                "BIGINT",
+                "ns",
+                "Add to the report's start_ns / end_ns to place them on the run's clock.",
+            ),
+            _c(
+                "seq_offset",
+                "BIGINT",
+                "",
+                "Add to the rank's `comm_ops.seq` to number its collectives as the run does: a "
+                "profiling window that opens at a different collective on each rank (PyTorch "
+                "profiler schedules) shifts them; found from the aligned collective ends.",
+            ),
+        ),
+        "workspace",
+    ),
+    Table(
+        "comm_ops",
+        "Communication kernels (NCCL, RCCL, NVSHMEM) of each report, with what their names and "
+        "the profiler's arguments say: the collective, data type, algorithm and protocol (from "
+        "`ncclDevKernel_AllReduce_Sum_f32_RING_LL`-style names), and message size and process "
+        "group where Kineto records them (`Collective name`, `In msg nelems`, `dtype`, `Group "
+        "size`, `Process Group Name`). Each op's `seq` orders it within its channel on its "
+        "process, which is how `collectives` matches the same collective across ranks.",
+        (
+            *DEVICE_TIMELINE,
+            CORR,
+            _c("name", "VARCHAR", "", "Kernel name."),
+            _c("library", "VARCHAR", "", "'nccl', 'rccl' or 'nvshmem'."),
+            _c(
+                "op",
+                "VARCHAR",
+                "",
+                "all_reduce, all_gather, reduce_scatter, reduce, broadcast, all_to_all, send_recv, "
+                "send, recv, or 'unknown' (ncclDevKernel_Generic without arguments).",
+            ),
+            _c("reduce_op", "VARCHAR", "", "sum, prod, min, max, avg (reductions), else NULL."),
+            _c("dtype", "VARCHAR", "", "Element type: f32, f16, bf16, f64, f8e4m3, i8, u8, i32, i64, ... (NULL unknown)."),
+            _c("algorithm", "VARCHAR", "", "ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree, pat (NULL unknown)."),
+            _c("protocol", "VARCHAR", "", "ll, ll128, simple (NULL unknown)."),
+            _c("in_nelems", "BIGINT", "count", "Input elements (Kineto `In msg nelems`)."),
+            _c("out_nelems", "BIGINT", "count", "Output elements (Kineto `Out msg nelems`)."),
+            _c(
+                "message_bytes",
+                "BIGINT",
+                "byte",
+                "Bytes the collective moves per rank, as nccl-tests size it: the larger of input and "
+                "output elements times the element size (NULL unknown).",
+            ),
+            _c("group_size", "INTEGER", "", "Ranks in the communicator (Kineto `Group size`)."),
+            _c("process_group", "VARCHAR", "", "Process group name (Kineto `Process Group Name`)."),
+            _c(
+                "channel",
+                "VARCHAR",
+                "",
+                "What ops are ordered on: the process group ('pg 0') when known, else the op's "
+                "communication stream among its process's ('stream 1' = the first used).",
+            ),
+            _c("seq", "BIGINT", "", "0-based order of the op in its channel on its process."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "collectives",
+        "Each rank's part of each collective of a run, matched across ranks: the same channel and "
+        "`seq` on every rank is one collective. Times are on the run's clock (`ranks.clock_offset_ns`).",
+        (
+            _c("run_id", "INTEGER", "", "`runs.run_id`."),
+            _c("channel", "VARCHAR", "", "`comm_ops.channel`."),
+            _c("seq", "BIGINT", "", "`comm_ops.seq`: with channel, the collective's identity within the run."),
+            _c("rank", "INTEGER", "", "The rank."),
+            RID,
+            PID,
+            DEV,
+            STREAM,
+            _c("op", "VARCHAR", "", "`comm_ops.op`."),
+            _c("dtype", "VARCHAR", "", "`comm_ops.dtype`."),
+            _c("algorithm", "VARCHAR", "", "`comm_ops.algorithm`."),
+            _c("protocol", "VARCHAR", "", "`comm_ops.protocol`."),
+            _c("message_bytes", "BIGINT", "byte", "`comm_ops.message_bytes`."),
+            _c("group_size", "INTEGER", "", "`comm_ops.group_size`."),
+            _c("start_ns", "BIGINT", "ns", "Kernel start on the run's clock."),
+            _c("end_ns", "BIGINT", "ns", "Kernel end on the run's clock."),
+            DUR,
+        ),
+        "workspace",
+        view="SELECT r.run_id, c.channel, c.seq + coalesce(r.seq_offset, 0) AS seq, r.rank, c.report_id, c.pid, c.device_id, c.stream_id, "
+        "c.op, c.dtype, c.algorithm, c.protocol, c.message_bytes, c.group_size, "
+        "c.start_ns + coalesce(r.clock_offset_ns, 0) AS start_ns, "
+        "c.end_ns + coalesce(r.clock_offset_ns, 0) AS end_ns, c.duration_ns\n"
+        "FROM comm_ops AS c JOIN ranks AS r ON r.report_id = c.report_id AND (r.pid IS NULL OR r.pid = c.pid)",
     ),
     # --- diff baselines go here ---
     Table(

@@ -702,7 +702,55 @@ def metadata(con: duckdb.DuckDBPyConnection, src: Source) -> dict[str, object]:
         "tool_version": meta.get("EXPORT_PRODUCT_VERSION"),
         "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
         "session_start_utc_ns": start,
+        **job_identity(con, src),
     }
+
+
+# The variables launchers set in each rank's environment: torchrun / torch.distributed, Slurm,
+# Open MPI, MPICH / Intel MPI (PMI), MVAPICH2. The first one present wins.
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
+LOCAL_VARS = (
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+)
+
+
+def job_identity(con: duckdb.DuckDBPyConnection, src: Source) -> dict[str, object]:
+    """The host name and, when nsys profiled one rank of a job, its rank, local rank and world
+    size, read from the profiled environment nsys records (TARGET_INFO_SYSTEM_ENV `Hostname`
+    and `DeviceEnvironment`); only these variables are read. Empty when the export lacks them."""
+    if not src.has("TARGET_INFO_SYSTEM_ENV") or not {"name", "value"} <= set(
+        src.tables["TARGET_INFO_SYSTEM_ENV"]
+    ):
+        return {}
+    rows = con.execute(
+        f"SELECT name, value FROM {src.ref('TARGET_INFO_SYSTEM_ENV')} "
+        "WHERE name IN ('Hostname', 'DeviceEnvironment')"
+    ).fetchall()
+    values = {str(k): str(v) for k, v in rows if v is not None}
+    env: dict[str, str] = {}
+    for item in values.get("DeviceEnvironment", "").split(";"):
+        key, sep, value = item.partition("=")
+        if sep and key in {*RANK_VARS, *WORLD_VARS, *LOCAL_VARS}:
+            env[key] = value
+
+    def first(names: tuple[str, ...]) -> int | None:
+        for n in names:
+            if env.get(n, "").strip().isdigit():
+                return int(env[n])
+        return None
+
+    out: dict[str, object] = {"host": values.get("Hostname") or None}
+    rank = first(RANK_VARS)
+    if rank is not None:
+        out.update(
+            rank=rank, world_size=first(WORLD_VARS), local_rank=first(LOCAL_VARS), rank_source="environment"
+        )
+    return out
 
 
 def prepare_strings(con: duckdb.DuckDBPyConnection, src: Source) -> None:

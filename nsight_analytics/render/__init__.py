@@ -9,6 +9,7 @@ into text, and every command offers the same `--format` set (`FORMATS`).
 
 from __future__ import annotations
 
+from ..rules.units import dur as duration
 from .diff import render as render_diff
 from .findings import render as render_findings
 from .html import page as render_html
@@ -21,6 +22,7 @@ from .summary import render as render_summary
 __all__ = [
     "FORMATS",
     "Result",
+    "duration",
     "jsonable",
     "queries_page",
     "render",

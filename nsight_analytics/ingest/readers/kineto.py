@@ -132,6 +132,7 @@ def _result(path: Path, rid: int, meta: kineto_events.TraceMeta, rows: dict[str,
             "session_start_utc_ns": start,
             "rank": kineto_events.as_int(info.get("rank")),
             "world_size": kineto_events.as_int(info.get("world_size")),
+            "rank_source": "distributedInfo" if kineto_events.as_int(info.get("rank")) is not None else None,
         },
     )
     if not any(rows.get(t, 0) for t in ("kernels", "memcpy", "memset")):
