@@ -111,7 +111,8 @@ TABLES: tuple[Table, ...] = (
                 "",
                 "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
                 "graph (CUDA graph executions or events), sync, nvtx, osrt, gpu_info, processes, "
-                "ncu_metrics, ncu_rules, gpu_metrics, memory (memory_events), power (power_samples).",
+                "ncu_metrics, ncu_rules, gpu_metrics, memory (memory_events), power (power_samples), "
+                "comm (comm_ops).",
             ),
             _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
             _c("has_memcpy", "BOOLEAN", "", "The export holds memcpy records."),
@@ -125,10 +126,20 @@ TABLES: tuple[Table, ...] = (
                 "Rank of the report's process in a distributed job (Kineto `distributedInfo`, or the "
                 "rank number in the file name); NULL for a report that holds several ranks (see `ranks`).",
             ),
-            _c("world_size", "INTEGER", "", "Ranks in that job (Kineto `distributedInfo`, or its run's ranks)."),
+            _c(
+                "world_size",
+                "INTEGER",
+                "",
+                "Ranks in that job (Kineto `distributedInfo`, or its run's ranks).",
+            ),
             _c("run_id", "INTEGER", "", "The run (`runs.run_id`) the report belongs to; NULL when none."),
             _c("local_rank", "INTEGER", "", "Rank among the job's processes on the same host, when known."),
-            _c("host", "VARCHAR", "", "Host name the report was captured on, when the file says (nsys `Hostname`)."),
+            _c(
+                "host",
+                "VARCHAR",
+                "",
+                "Host name the report was captured on, when the file says (nsys `Hostname`).",
+            ),
             _c(
                 "rank_source",
                 "VARCHAR",
@@ -862,7 +873,12 @@ TABLES: tuple[Table, ...] = (
         (
             _c("run_id", "INTEGER", "", "Workspace-unique id, assigned when the run is made."),
             _c("name", "VARCHAR", "", "The run's name (`--run NAME`, else made from the file names)."),
-            _c("world_size", "INTEGER", "", "Ranks in the job (the traces' own world size, else the ranks seen)."),
+            _c(
+                "world_size",
+                "INTEGER",
+                "",
+                "Ranks in the job (the traces' own world size, else the ranks seen).",
+            ),
             _c("ranks_seen", "INTEGER", "", "Ranks of the job the workspace holds (rows of `ranks`)."),
             _c("hosts", "INTEGER", "", "Distinct hosts of those ranks (1 when unknown)."),
             _c(
@@ -901,8 +917,18 @@ TABLES: tuple[Table, ...] = (
             _c("local_rank", "INTEGER", "", "Rank among the ranks of its host (NULL when unknown)."),
             _c("host", "VARCHAR", "", "Host name (NULL when unknown)."),
             RID,
-            _c("pid", "BIGINT", "", "The rank's process, when its report holds several ranks; else NULL (the whole report)."),
-            _c("device_id", "INTEGER", "", "The GPU the rank's kernels ran on (the busiest one of its process)."),
+            _c(
+                "pid",
+                "BIGINT",
+                "",
+                "The rank's process, when its report holds several ranks; else NULL (the whole report).",
+            ),
+            _c(
+                "device_id",
+                "INTEGER",
+                "",
+                "The GPU the rank's kernels ran on (the busiest one of its process).",
+            ),
             _c(
                 "rank_source",
                 "VARCHAR",
@@ -938,38 +964,97 @@ TABLES: tuple[Table, ...] = (
         (
             *DEVICE_TIMELINE,
             CORR,
-            _c("name", "VARCHAR", "", "Kernel name."),
-            _c("library", "VARCHAR", "", "'nccl', 'rccl' or 'nvshmem'."),
+            _c("name", "VARCHAR", "", "Kernel name (`kernel_names.name`)."),
+            _c(
+                "library",
+                "VARCHAR",
+                "",
+                "'nccl', 'rccl' (RCCL keeps NCCL's kernel names: 'rccl' only where the name says rccl, "
+                "e.g. `..._rccl_bfloat16`) or 'nvshmem' (`nvshmem*` kernels, `*_on_stream_kernel` collectives).",
+            ),
             _c(
                 "op",
                 "VARCHAR",
                 "",
                 "all_reduce, all_gather, reduce_scatter, reduce, broadcast, all_to_all, send_recv, "
-                "send, recv, or 'unknown' (ncclDevKernel_Generic without arguments).",
+                "send, recv, barrier, gather, scatter, or 'unknown' (`ncclDevKernel_Generic` without "
+                "arguments, NVSHMEM kernels whose name says no collective). Kineto's `Collective name` "
+                "wins over the kernel name (a `barrier` runs an AllReduce kernel; `send` and `recv` "
+                "run SendRecv).",
             ),
-            _c("reduce_op", "VARCHAR", "", "sum, prod, min, max, avg (reductions), else NULL."),
-            _c("dtype", "VARCHAR", "", "Element type: f32, f16, bf16, f64, f8e4m3, i8, u8, i32, i64, ... (NULL unknown)."),
-            _c("algorithm", "VARCHAR", "", "ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree, pat (NULL unknown)."),
-            _c("protocol", "VARCHAR", "", "ll, ll128, simple (NULL unknown)."),
-            _c("in_nelems", "BIGINT", "count", "Input elements (Kineto `In msg nelems`)."),
-            _c("out_nelems", "BIGINT", "count", "Output elements (Kineto `Out msg nelems`)."),
+            _c(
+                "reduce_op",
+                "VARCHAR",
+                "",
+                "sum, prod, min, max, minmax, premulsum, sumpostdiv, avg, as the kernel name says; NULL "
+                "for collectives that do not reduce. NCCL builds its reduction kernels for Sum only and "
+                "runs the other reductions through them, so 'sum' may be another reduction.",
+            ),
+            _c(
+                "dtype",
+                "VARCHAR",
+                "",
+                "Element type: f32, f16, bf16, f64, f8e4m3, f8e5m2, i8, u8, i16, i32, u32, i64, u64, bool, "
+                "c64, ... From Kineto's `dtype` when recorded (the tensor's type), else from the name of "
+                "a reduction kernel (NCCL 2.19+ runs signed-integer sums on its unsigned kernels: u32 "
+                "may be i32); NULL otherwise: copy and point-to-point kernels move bytes, their "
+                "`int8_t` is filler.",
+            ),
+            _c(
+                "algorithm",
+                "VARCHAR",
+                "",
+                "ring, tree, collnet, collnet_direct, collnet_chain, nvls, nvls_tree, pat, or a symmetric "
+                "kernel's algorithm as written (`agxll_r`), as the kernel name says; NULL unknown. This is "
+                "the kernel's specialisation: NCCL compiles a kernel for few algorithms and runs the "
+                "others through it (from 2.19 every non-tree reduction kernel is named RING), so only "
+                "'tree' is firm.",
+            ),
+            _c(
+                "protocol",
+                "VARCHAR",
+                "",
+                "ll, ll128, simple, as the kernel name says; NULL unknown. Also the kernel's "
+                "specialisation: NCCL names its collective kernels LL and runs LL128 and SIMPLE work "
+                "through them, so 'll' from a name says little.",
+            ),
+            _c("in_nelems", "BIGINT", "count", "Input elements (Kineto `In msg nelems`); NULL from nsys."),
+            _c("out_nelems", "BIGINT", "count", "Output elements (Kineto `Out msg nelems`); NULL from nsys."),
             _c(
                 "message_bytes",
                 "BIGINT",
                 "byte",
-                "Bytes the collective moves per rank, as nccl-tests size it: the larger of input and "
-                "output elements times the element size (NULL unknown).",
+                "The collective's size as nccl-tests reports it: max(in_nelems, out_nelems) times the "
+                "element size of `dtype`. The larger buffer because that is the whole message "
+                "(all_gather's output, reduce_scatter's input; all_reduce's are equal), which the "
+                "bus-bandwidth factors assume. NULL when the profiler recorded no counts (nsys).",
             ),
-            _c("group_size", "INTEGER", "", "Ranks in the communicator (Kineto `Group size`)."),
-            _c("process_group", "VARCHAR", "", "Process group name (Kineto `Process Group Name`)."),
+            _c("group_size", "INTEGER", "", "Ranks in the communicator (Kineto `Group size`); nsys: NULL."),
+            _c(
+                "process_group",
+                "VARCHAR",
+                "",
+                "Process group name (Kineto `Process Group Name`); NULL from nsys (NCCL's own NVTX "
+                "ranges, which name the communicator, are not read yet).",
+            ),
             _c(
                 "channel",
                 "VARCHAR",
                 "",
-                "What ops are ordered on: the process group ('pg 0') when known, else the op's "
-                "communication stream among its process's ('stream 1' = the first used).",
+                "What ops are ordered on: 'pg ' || process_group when known, else 'stream N': the op's "
+                "stream (device, stream id) numbered 1, 2, ... by first use among its process's "
+                "communication streams (stream ids differ between ranks; the order of first use does not).",
             ),
-            _c("seq", "BIGINT", "", "0-based order of the op in its channel on its process."),
+            _c(
+                "seq",
+                "BIGINT",
+                "",
+                "Order of the op in its channel on its process (report_id, pid, channel), by start_ns: 0, "
+                "1, ... from the channel's first op whose arguments the profiler recorded. A Kineto "
+                "trace opens with kernels launched before its window, whose arguments it missed (a "
+                "number that differs between ranks); they count back from it (-1: the op just before), "
+                "so the same seq is the same collective on every rank. nsys: from 0.",
+            ),
         ),
         "nsys",
     ),
@@ -980,7 +1065,9 @@ TABLES: tuple[Table, ...] = (
         (
             _c("run_id", "INTEGER", "", "`runs.run_id`."),
             _c("channel", "VARCHAR", "", "`comm_ops.channel`."),
-            _c("seq", "BIGINT", "", "`comm_ops.seq`: with channel, the collective's identity within the run."),
+            _c(
+                "seq", "BIGINT", "", "`comm_ops.seq`: with channel, the collective's identity within the run."
+            ),
             _c("rank", "INTEGER", "", "The rank."),
             RID,
             PID,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import duckdb
 
 from .. import params, schema
+from . import comm
 from .kineto_events import Staged, TraceMeta
 from .nsys import WAIT_RANGES, fill_nvtx_kernels
 from .steps import fill_steps
@@ -131,6 +132,27 @@ def load_kernels(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
         {"rid": rid},
     )
     return n
+
+
+# What the profiler recorded about each kernel's collective (staged by kineto_events.Stager), as
+# comm.load takes it: the kernel's own arguments first (recent torch), then those of the
+# record_param_comms op with the kernel's External id (older releases), field by field.
+COMM_ARGS = """
+SELECT g.idx AS source_row,
+    coalesce(k.collective, h.collective) AS collective,
+    coalesce(k.dtype, h.dtype) AS dtype,
+    coalesce(k.in_nelems, h.in_nelems) AS in_nelems,
+    coalesce(k.out_nelems, h.out_nelems) AS out_nelems,
+    coalesce(k.group_size, h.group_size) AS group_size,
+    coalesce(k.process_group, h.process_group) AS process_group
+FROM _kin_gpu AS g
+LEFT JOIN (SELECT * FROM _kin_comm WHERE category = 'kernel') AS k ON k.idx = g.idx
+LEFT JOIN (
+    SELECT DISTINCT ON (external_id) * FROM _kin_comm
+    WHERE category <> 'kernel' AND external_id IS NOT NULL ORDER BY external_id, idx
+) AS h ON h.external_id = g.external_id
+WHERE g.category = 'kernel' AND (k.idx IS NOT NULL OR h.idx IS NOT NULL)
+"""
 
 
 def load_copies(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> dict[str, int]:
@@ -264,6 +286,7 @@ def load_all(con: duckdb.DuckDBPyConnection, rid: int, meta: TraceMeta, staged: 
     """Every canonical table of one trace, from the staging tables; returns rows per table."""
     origin = _setup(con, staged)
     rows = {"kernels": load_kernels(con, rid, origin)}
+    rows["comm_ops"] = comm.load(con, rid, COMM_ARGS)
     rows |= load_copies(con, rid, origin)
     rows |= load_host(con, rid, origin)
     rows["memory_events"] = load_memory(con, rid, origin)

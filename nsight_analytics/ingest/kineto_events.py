@@ -68,8 +68,16 @@ STAGING: dict[str, dict[str, pa.DataType]] = {
     },
     "_kin_flow": {"category": _STR, "flow_id": _I64, "ph": _STR, "pid": _I64, "tid": _I64, "ts": _I64},
     "_kin_meta": {"pid": _I64, "tid": _I64, "key": _STR, "value": _STR},
+    # the collective arguments of kernels and of record_param_comms ops (kineto.COMM_ARGS)
+    "_kin_comm": {
+        "idx": _I64, "category": _STR, "external_id": _I64, "collective": _STR, "in_nelems": _I64,
+        "out_nelems": _I64, "group_size": _I64, "dtype": _STR, "process_group": _STR,
+    },
     "_kin_str": {"id": _I64, "name": _STR},
 }  # fmt: skip
+# The key of the arguments PyTorch records about a collective: on the NCCL kernel itself (recent
+# releases), on the host `record_param_comms` op with the kernel's `External id` (older), or nowhere.
+COLLECTIVE_KEY = "Collective name"
 # Staged with a name id (a long kernel name is stored once); these views put the names back.
 NAMED = {"_kin_gpu", "_kin_host"}
 _DUCK = {_I64: "BIGINT", _I32: "INTEGER", _STR: "VARCHAR"}
@@ -146,6 +154,10 @@ def _dims(value: Any) -> tuple[int | None, int | None, int | None]:
     if isinstance(value, list) and len(value) == 3:
         return as_int(value[0]), as_int(value[1]), as_int(value[2])
     return None, None, None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _json_text(value: Any) -> str | None:
@@ -273,6 +285,8 @@ class Stager:
             smem=as_int(args.get("shared memory")),
             bytes=as_int(args.get("bytes")),
         )  # fmt: skip
+        if COLLECTIVE_KEY in args:
+            self._comm(idx, category, args)
 
     def _host(self, idx: int, category: str, ev: dict[str, Any], args: dict[str, Any]) -> None:
         self._row(
@@ -286,6 +300,22 @@ class Stager:
             input_dims=_json_text(_arg(args, "Input Dims", "Input dims")),
             input_types=_json_text(_arg(args, "Input type", "Input types")),
             flops=as_int(_arg(args, "flops", "Flops")),
+        )
+        if COLLECTIVE_KEY in args:
+            self._comm(idx, category, args)
+
+    def _comm(self, idx: int, category: str, args: dict[str, Any]) -> None:
+        self._row(
+            "_kin_comm",
+            idx=idx,
+            category=category,
+            external_id=as_int(_arg(args, "External id", "external id")),
+            collective=_text(args.get(COLLECTIVE_KEY)),
+            in_nelems=as_int(args.get("In msg nelems")),
+            out_nelems=as_int(args.get("Out msg nelems")),
+            group_size=as_int(args.get("Group size")),
+            dtype=_text(args.get("dtype")),
+            process_group=_text(args.get("Process Group Name")),
         )
 
     def _memory(self, idx: int, ev: dict[str, Any], args: dict[str, Any]) -> None:

@@ -32,11 +32,14 @@ KINDS = {
     "gpus": "gpu_info",
     "processes": "processes",
     "memory_events": "memory",
+    "comm_ops": "comm",
 }
 # DuckDB's memory while a trace is staged (see _limit_memory)
 MEMORY_LIMIT_BYTES = 1 << 30
 # the rows `nsa ingest` reports, in this order
-SHOWN = ("kernels", "memcpy", "memset", "cuda_api", "cpu_ops", "nvtx_ranges", "memory_events", "steps")
+SHOWN = (
+    "kernels", "comm_ops", "memcpy", "memset", "cuda_api", "cpu_ops", "nvtx_ranges", "memory_events", "steps"
+)  # fmt: skip
 
 
 @dataclass

@@ -18,7 +18,7 @@ import duckdb
 from ... import params
 from ...errors import InputError
 from ...timing import timed
-from .. import nsys, nsys_memory, sqlite_source
+from .. import comm, nsys, nsys_memory, sqlite_source
 from ..reader import LoadResult, Progress, Reader
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
                     with timed(log, f"ingest {path.name}: {table}"):
                         rows[table] = nsys.load_table(con, src, table, report_id, launch=launch)
             rows["memory_events"] = nsys_memory.load(con, src, report_id)
+            with timed(log, f"ingest {path.name}: comm_ops"):
+                rows["comm_ops"] = comm.load(con, report_id)  # from the kernels just copied
             con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
         except duckdb.Error as exc:
             raise _read_error(path, exc) from exc
@@ -100,6 +102,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         kinds = _activity_kinds(src, rows)
         if rows.get("memory_events"):
             kinds.append("memory")
+        if rows.get("comm_ops"):
+            kinds.append("comm")
         result = LoadResult(
             # users know the kernels by the view's name
             rows={("kernels" if t == "kernel_rows" else t): n for t, n in rows.items()},
