@@ -38,7 +38,9 @@ def sqlite_of(path: Path, tmp: Path) -> sqlite3.Connection:
 
 
 def env_of(con: sqlite3.Connection) -> dict[str, str]:
-    (text,) = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'").fetchone()
+    (text,) = con.execute(
+        "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'"
+    ).fetchone()
     return dict(item.partition("=")[::2] for item in text.split(";") if "=" in item)
 
 
@@ -59,7 +61,10 @@ def test_ranks_read_from_file_names(names, ranks):
 
 
 def test_run_names_leave_the_rank_out():
-    assert runs.run_name(["x/h200x4_ddp_w4_rank0.sqlite.gz", "x/h200x4_ddp_w4_rank1.sqlite.gz"]) == "h200x4_ddp_w4"
+    assert (
+        runs.run_name(["x/h200x4_ddp_w4_rank0.sqlite.gz", "x/h200x4_ddp_w4_rank1.sqlite.gz"])
+        == "h200x4_ddp_w4"
+    )
     assert runs.run_name(["traces/ddp_w2/rank0.json.gz", "traces/ddp_w2/rank1.json.gz"]) == "ddp_w2"
 
 
@@ -109,7 +114,9 @@ def test_one_report_of_a_whole_job_is_a_run_of_its_gpu_processes(tmp_path):
     import nsight_analytics as nsa
 
     con = nsa.connect(db, read_only=True)
-    got = con.execute("SELECT rank, pid, device_id, rank_source, clock_offset_ns FROM ranks ORDER BY rank").fetchall()
+    got = con.execute(
+        "SELECT rank, pid, device_id, rank_source, clock_offset_ns FROM ranks ORDER BY rank"
+    ).fetchall()
     assert [(p, d) for _, p, d, _, _ in got] == procs and len(procs) == 4
     assert [g[0] for g in got] == [0, 1, 2, 3]
     assert {g[3] for g in got} == {"processes"} and {g[4] for g in got} == {0}
@@ -164,7 +171,10 @@ def test_a_tar_of_rank_files_with_run_is_one_named_run(tmp_path):
 
 def test_two_reports_of_the_same_rank_are_refused_and_nothing_is_made(tmp_path):
     db = str(tmp_path / "w.duckdb")
-    two = [DDP / "nsys" / "h200x4_nsys2025.3_ddp_w4_rank0.sqlite.gz", DDP / "nsys" / "h200x4_nsys2025.3_ddp_w4_slow2_rank0.sqlite.gz"]
+    two = [
+        DDP / "nsys" / "h200x4_nsys2025.3_ddp_w4_rank0.sqlite.gz",
+        DDP / "nsys" / "h200x4_nsys2025.3_ddp_w4_slow2_rank0.sqlite.gz",
+    ]
     res = CliRunner().invoke(main, ["ingest", "-q", "--db", db, "--run", "bad", *map(str, two)])
     assert res.exit_code == 2
     assert "both hold rank 0" in res.output and "Traceback" not in res.output
@@ -182,3 +192,57 @@ def test_an_unknown_run_names_the_runs_there_are(tmp_path):
     res = CliRunner().invoke(main, ["query", "kernel_summary", "--db", db, "--run", "nope"])
     assert res.exit_code == 2
     assert "no run 'nope'" in res.output and "1 (ddp_w2)" in res.output
+
+
+def _end_spreads(con, run_id: int) -> list[int]:
+    """How far apart each collective held by every rank ends, on the run's clock."""
+    rows = con.execute(
+        "SELECT max(end_ns) - min(end_ns) FROM collectives WHERE run_id = ? GROUP BY channel, seq "
+        "HAVING count(*) = (SELECT ranks_seen FROM runs WHERE run_id = ?)",
+        [run_id, run_id],
+    ).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+@pytest.mark.parametrize(
+    "files", [W4, sorted((DDP / "kineto" / "ddp_w4_slow2").glob("*.json.gz"))], ids=["nsys", "kineto"]
+)
+def test_clocks_aligned_on_session_starts_line_collective_ends_up(tmp_path, files):
+    """A collective completes on every rank within microseconds of the last arrival: once the
+    ranks' clocks are aligned, the same collective's ends meet, and the run states that spread."""
+    import nsight_analytics as nsa
+
+    con = nsa.connect(tmp_path / "w.duckdb")
+    ids = [nsa.ingest(con, f).report_id for f in files]
+    run_id = nsa.make_run(con, ids, "job")
+    spreads = _end_spreads(con, run_id)
+    assert len(spreads) >= 40
+    median = spreads[len(spreads) // 2]
+    assert median < 200_000  # 0.2 ms, against steps of 5-18 ms
+    (clock, unc) = con.execute("SELECT clock_source, clock_uncertainty_ns FROM runs").fetchone()
+    assert clock == "session start" and unc == pytest.approx(median, abs=60_000)
+    con.close()
+
+
+def test_without_wall_clocks_ranks_are_aligned_on_collective_ends(tmp_path):
+    """Hosts differ or a report has no wall clock: the offsets come from the collectives' ends and
+    agree with what the session starts say on one host."""
+    import nsight_analytics as nsa
+
+    con = nsa.connect(tmp_path / "w.duckdb")
+    ids = [nsa.ingest(con, f).report_id for f in sorted((DDP / "kineto" / "ddp_w4").glob("*.json.gz"))]
+    assert nsa.group_runs(con, ids) == [1]  # distributedInfo: one job of 4
+    by_wall = dict(con.execute("SELECT rank, clock_offset_ns FROM ranks WHERE run_id = 1").fetchall())
+    con.execute("UPDATE reports SET host = 'node' || report_id")  # as if each rank ran on its own host
+    run_id = nsa.make_run(con, ids, "job")
+    (clock, unc) = con.execute(
+        "SELECT clock_source, clock_uncertainty_ns FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    assert clock == "collective ends" and unc is not None and unc < 200_000
+    by_ends = dict(
+        con.execute("SELECT rank, clock_offset_ns FROM ranks WHERE run_id = ?", [run_id]).fetchall()
+    )
+    shift = by_ends[0] - by_wall[0]
+    for rank in by_wall:
+        assert by_ends[rank] - by_wall[rank] == pytest.approx(shift, abs=200_000)
+    con.close()

@@ -222,7 +222,7 @@ def _shifts(ends: dict[int, dict[tuple[str, int], int]], offsets: dict[int, int]
         best: tuple[float, int] = (float("inf"), 0)
         for shift in range(-_MAX_SHIFT, _MAX_SHIFT + 1):
             diffs = [
-                abs(ends[ref][(c, s + shift)] - (e + offsets[rank]))
+                abs(ends[ref][(c, s + shift)] + offsets[ref] - (e + offsets[rank]))
                 for (c, s), e in mine.items()
                 if (c, s + shift) in ends[ref]
             ]
