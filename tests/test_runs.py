@@ -133,7 +133,8 @@ def test_kineto_traces_of_one_job_form_a_run_from_distributed_info(tmp_path):
     assert res.exit_code == 0, res.output
     expected = {}
     for f in sorted(folder.glob("*.json.gz")):
-        trace = json.load(gzip.open(f))
+        with gzip.open(f) as fh:
+            trace = json.load(fh)
         expected[trace["distributedInfo"]["rank"]] = f.name
     import nsight_analytics as nsa
 
@@ -243,6 +244,6 @@ def test_without_wall_clocks_ranks_are_aligned_on_collective_ends(tmp_path):
         con.execute("SELECT rank, clock_offset_ns FROM ranks WHERE run_id = ?", [run_id]).fetchall()
     )
     shift = by_ends[0] - by_wall[0]
-    for rank in by_wall:
-        assert by_ends[rank] - by_wall[rank] == pytest.approx(shift, abs=200_000)
+    for rank, offset in by_wall.items():
+        assert by_ends[rank] - offset == pytest.approx(shift, abs=200_000)
     con.close()
