@@ -418,7 +418,7 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
     # distributedInfo: group by world size, then by the file name without its rank
     by_world: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for rid, rank, world, path, _, _ in free:
-        if rank is not None and world is not None and int(world) > 1:
+        if rank is not None and world is not None:  # a job of one rank too: the base of scaling
             by_world.setdefault((int(world), run_name([path])), []).append((int(rid), int(rank)))
     for members in by_world.values():
         ranks = [m[1] for m in members]

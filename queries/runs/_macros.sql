@@ -1,0 +1,257 @@
+-- Macros shared by the run queries (queries/runs/); the query runner executes this file after
+-- queries/nsys/_macros.sql (nsa_union_ns). A rank is a report (ranks.pid NULL) or one process of
+-- a report (ranks.pid set): its rows are the report's, of that process when pid is set, and only
+-- those of its GPU (ranks.device_id). Times are the rank's report clock unless a column says run
+-- clock (report clock + ranks.clock_offset_ns, as the `collectives` view has them).
+-- Macro parameters are spelled nsa_* so they never shadow a column of the same name.
+
+-- nsa_rank_activity(nsa_run): the GPU activity of each rank of run `nsa_run` (all runs when
+-- NULL): run_id, rank, report_id, pid, correlation_id, start_ns, end_ns (report clock) and class:
+-- 'comm' (a comm_ops kernel), 'compute' (every other kernel, and CUDA graph executions traced as
+-- one row), 'copy' (memcpy and memset: neither). A kernel is the comm op comm_ops holds for its
+-- report, GPU and stream at the same start. Rows without a start or with end < start are dropped.
+CREATE OR REPLACE MACRO nsa_rank_activity(nsa_run) AS TABLE
+    WITH r AS (
+        SELECT run_id, rank, report_id, pid AS rank_pid, device_id
+        FROM ranks
+        WHERE nsa_run IS NULL OR run_id = nsa_run
+    ),
+    k AS (
+        SELECT report_id, device_id, pid, stream_id, correlation_id, start_ns, end_ns
+        FROM kernel_rows
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns
+    ),
+    a AS (
+        SELECT k.report_id, k.device_id, k.pid, k.correlation_id, k.start_ns, k.end_ns, 'compute' AS class
+        FROM k
+        ANTI JOIN comm_ops AS c
+            ON c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
+           AND c.stream_id IS NOT DISTINCT FROM k.stream_id
+        UNION ALL
+        SELECT report_id, device_id, pid, correlation_id, start_ns, end_ns, 'comm'
+        FROM comm_ops
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, pid, correlation_id, start_ns, end_ns, 'copy'
+        FROM memcpy
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, pid, correlation_id, start_ns, end_ns, 'copy'
+        FROM memset
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, pid, correlation_id, start_ns, end_ns, 'compute'
+        FROM graph_executions
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns
+    )
+    SELECT r.run_id, r.rank, a.report_id, a.pid, a.correlation_id, a.start_ns, a.end_ns, a.class
+    FROM a
+    JOIN r ON r.report_id = a.report_id AND r.device_id = a.device_id
+    WHERE r.rank_pid IS NULL OR a.pid = r.rank_pid;
+
+-- nsa_rank_steps(nsa_run): each rank's steady steps and their GPU windows, as diff/timeline.py
+-- defines GPU step time: run_id, rank, step (steps.step: 0-based position in its series), number
+-- (steps.number), source ('nvtx' or 'kernels'), start_ns / end_ns (the GPU window, report clock)
+-- and host_ns (the step range's own duration: host time for NVTX steps, the window for kernel
+-- steps).
+--   - A rank's steps are its report's `steps` of its process (NVTX steps) or of its GPU
+--     (kernel-pattern steps); of several series (threads), the one with the most steady steps
+--     (ties: the lowest series id).
+--   - NVTX steps: a step's work is the GPU activity of the rank's GPU launched inside the step's
+--     host range by the range's process (its launch call, cuda_api joined on report_id, pid,
+--     correlation_id, starts in the range; without a launch call the GPU start stands in).
+--     diff/timeline.py takes every GPU of the process: the same windows for a process on one GPU. Its window runs from the first GPU start of
+--     its work to the first GPU start of the next step's (steps without work are skipped; a step
+--     whose next step starts no later is dropped); the last step's, to the later of its work's
+--     end on the GPU and its range's end on the host.
+--   - Kernel-pattern steps are GPU times already: the window is the step.
+-- Only steady steps are returned; a rank without any has no row.
+CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
+    WITH r AS (
+        SELECT run_id, rank, report_id, pid AS rank_pid, device_id
+        FROM ranks
+        WHERE nsa_run IS NULL OR run_id = nsa_run
+    ),
+    rs AS (
+        SELECT r.run_id, r.rank, s.series, s.step, s.number, s.source, s.pid, s.start_ns, s.end_ns, s.steady
+        FROM steps AS s
+        JOIN r ON r.report_id = s.report_id
+        WHERE CASE WHEN s.source = 'kernels' THEN s.device_id = r.device_id
+                   ELSE r.rank_pid IS NULL OR s.pid = r.rank_pid END
+    ),
+    pick AS (
+        SELECT run_id, rank, arg_min(series, (-n, series)) AS series
+        FROM (SELECT run_id, rank, series, count(*) FILTER (WHERE steady) AS n FROM rs GROUP BY ALL)
+        WHERE n > 0
+        GROUP BY ALL
+    ),
+    mine AS (SELECT rs.* FROM rs SEMI JOIN pick USING (run_id, rank, series)),
+    nvtx AS (SELECT * FROM mine WHERE source = 'nvtx'),
+    launch AS (
+        SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS launch_ns
+        FROM cuda_api AS c
+        SEMI JOIN r ON r.report_id = c.report_id
+        WHERE c.correlation_id IS NOT NULL
+        GROUP BY ALL
+    ),
+    act AS (
+        SELECT a.run_id, a.rank, a.start_ns, a.end_ns, coalesce(l.launch_ns, a.start_ns) AS launch_ns
+        FROM nsa_rank_activity(nsa_run) AS a
+        SEMI JOIN (SELECT DISTINCT run_id, rank, pid FROM nvtx) AS m
+            ON m.run_id = a.run_id AND m.rank = a.rank AND m.pid = a.pid
+        LEFT JOIN launch AS l
+            ON l.report_id = a.report_id AND l.pid = a.pid AND l.correlation_id = a.correlation_id
+    ),
+    -- the step whose range holds the launch: the last one starting before it (a series' ranges
+    -- follow each other), if it has not ended
+    work AS (
+        SELECT s.run_id, s.rank, s.step, min(a.start_ns) AS first_ns, max(a.end_ns) AS last_ns
+        FROM act AS a
+        ASOF JOIN nvtx AS s ON s.run_id = a.run_id AND s.rank = a.rank AND a.launch_ns >= s.start_ns
+        WHERE a.launch_ns <= s.end_ns
+        GROUP BY ALL
+    ),
+    placed AS (
+        SELECT n.run_id, n.rank, n.step, n.number, n.steady, n.start_ns AS host_start, n.end_ns AS host_end,
+               w.first_ns, w.last_ns,
+               lead(w.first_ns) OVER (PARTITION BY n.run_id, n.rank ORDER BY n.step) AS next_ns
+        FROM nvtx AS n
+        JOIN work AS w USING (run_id, rank, step)
+    )
+    SELECT run_id, rank, step, number, 'nvtx' AS source, first_ns AS start_ns,
+           coalesce(next_ns, greatest(last_ns, host_end)) AS end_ns, host_end - host_start AS host_ns
+    FROM placed
+    WHERE steady AND (next_ns IS NULL OR next_ns > first_ns)
+    UNION ALL
+    SELECT run_id, rank, step, number, 'kernels', start_ns, end_ns, end_ns - start_ns
+    FROM mine
+    WHERE source = 'kernels' AND steady AND end_ns > start_ns;
+
+-- nsa_clip(end, hi): end, no later than hi; NULL when end is NULL (least() would skip it).
+CREATE OR REPLACE MACRO nsa_clip(nsa_end, nsa_hi) AS CASE WHEN nsa_end > nsa_hi THEN nsa_hi ELSE nsa_end END;
+
+-- nsa_rank_windows(nsa_run): the windows each rank of run `nsa_run` (all runs when NULL) is
+-- measured over, with what ran in each: one row per rank and steady step (phase 'steady', the
+-- windows of nsa_rank_steps), or, for a rank without steady steps, one row spanning its GPU
+-- activity from first start to last end (phase 'run', step NULL). Columns: run_id, rank,
+-- report_id, pid, device_id, clock_offset_ns, phase, step, number, source, start_ns, end_ns
+-- (report clock), host_ns, window_ns, and the unions of the rank's activity within the window
+-- (ns): comm_ns, compute_ns, cc_ns (communication or compute) and busy_ns (anything, copies and
+-- memsets too). Overlapped communication = comm_ns + compute_ns - cc_ns; exposed = cc_ns -
+-- compute_ns; idle = window_ns - busy_ns.
+-- One sorted pass per rank over its activity and its windows' starts (a rank's windows follow
+-- each other): each activity belongs to the window its start falls in and is clipped to that
+-- window's end; what earlier activity still covers when a window starts (the running max of
+-- earlier ends) is counted at that start, so activity reaching across a window bound is split
+-- exactly.
+CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
+    WITH a AS MATERIALIZED (SELECT run_id, rank, start_ns, end_ns, class FROM nsa_rank_activity(nsa_run)),
+    s AS MATERIALIZED (SELECT * FROM nsa_rank_steps(nsa_run)),
+    w AS (
+        SELECT *, row_number() OVER (PARTITION BY run_id, rank ORDER BY start_ns) AS wid
+        FROM (
+            SELECT run_id, rank, 'steady' AS phase, step, number, source, start_ns, end_ns, host_ns
+            FROM s
+            UNION ALL
+            SELECT run_id, rank, 'run', NULL, NULL, NULL, lo, hi, NULL
+            FROM (SELECT run_id, rank, min(start_ns) AS lo, max(end_ns) AS hi FROM a GROUP BY run_id, rank) AS span
+            ANTI JOIN s USING (run_id, rank)
+        )
+    ),
+    -- activity (ord 1) and window starts (ord 0) in time order; rows of one time may come in any
+    -- order: an activity that starts with a window and sorts before that start is counted by the
+    -- start, as what covers it
+    x AS (
+        SELECT run_id, rank, start_ns AS t, 1 AS ord,
+               CASE WHEN class = 'comm' THEN end_ns END AS c_end,
+               CASE WHEN class = 'compute' THEN end_ns END AS k_end,
+               CASE WHEN class = 'copy' THEN end_ns END AS o_end,
+               NULL::BIGINT AS wid, NULL::BIGINT AS w_end
+        FROM a
+        UNION ALL
+        SELECT run_id, rank, start_ns, 0, NULL, NULL, NULL, wid, end_ns
+        FROM w
+    ),
+    y AS (
+        SELECT *,
+               max(c_end) OVER prev AS c_prev,
+               max(k_end) OVER prev AS k_prev,
+               max(o_end) OVER prev AS o_prev,
+               max(wid) OVER prev AS in_wid,
+               max(w_end) OVER prev AS in_end
+        FROM x
+        WINDOW prev AS (
+            PARTITION BY run_id, rank ORDER BY t
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        )
+    ),
+    -- a window start counts what earlier activity covers after it (up to the window's end); an
+    -- activity, its part not covered before it (up to its window's end)
+    z AS (
+        SELECT run_id, rank, wid,
+               coalesce(greatest(0, nsa_clip(c_prev, w_end) - t), 0) AS comm_add,
+               coalesce(greatest(0, nsa_clip(k_prev, w_end) - t), 0) AS comp_add,
+               coalesce(greatest(0, nsa_clip(greatest(c_prev, k_prev), w_end) - t), 0) AS cc_add,
+               coalesce(greatest(0, nsa_clip(greatest(c_prev, k_prev, o_prev), w_end) - t), 0) AS any_add
+        FROM y
+        WHERE ord = 0
+        UNION ALL
+        SELECT run_id, rank, in_wid,
+               nsa_union_ns(nsa_clip(c_end, in_end), t, c_prev),
+               nsa_union_ns(nsa_clip(k_end, in_end), t, k_prev),
+               nsa_union_ns(nsa_clip(greatest(c_end, k_end), in_end), t, greatest(c_prev, k_prev)),
+               nsa_union_ns(nsa_clip(greatest(c_end, k_end, o_end), in_end), t, greatest(c_prev, k_prev, o_prev))
+        FROM y
+        WHERE ord = 1 AND t < in_end
+    ),
+    u AS (
+        SELECT run_id, rank, wid,
+               coalesce(sum(comm_add), 0) AS comm_ns,
+               coalesce(sum(comp_add), 0) AS compute_ns,
+               coalesce(sum(cc_add), 0) AS cc_ns,
+               coalesce(sum(any_add), 0) AS busy_ns
+        FROM z
+        GROUP BY run_id, rank, wid
+    )
+    SELECT w.run_id, w.rank, r.report_id, r.pid, r.device_id, coalesce(r.clock_offset_ns, 0) AS clock_offset_ns,
+           w.phase, w.step, w.number, w.source, w.start_ns, w.end_ns, w.host_ns,
+           w.end_ns - w.start_ns AS window_ns,
+           CAST(u.comm_ns AS BIGINT) AS comm_ns,
+           CAST(u.compute_ns AS BIGINT) AS compute_ns,
+           CAST(u.cc_ns AS BIGINT) AS cc_ns,
+           CAST(u.busy_ns AS BIGINT) AS busy_ns
+    FROM w
+    JOIN u USING (run_id, rank, wid)
+    JOIN ranks AS r USING (run_id, rank);
+
+-- nsa_collective_ranks(nsa_run): each rank's part of each collective of run `nsa_run` (all runs
+-- when NULL) seen on at least two ranks, from `collectives` (run clock), the rank's GPU only (of
+-- two ops of one rank with the same channel and seq, the earlier): run_id, channel, seq, rank,
+-- report_id, op, dtype, message_bytes, group_size, start_ns, end_ns, duration_ns (end - start),
+-- and over the collective's ranks: ranks, first_arrival_ns / last_arrival_ns (earliest / latest
+-- start), first_end_ns / last_end_ns, latency_ns (shortest duration) and last_rank (the rank
+-- that started last; ties: the lowest rank).
+CREATE OR REPLACE MACRO nsa_collective_ranks(nsa_run) AS TABLE
+    WITH c AS (
+        SELECT c.run_id, c.channel, c.seq, c.rank, c.report_id, c.op, c.dtype, c.message_bytes, c.group_size,
+               c.start_ns, c.end_ns, c.end_ns - c.start_ns AS duration_ns
+        FROM collectives AS c
+        JOIN ranks AS r ON r.run_id = c.run_id AND r.rank = c.rank
+        WHERE (nsa_run IS NULL OR c.run_id = nsa_run) AND c.device_id = r.device_id
+          AND c.start_ns IS NOT NULL AND c.end_ns >= c.start_ns
+        QUALIFY row_number() OVER (PARTITION BY c.run_id, c.channel, c.seq, c.rank ORDER BY c.start_ns) = 1
+    ),
+    m AS (
+        SELECT *,
+               count(*) OVER one AS ranks,
+               min(start_ns) OVER one AS first_arrival_ns,
+               max(start_ns) OVER one AS last_arrival_ns,
+               min(end_ns) OVER one AS first_end_ns,
+               max(end_ns) OVER one AS last_end_ns,
+               min(duration_ns) OVER one AS latency_ns
+        FROM c
+        WINDOW one AS (PARTITION BY run_id, channel, seq)
+    )
+    SELECT *, min(rank) FILTER (WHERE start_ns = last_arrival_ns) OVER (PARTITION BY run_id, channel, seq) AS last_rank
+    FROM m
+    WHERE ranks >= 2;
