@@ -2,7 +2,9 @@
 -- throughput, speedup, efficiency, and the step time lost against ideal scaling split into
 -- communication, compute, imbalance and the rest. Each run's numbers come from its ranks' steady
 -- steps (nsa_rank_windows, as rank_balance measures them): step_ns is the median over ranks of
--- each rank's median GPU step time, compute_ns and exposed_comm_ns the means over ranks of the
+-- each rank's mean GPU step time (its steady windows' total over their count: the time the
+-- program takes per step, as its own throughput counts it; GPU windows before the first one no
+-- longer than 1.5x the rank's median are warm-up and left out), compute_ns and exposed_comm_ns the means over ranks of the
 -- per-step values, imbalance_ns the slowest rank's compute minus that mean. Weak scaling (each
 -- rank keeps its batch) is ideal when the step time stays the base's; strong scaling (the global
 -- batch is split) when it shrinks by base world / world. mode 'auto' picks weak when the
@@ -23,7 +25,7 @@
 -- col ranks BIGINT: ranks with steady steps measured.
 -- col steps BIGINT: steady steps of the rank with the fewest.
 -- col mode VARCHAR: 'weak' or 'strong': how throughput, efficiency and the ideal are computed.
--- col step_ns DOUBLE: median over ranks of each rank's median steady GPU step time (ns).
+-- col step_ns DOUBLE: median over ranks of each rank's mean steady GPU step time (ns).
 -- col compute_ns DOUBLE: compute per step, mean over ranks (ns).
 -- col exposed_comm_ns DOUBLE: exposed communication per step, mean over ranks (ns).
 -- col imbalance_ns DOUBLE: the slowest rank's compute per step minus the mean over ranks (ns).
@@ -49,18 +51,29 @@ sel AS (
                    THEN error('run_ids wants run ids separated by commas (1,2,3), got ''' || $run_ids || '''')
                ELSE true END
 ),
-rk AS (
-    SELECT
-        w.run_id,
-        w.rank,
-        count(*) AS steps,
-        median(w.window_ns) AS step_ns,
-        sum(w.compute_ns) / count(*) AS compute_ns,
-        sum(w.cc_ns - w.compute_ns) / count(*) AS exposed_ns
+med AS (
+    SELECT w.*, median(w.window_ns) OVER (PARTITION BY w.run_id, w.rank) AS median_ns
     FROM nsa_rank_windows(NULL) AS w
     SEMI JOIN sel USING (run_id)
     WHERE w.phase = 'steady'
-    GROUP BY w.run_id, w.rank
+),
+settled AS (
+    -- GPU-side warm-up: windows before the first one no longer than 1.5x the rank's median
+    -- (the host's steady steps can still queue slow first GPU steps: allocator, NCCL set-up)
+    SELECT *, min(CASE WHEN window_ns <= 1.5 * median_ns THEN step END) OVER (PARTITION BY run_id, rank) AS first_step
+    FROM med
+),
+rk AS (
+    SELECT
+        run_id,
+        rank,
+        count(*) AS steps,
+        sum(window_ns) / count(*) AS step_ns,
+        sum(compute_ns) / count(*) AS compute_ns,
+        sum(cc_ns - compute_ns) / count(*) AS exposed_ns
+    FROM settled
+    WHERE step >= first_step
+    GROUP BY run_id, rank
 ),
 per_run AS (
     SELECT
