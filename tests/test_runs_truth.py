@@ -13,6 +13,7 @@ and HTA's own traces.
 from __future__ import annotations
 
 import gzip
+import itertools
 import re
 import shutil
 import sqlite3
@@ -122,7 +123,7 @@ def step_truth(src: sqlite3.Connection, pid: int, device: int) -> dict[int, dict
     ).fetchall()
     out = {}
     numbers = sorted(first)
-    for n, nxt in zip(numbers, numbers[1:]):
+    for n, nxt in itertools.pairwise(numbers):
         lo, hi = first[n], first[nxt]
         comm = union([(max(a, lo), min(b, hi)) for a, b, c in kernels if c and a < hi and b > lo])
         comp = union([(max(a, lo), min(b, hi)) for a, b, c in kernels if not c and a < hi and b > lo])
@@ -163,8 +164,8 @@ def test_exposed_communication_equals_plain_interval_arithmetic(ws, tag):
             "exposed": sum(mine[n]["exposed_ns"] for n in shared),
             "window": sum(mine[n]["steady_ns"] for n in shared),
         }
-        for key in want:
-            assert have[key] == pytest.approx(want[key], rel=0.02), (rank, key)
+        for key, value in want.items():
+            assert have[key] == pytest.approx(value, rel=0.02), (rank, key)
         # and step by step, each within 2% of its window
         for n in shared:
             assert abs(mine[n]["exposed_ns"] - truth[n]["exposed"]) <= 0.02 * truth[n]["window"], (rank, n)
@@ -207,8 +208,8 @@ def test_one_report_of_the_job_answers_as_the_job_captured_per_rank(ws):
     a = {r[1]: r for r in nsa.query(con, "rank_balance", run_id=job).fetchall()}
     b = {r[1]: r for r in nsa.query(con, "rank_balance", run_id=split).fetchall()}
     cols = [d[0] for d in nsa.query(con, "rank_balance", run_id=job).description]
-    for rank in a:
-        x, y = dict(zip(cols, a[rank])), dict(zip(cols, b[rank]))
+    for rank, row in a.items():
+        x, y = dict(zip(cols, row)), dict(zip(cols, b[rank]))
         assert x["steps"] == y["steps"]
         assert x["compute_ns"] == pytest.approx(y["compute_ns"], rel=0.02)
         assert x["step_ns"] == pytest.approx(y["step_ns"], rel=0.05)
