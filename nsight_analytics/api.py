@@ -472,10 +472,20 @@ def findings(
     report_id: int | None = None,
     config: dict[str, Any] | None = None,
     only: list[str] | None = None,
+    run: str | int | None = None,
 ) -> list[Finding]:
-    """Ranked findings for one report (or all), after materialising what the rules read."""
+    """Ranked findings for one report (or all), or for one run (`run`: id or name: the rules on
+    each of its reports and the run rules on the run), after materialising what the rules read."""
     from .rules import run_rules
 
+    if run is not None:
+        if report_id is not None:
+            raise QueryError("give a run or a report, not both.")
+        run_id = resolve_run(con, run)
+        cannot: set[tuple[int, str]] = set()
+        for rid in _runs.run_reports(con, run_id):
+            cannot |= _materialise_for_rules(con, rid, only)
+        return run_rules(con, config=config, only=only, skip=cannot, run_id=run_id)
     require_reports(con, [report_id])
     cannot = _materialise_for_rules(con, report_id, only)
     return run_rules(con, report_id=report_id, config=config, only=only, skip=cannot)
@@ -521,13 +531,19 @@ def report_data(
     diff_sides: tuple[Any, Any] | None = None,
     max_events: int | None = None,
     config: dict[str, Any] | None = None,
+    run: str | int | None = None,
 ) -> dict[str, Any]:
     """What `nsa report` draws, as plain data (`render.html.page` turns it into the page): the
     report's timeline, findings and panels (`nsight_analytics.report`), or with `diff_sides`
-    the diff of A and B (`diff(...).to_dict()`) with both sides' reports. `report_id` None:
-    the workspace's only report (QueryError when there are several)."""
+    the diff of A and B (`diff(...).to_dict()`) with both sides' reports, or with `run` (id or
+    name) the run's ranks on its clock, its collectives and findings. `report_id` None: the
+    workspace's only report (QueryError when there are several)."""
     from . import report
 
+    if run is not None:
+        run_id = resolve_run(con, run)
+        limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
+        return report.gather_run(con, run_id, run_findings(con, run_id, config), max_events=limit)
     if diff_sides is not None:
         result = diff(con, diff_sides[0], diff_sides[1], config=config)
         ids = [*result.a.report_ids[:1], *result.b.report_ids[:1]]
@@ -545,6 +561,15 @@ def report_data(
     found = findings(con, report_id, config=config)
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
     return report.gather(con, report_id, found, max_events=limit)
+
+
+def run_findings(
+    con: duckdb.DuckDBPyConnection, run: str | int, config: dict[str, Any] | None = None
+) -> list[Finding]:
+    """The findings of a run, ranked: the rules on each of its reports, and the run rules on the
+    run. Materialises what the page and the rules read first."""
+    materialise(con, report_reads(), run_reports(con, run))
+    return findings(con, config=config, run=run)
 
 
 def report_reads() -> set[str]:

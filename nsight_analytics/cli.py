@@ -214,7 +214,9 @@ def ingest(
             click.echo(f"{s.name}: skipped (no reader knows this file)", err=True)
         if not paths:
             raise NsaClickError(
-                f"no file to ingest in {', '.join(files)}; give profiler reports, exports or traces."
+                f"{', '.join(files)} is a folder with no report, export, trace or power log nsa can read "
+                f"in it{f' ({len(skipped)} other files skipped)' if skipped else ''}; give those files, or the "
+                "folder that holds them."
             )
         con = api.connect(db, load_deferred=False)
         try:
@@ -504,6 +506,10 @@ def demo(db: str | None) -> None:
     help="Draw the diff of A and B (report ids, `1,2` groups or files) and both timelines.",
 )  # fmt: skip
 @click.option(
+    "--run", "run", metavar="RUN",
+    help="Draw a run (id or name, `nsa runs`): its ranks on one clock and their collectives.",
+)  # fmt: skip
+@click.option(
     "--max-events", type=click.IntRange(min=1000), default=None,
     help="Timeline events drawn exactly (default 400000); the rest as density bins.",
 )  # fmt: skip
@@ -515,6 +521,7 @@ def demo(db: str | None) -> None:
 def report(
     report_id: int | None,
     diff_sides: tuple[str, str] | None,
+    run: str | None,
     max_events: int | None,
     output_path: str,
     db: str | None,
@@ -522,18 +529,23 @@ def report(
     """Write one offline HTML page (every script inlined) for a report: a zoomable timeline per
     device and stream with idle gaps, steps and findings on it, and the panels (findings,
     utilization, top kernels, NVTX, copies, ncu stalls / speed of light / occupancy / roofline,
-    GPU metrics, memory, power). With --diff A B: the diff view and both timelines.
+    GPU metrics, memory, power). With --diff A B: the diff view and both timelines. With --run
+    RUN: one lane group per rank on the run's clock, communication apart from compute, each
+    collective lined up from its first arrival to its last end, and the run's findings.
 
     \b
         nsa report -o report.html
         nsa report --report 2 -o run2.html
         nsa report --diff before.sqlite after.sqlite -o diff.html
+        nsa report --run 1 -o run1.html
     """
     with errors():
+        if sum(x is not None for x in (report_id, diff_sides, run)) > 1:
+            raise NsaClickError("give one of --report, --diff and --run.")
         con = api.connect(db, load_deferred=False) if diff_sides else api.reader(db, needs=api.report_reads())
         try:
             with timed(log, "report data"):
-                data = api.report_data(con, report_id, diff_sides=diff_sides, max_events=max_events)
+                data = api.report_data(con, report_id, diff_sides=diff_sides, max_events=max_events, run=run)
         finally:
             con.close()
         with timed(log, "render html"):
@@ -547,6 +559,9 @@ def report(
 
 @main.command(short_help="Ranked findings: evidence, fix, estimated savings.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option(
+    "--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports and the run rules."
+)
 @click.option(
     "--format", "fmt", type=click.Choice(["text", *render.FORMATS]), default="text", show_default=True,
     help="text (or table) for people, markdown for tickets, json (an array of findings) or csv for machines.",
@@ -566,6 +581,7 @@ def report(
 @output_option
 def findings(
     report_id: int | None,
+    run: str | None,
     fmt: str,
     fail_on: str | None,
     config_path: str | None,
@@ -589,10 +605,12 @@ def findings(
     """
     with errors():
         config = api.rules_config(config_path, sets)
+        if run is not None and report_id is not None:
+            raise NsaClickError("give --run or --report, not both.")
         con = api.findings_reader(db, report_id)
         try:
             with timed(log, "findings: rules"):
-                found = api.findings(con, report_id=report_id, config=config)
+                found = api.findings(con, report_id=report_id, config=config, run=run)
             names = api.report_names(con)
         finally:
             con.close()

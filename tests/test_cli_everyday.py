@@ -428,7 +428,8 @@ def test_rules_in_every_row_format() -> None:
     res = run("rules", "--format", "csv")
     assert res.exit_code == EXIT_OK, res.output
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
-    assert list(rows[0]) == ["rule", "reads", "severity", "thresholds", "looks for"]
+    assert list(rows[0]) == ["rule", "reads", "severity", "scope", "thresholds", "looks for"]
+    assert {r["rule"]: r["scope"] for r in rows}["straggler-rank"] == "run"
     assert [r["rule"] for r in rows] == ids
     assert [r["rule"] for r in json.loads(run("rules", "--format", "json").stdout)] == ids
     table = run("rules").stdout

@@ -10,6 +10,7 @@ import json
 import re
 import sqlite3
 from csv import DictReader
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import nsight_analytics as nsa
 from conftest import realdata
 from nsight_analytics import api, render
 from nsight_analytics.cli import main
+from nsight_analytics.render.svg import fmt_ns
 
 COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD"}
 
@@ -249,3 +251,194 @@ def test_power_line_is_the_logged_power_over_the_timeline(tmp_path: Path, real_s
     assert len(power) == len(buckets) > 100
     want = [sum(v) / len(v) for _, v in sorted(buckets.items())]
     assert [p["power_w"] for p in power] == pytest.approx(want)
+
+
+# --- a run's page (`nsa report --run`): the DDP captures of tests/data/ddp ------------------------
+
+DDP = Path(__file__).parent / "data" / "ddp" / "nsys"
+SLOW2 = sorted(DDP.glob("h200x4_nsys2025.3_ddp_w4_slow2_rank*.sqlite.gz"))  # rank 2 sleeps 8 ms a step
+JOB = DDP / "h200x4_nsys2025.3_ddp_w4_job.sqlite.gz"  # one report, the 4 ranks as 4 processes
+PID = "globalPid / 16777216 % 16777216"  # nsys packs the process id into globalPid
+NCCL = "(SELECT value FROM StringIds WHERE id = k.demangledName) LIKE 'nccl%'"
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The slowed 4-rank run (one report a rank) and the 4-rank job (one report), ingested into one
+    workspace; their exports unpacked for sqlite3; each run's page data."""
+    if len(SLOW2) != 4 or not JOB.exists():
+        pytest.skip(f"the DDP captures are not in {DDP}")
+    folder = tmp_path_factory.mktemp("ddp")
+    plain = {}
+    for p in (*SLOW2, JOB):
+        plain[p.name] = folder / p.name.removesuffix(".gz")
+        with gzip.open(p) as src:
+            plain[p.name].write_bytes(src.read())
+    con = nsa.connect(folder / "w.duckdb")
+    api.group_runs(con, [nsa.ingest(con, p).report_id for p in (*SLOW2, JOB)])  # as `nsa ingest` does
+    runs = {name: rid for rid, name in con.execute("SELECT run_id, name FROM runs").fetchall()}
+    data = {name: api.report_data(con, run=name) for name in runs}
+    yield con, plain, data
+    con.close()
+
+
+def _sql(path: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute(sql, args).fetchall()
+
+
+def _session_offsets(plain: dict[str, Path]) -> dict[int, int]:
+    """{rank: ns to add to its export's times}: the run's clock starts at the earliest session."""
+    start = {int(re.search(r"_rank(\d)", name)[1]): _sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]  # type: ignore[index]
+             for name, path in plain.items() if "_rank" in name}  # fmt: skip
+    return {rank: s - min(start.values()) for rank, s in start.items()}
+
+
+def _rank_events(tl: dict[str, Any], rank: int, kinds: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(run-clock start, duration) of a rank's exact events of these lane kinds, sorted."""
+    return sorted((tl["t0"] + s, d) for lane in tl["lanes"] if lane.get("rank") == rank and lane["kind"] in kinds
+                  for s, d in _lane_events(lane))  # fmt: skip
+
+
+def test_run_page_draws_each_rank_on_the_run_clock(ddp: Any) -> None:
+    """One lane group per rank file; each rank's kernels are its export's, shifted by the
+    difference of its session start from the earliest one (sqlite3 on the exports)."""
+    _, plain, data = ddp
+    d = data["h200x4_nsys2025.3_ddp_w4_slow2"]
+    tl, offsets = d["timeline"], _session_offsets(plain)
+    assert [g["rank"] for g in tl["ranks"]] == [0, 1, 2, 3]
+    assert {lane.get("rank") for lane in tl["lanes"]} == {0, 1, 2, 3}
+    for g in tl["ranks"]:
+        r = g["rank"]
+        path = plain[SLOW2[r].name]
+        assert g["label"].startswith(f"rank {r} · GPU {r} · report ") and SLOW2[r].name in g["label"]
+        assert next(k for k in d["ranks"] if k["rank"] == r)["clock_offset_ns"] == offsets[r]
+        first = _sql(path, "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+        assert _rank_events(tl, r, ("kernel", "comm"))[0][0] == first + offsets[r]
+        # per lane: the compute kernels of each stream, and the NCCL kernels in the communication lane
+        lanes = {lane["label"]: lane["count"] for lane in tl["lanes"]
+                 if lane.get("rank") == r and lane["kind"] in ("kernel", "comm")}  # fmt: skip
+        want = {f"GPU {r} · stream {s} kernels": n for s, n in _sql(
+            path, f"SELECT streamId, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE NOT {NCCL} GROUP BY 1")}  # fmt: skip
+        want[f"GPU {r} · communication"] = _sql(
+            path, f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {NCCL}"
+        )[0][0]
+        assert lanes == want
+        comm = _sql(path, f'SELECT start + ?, "end" - start FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {NCCL} ORDER BY 1',
+                    offsets[r])  # fmt: skip
+        assert _rank_events(tl, r, ("comm",)) == comm
+    memcpy = sum(lane["count"] for lane in tl["lanes"] if lane["kind"] == "memcpy")
+    assert memcpy == sum(
+        _sql(plain[p.name], "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0][0] for p in SLOW2
+    )
+
+
+def test_run_page_of_one_report_draws_each_process_on_its_gpu(ddp: Any) -> None:
+    """A run in one report: a rank is one process, drawn with only its kernels on its GPU."""
+    _, plain, data = ddp
+    d = data["h200x4_nsys2025.3_ddp_w4_job"]
+    tl, path = d["timeline"], plain[JOB.name]
+    for k in d["ranks"]:
+        assert k["clock_offset_ns"] == 0 and k["pid"] is not None
+        want = _sql(path, f'SELECT start, "end" - start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {PID} = ? '
+                    "AND deviceId = ? ORDER BY 1, 2", k["pid"], k["device_id"])  # fmt: skip
+        assert _rank_events(tl, k["rank"], ("kernel", "comm")) == sorted(want) and want
+        assert {
+            lane["device"] for lane in tl["lanes"] if lane.get("rank") == k["rank"] and lane["kind"] != "nvtx"
+        } == {k["device_id"]}
+        assert f"pid {k['pid']}" in next(g["label"] for g in tl["ranks"] if g["rank"] == k["rank"])
+
+
+def test_run_page_lines_up_the_collectives(ddp: Any) -> None:
+    """Each collective, matched across the rank files by its place among its rank's NCCL kernels
+    of one stream, spans the first arrival to the last end; rank 2, which sleeps each step, is
+    the last to arrive at most of them (the NCCL kernels of the exports, on the run's clock)."""
+    _, plain, data = ddp
+    d = data["h200x4_nsys2025.3_ddp_w4_slow2"]
+    offsets = _session_offsets(plain)
+    arrivals: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for r, p in enumerate(SLOW2):
+        rows = _sql(plain[p.name], f'SELECT streamId, start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {NCCL} '
+                    "ORDER BY start")  # fmt: skip
+        streams = list(dict.fromkeys(s for s, _, _ in rows))  # channels: streams in order of first use
+        seen: dict[int, int] = {}
+        for s, start, end in rows:
+            seq = seen[s] = seen.get(s, -1) + 1
+            arrivals.setdefault((streams.index(s), seq), []).append((start + offsets[r], end + offsets[r], r))
+    want = []
+    for ops in arrivals.values():
+        first, last = min(a[0] for a in ops), max(a[0] for a in ops)
+        last_rank = min(r for s, _, r in ops if s == last)
+        want.append((first, last - first, max(a[1] for a in ops) - first, last_rank))
+    c, t = d["timeline"]["collectives"], d["timeline"]["t0"]
+    starts = [t + s for s, _ in _lane_events({"s": c["s"], "d": c["w"]})]
+    assert sorted(zip(starts, c["w"], c["e"], c["last"], strict=True)) == sorted(want)
+    assert c["total"] == len(want) == 241
+    last = {r: sum(1 for w in want if w[3] == r) for r in range(4)}
+    shown = {row["rank"]: row for row in tables(render.render_html(d))["arrivals"]}
+    assert {r: row["arrived_last"] for r, row in shown.items()} == last
+    assert max(last, key=last.__getitem__) == 2 and last[2] > 0.9 * len(want)
+    view = d["timeline"]["view"]  # the page opens on the collectives
+    assert (
+        view[0] <= min(starts) - t and view[1] >= max(s + e for s, e in zip(starts, c["e"], strict=True)) - t
+    )
+
+
+def test_run_page_header_and_findings(ddp: Any) -> None:
+    con, plain, data = ddp
+    d = data["h200x4_nsys2025.3_ddp_w4_slow2"]
+    page = render.render_html(d)
+    source, unc = con.execute(
+        "SELECT rank_source, clock_uncertainty_ns FROM runs WHERE name = 'h200x4_nsys2025.3_ddp_w4_slow2'"
+    ).fetchone()
+    summary = re.search(r'<p class="run-summary">(.*?)</p>', page, re.DOTALL)[1]  # type: ignore[index]
+    text = unescape(re.sub(r"<[^>]+>", "", summary))
+    assert text.startswith("h200x4_nsys2025.3_ddp_w4_slow2 (run ")
+    assert f"world size 4, 4 ranks seen on 1 host; ranks found from {source}; " in text
+    assert "clocks aligned on each report's session start" in text
+    assert ("uncertainty not measured" if unc is None else f"uncertainty ± {fmt_ns(unc)} ") in text
+    ranks = tables(page)["ranks"]
+    assert [(r["rank"], r["file"], r["device_id"], r["clock_offset_ns"]) for r in ranks] == [
+        (i, p.name, i, _session_offsets(plain)[i]) for i, p in enumerate(SLOW2)
+    ]
+    state = dict(re.findall(r'data-panel="(\w+)" data-state="(\w+)"', page))
+    assert state == {"run": "drawn", "findings": "drawn", "timeline": "drawn", "collectives": "drawn"}
+    # the findings: every report's, and the run rules' once
+    rids = sorted({r["report_id"] for r in d["ranks"]})
+    want = {(f.rule_id, f.report_id, f.message) for rid in rids for f in api.findings(con, rid)}
+    assert {(f["rule_id"], f["report_id"], f["message"]) for f in d["findings"]} == want
+    assert len(d["findings"]) == len(want)
+    shown = re.findall(
+        r'<(?:article class="finding[^"]*"|p class="same-rule") data-rule="[^"]+" data-index="(\d+)"', page
+    )
+    assert sorted(map(int, shown)) == list(range(len(want)))  # each on the page once
+    assert all("pin" in f for f in d["findings"])
+
+
+def test_run_page_level_of_detail(ddp: Any) -> None:
+    con, _, data = ddp
+    full = data["h200x4_nsys2025.3_ddp_w4_slow2"]["timeline"]
+    tl = api.report_data(con, run="h200x4_nsys2025.3_ddp_w4_slow2", max_events=1000)["timeline"]
+    assert tl["events"] == full["events"] and tl["exact_events"] <= 1000 + len(tl["lanes"])
+    for lane in (lane for lane in tl["lanes"] if lane["kind"] != "nvtx"):
+        assert lane["quota"] < lane["count"] or "bins" not in lane
+        if "bins" in lane:
+            assert sum(lane["bins"]["c"]) == lane["count"] and sum(lane["bins"]["d"]) == lane["busy_ns"]
+
+
+def test_cli_report_run(tmp_path: Path) -> None:
+    if len(SLOW2) != 4:
+        pytest.skip(f"the DDP captures are not in {DDP}")
+    db, out = tmp_path / "w.duckdb", tmp_path / "run.html"
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", "--db", str(db), "-q", *map(str, SLOW2)]).exit_code == 0
+    res = runner.invoke(main, ["report", "--db", str(db), "--run", "1", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (
+        "<title>nsa report: run h200x4_nsys2025.3_ddp_w4_slow2 (run 1, 4 of 4 ranks)</title>"
+        in out.read_text()
+    )
+    res = runner.invoke(main, ["report", "--db", str(db), "--run", "7", "-o", str(out)])
+    assert res.exit_code == 2 and "no run '7' in the workspace" in res.stderr
+    res = runner.invoke(main, ["report", "--db", str(db), "--run", "1", "--report", "1", "-o", str(out)])
+    assert res.exit_code == 2 and res.stderr.strip() == "Error: give one of --report, --diff and --run."

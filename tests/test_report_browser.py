@@ -17,6 +17,7 @@ from report_cases import Built, Case, build, cases
 import nsight_analytics as nsa
 from conftest import ROOT
 from fixtures.browser import CHROMEDRIVER, CHROMIUM, headless_chromium
+from nsight_analytics import api, render
 
 ARTIFACTS = Path(os.environ.get("NSA_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "report"
 SINGLE_PANELS = {"findings", "timeline", "utilization", "top_kernels", "phases", "nvtx", "copies", "graphs",
@@ -88,6 +89,81 @@ def test_report_page(case: Case, driver: Any, tmp_path: Path) -> None:
         _screenshot(driver, case.id)
     finally:
         built.con.close()  # type: ignore[attr-defined]
+
+
+RUN_PANELS = {"run", "findings", "timeline", "collectives"}
+SLOW2 = sorted(
+    (ROOT / "tests" / "data" / "ddp" / "nsys").glob("h200x4_nsys2025.3_ddp_w4_slow2_rank*.sqlite.gz")
+)
+# per rank: its group header, then the pixel colour at the middle of its longest communication
+# kernel and of its longest compute kernel, each shown alone on the canvas
+RANK_LANES_JS = """
+const t = window.nsaTimelines[0], ctx = t.canvas.getContext('2d'), dpr = window.devicePixelRatio || 1;
+const groups = t.rows.filter(r => r.type === 'group').map(r => r.group.rank);
+const pixel = (row) => {
+  const l = row.lane; let i = 0; l.d.forEach((d, j) => { if (d > l.d[i]) i = j; });
+  t.setView(l.start[i] - l.d[i] / 4, l.start[i] + l.d[i] * 1.25);
+  const x = t.x(l.start[i] + l.d[i] / 2), y = row.y + row.h / 2;
+  return Array.from(ctx.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data.slice(0, 3));
+};
+const out = groups.map(rank => {
+  const mine = t.rows.filter(r => r.type === 'lane' && r.lane.rank === rank);
+  const comm = mine.find(r => r.lane.kind === 'comm'), compute = mine.find(r => r.lane.kind === 'kernel');
+  return {rank: rank, lanes: mine.length, comm: pixel(comm), compute: pixel(compute)};
+});
+t.setView(t.tl.view[0], t.tl.view[1]);
+return {groups: groups, ranks: out};
+"""
+# hover the middle of the wait of the collective whose ranks arrived furthest apart
+COLLECTIVE_HOVER_JS = """
+const t = window.nsaTimelines[0], c = t.tl.collectives, row = t.rows.find(r => r.type === 'collectives');
+let i = 0; c.w.forEach((w, j) => { if (w > c.w[i]) i = j; });
+t.setView(c.start[i] - c.e[i], c.start[i] + 2 * c.e[i]);
+const r = t.canvas.getBoundingClientRect();
+t.canvas.dispatchEvent(new MouseEvent('mousemove', {bubbles: true,
+  clientX: r.left + t.x(c.start[i] + c.w[i] / 2), clientY: r.top + row.y + row.h / 2}));
+const out = [t.tip.textContent, c.last[i]]; t.tip.style.display = 'none'; return out;
+"""
+
+
+def test_run_page(driver: Any, tmp_path: Path) -> None:
+    """The slowed 4-rank run's page: its panels drawn, one lane group per rank with its
+    communication kernels in their colour and its compute kernels in theirs, and the collective
+    the ranks reached furthest apart named with its last rank on hover."""
+    if len(SLOW2) != 4:
+        pytest.skip("the DDP captures of tests/data/ddp are not there")
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        api.group_runs(con, [nsa.ingest(con, p).report_id for p in SLOW2])
+        page = tmp_path / "run.html"
+        page.write_text(
+            render.render_html(api.report_data(con, run="h200x4_nsys2025.3_ddp_w4_slow2")), "utf-8"
+        )
+        _load(driver, page)
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        panels = {p["name"]: p for p in driver.execute_script(PANELS_JS)}
+        assert set(panels) == RUN_PANELS and {p["state"] for p in panels.values()} == {"drawn"}
+        assert (
+            panels["timeline"]["canvas"] > 0
+            and panels["run"]["rows"] == 4
+            and panels["collectives"]["rows"] == 4
+        )
+        drawn = driver.execute_script(RANK_LANES_JS)
+        assert drawn["groups"] == [0, 1, 2, 3]
+        for r in drawn["ranks"]:
+            assert r["lanes"] >= 3, r
+            assert r["comm"] == [194, 24, 122], r  # the communication colour (timeline.js COMM)
+            red, green, blue = r["compute"]
+            assert blue > red and (red, green, blue) != (255, 255, 255), r  # a compute blue or teal
+        shown, last = driver.execute_script(COLLECTIVE_HOVER_JS)
+        assert f"last arrival: rank {last}" in shown and "first arrival: rank" in shown
+        _check_zoom(driver)
+        _check_hover(driver)
+        driver.execute_script("const t = window.nsaTimelines[0]; t.setView(t.tl.view[0], t.tl.view[1]);")
+        _screenshot(driver, "run-h200x4_ddp_w4_slow2")
+    finally:
+        con.close()
 
 
 def _rows(driver: Any, name: str) -> list[dict[str, Any]]:

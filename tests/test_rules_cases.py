@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from rules.cases import CASES as TIMELINE_AND_NCU_CASES
 from rules.gpu_metrics_cases import GPU_METRIC_CASES
+from rules.run_cases import RUN_CASES
 
 import nsight_analytics as nsa
 from nsight_analytics import schema
@@ -27,6 +28,7 @@ ACTIVITY_KIND = {
     "gpu_metrics": "gpu_metrics",
     "memory_events": "memory",
     "power_samples": "power",
+    "comm_ops": "comm",
 }
 
 
@@ -65,7 +67,7 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
             _insert(con, table, table_rows)
 
 
-CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES]
+CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES, *RUN_CASES]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -82,6 +84,33 @@ def test_rule_case(case: dict, tmp_path: Path) -> None:
         assert f.title and "\n" not in f.title
         assert f.message and f.recommendation
         assert f.est_savings_ns is None or f.est_savings_ns >= 0
+    if "detail" in case:  # the run cases say what each finding must say
+        for f, want in zip(found, case["detail"], strict=True):
+            _assert_detail(f, want)
+
+
+def _assert_detail(f, want: dict) -> None:
+    """A finding says what a case's `detail` computed by hand: its run, report, the ranks it
+    names, the saving and the evidence numbers; its message names the run and says `says`."""
+    assert (f.run_id, f.report_id, f.ranks) == (want["run_id"], want["report_id"], want["ranks"]), f.message
+    assert f.est_savings_ns == pytest.approx(want["est_savings_ns"], rel=1e-9, abs=1), f.message
+    assert f.same_saving_as == want.get("same_saving_as")
+    assert f"run {f.run_id} (" in f.message
+    for words in want.get("says", []):
+        assert words in f.message, (words, f.message)
+    for key, value in want["evidence"].items():
+        assert f.evidence[key] == _approx(value), (key, f.evidence[key], value)
+
+
+def _approx(value: object) -> object:
+    """Numbers compared to 1e-9 relative, inside dicts and lists as well."""
+    if isinstance(value, dict):
+        return {k: _approx(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_approx(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return pytest.approx(value, rel=1e-9, abs=1e-6)
+    return value
 
 
 def test_every_rule_has_a_firing_case() -> None:

@@ -44,6 +44,8 @@ def test_json_shape(db: Path) -> None:
         "recommendation",
         "est_savings_ns",
         "same_saving_as",
+        "run_id",
+        "ranks",
     }
     assert all(set(f) == keys for f in data)
     assert data[0]["rule_id"] == "copy-dominated"

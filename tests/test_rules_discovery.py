@@ -124,7 +124,7 @@ def test_builtin_rules_are_discovered_in_their_declared_order() -> None:
         "copy-dominated", "pageable-memcpy", "small-kernel-storm", "stall-dominated", "memory-bound",
         "roofline-headroom", "latency-bound", "low-occupancy", "tensor-cores-idle", "low-issue-while-busy",
         "dram-saturated", "pcie-saturated", "gpu-idle", "startup", "memory-growth", "host-sync",
-        "no-gpu-activity",
+        "no-gpu-activity", "exposed-communication", "straggler-rank", "load-imbalance", "scaling-loss",
     ]  # fmt: skip
     checks = Path(nsa.__file__).parent / "rules" / "checks"
     assert len([p for p in checks.glob("*.py") if not p.name.startswith("_")]) == len(rules())
@@ -157,9 +157,10 @@ def test_rules_declare_the_queries_they_run(nsys_any_workspace) -> None:
     for r in rules():
         ctx = Recording(con, load_config(), None)
         ctx.ran = set()
-        for report in ctx.reports():
-            if r.runs_on(report.activity_kinds or ()):
-                r.check(ctx, int(report.report_id))
+        # a run rule judges each run, on the union of its reports' data
+        for unit in ctx.runs() if r.scope == "run" else ctx.reports():
+            if r.runs_on(unit.activity_kinds or ()):
+                r.check(ctx, int(unit.run_id if r.scope == "run" else unit.report_id))
         assert ctx.ran <= set(r.queries), f"{r.id} runs {sorted(ctx.ran - set(r.queries))} undeclared"
 
 

@@ -506,7 +506,7 @@ def _is_tar(path: Path) -> bool:
 
     try:
         return tarfile.is_tarfile(path)
-    except OSError:
+    except Exception:  # a damaged gzip, a truncated file: not an archive; its reader will say what it is
         return False
 
 

@@ -11,6 +11,7 @@ docs/report.md describes the page and why it is built this way.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from html import escape
 from importlib import resources
 from typing import Any
@@ -20,6 +21,7 @@ from .diff_panels import diff_sections
 from .findings import grouped
 from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
 from .ncu_panels import ncu_sections
+from .run_panels import collectives_section, finding_where, run_legend, run_section, run_title
 from .svg import fmt_bytes, fmt_ns
 
 
@@ -28,8 +30,13 @@ def _asset(name: str) -> str:
 
 
 def page(data: dict[str, Any]) -> str:
-    """The whole page for one report, or for a diff (`data["diff"]` with both sides)."""
-    if "diff" in data:
+    """The whole page for one report, for a diff (`data["diff"]` with both sides) or for a run
+    (`data["run"]`: its ranks on one timeline)."""
+    if "run" in data:
+        title = run_title(data)
+        sections = run_sections(data)
+        payload = [data["timeline"]]
+    elif "diff" in data:
         d = data["diff"]
         title = f"nsa diff: {', '.join(d['a']['files'])} → {', '.join(d['b']['files'])}"
         sections = diff_sections(d)
@@ -96,38 +103,78 @@ def report_sections(data: dict[str, Any]) -> list[str]:
     return out
 
 
-def findings_section(found: list[dict[str, Any]]) -> str:
+def run_sections(data: dict[str, Any]) -> list[str]:
+    """A run's page: the run and its ranks, its findings, the ranks' timeline, the arrivals."""
+    return [
+        run_section(data),
+        findings_section(data["findings"], finding_where(data["ranks"])),
+        timeline_section(data, 0, "Timeline: the ranks on the run's clock", run_legend(data)),
+        collectives_section(data),
+    ]
+
+
+def findings_section(
+    found: list[dict[str, Any]], where: Callable[[dict[str, Any]], str] | None = None
+) -> str:
+    """The findings' cards. `where(finding)`, when given (a run page), names what each is about
+    (the rank and report, or the run), and one rule's findings on several reports share the card
+    of the highest ranked, the others one line each in it."""
     if not found:
         return section("findings", "Findings", '<p class="ok">No findings: every rule passed.</p>')
-    cards = []
-    index = {id(f): i for i, f in enumerate(found)}  # the finding's place in the page's data
+    cards: list[tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]] = []
+    by_rule: dict[str, list[dict[str, Any]]] = {}
     for f, same in grouped(found, lambda d, name: d.get(name)):
-        i = index[id(f)]
-        pin = f.get("pin")
-        goto = (
-            f'<button class="goto" data-timeline="0" data-s="{pin["s"]}" data-d="{pin["d"]}">'
-            f"show on timeline ({escape(pin['how'])})</button>"
-            if pin
-            else ""
-        )
-        saving = "" if f["est_savings_ns"] is None else f" · could save {fmt_ns(f['est_savings_ns'])}"
-        evidence = escape(json.dumps(f["evidence"], indent=1, default=str))
-        cards.append(
-            f'<article class="finding sev-{f["severity"]}" data-rule="{escape(f["rule_id"])}" data-index="{i}">'
-            f'<h3><span class="sev">{escape(f["severity"])}</span> {escape(f["title"])}'
-            f"<small> {escape(f['rule_id'])}{saving}</small></h3>"
-            f'<p>{escape(f["message"])}</p><p class="fix"><b>Fix:</b> {escape(f["recommendation"])}</p>'
-            + "".join(
-                f'<p class="same-saving" data-rule="{escape(g["rule_id"])}">Same saving, also found by '
-                f"{escape(g['rule_id'])} [{escape(g['severity'])}]: {escape(g['title'])}. {escape(g['message'])}</p>"
-                for g in same
-            )
-            + f"<details><summary>evidence</summary><pre>{evidence}</pre></details>{goto}</article>"
-        )
-    return section("findings", "Findings", "".join(cards))
+        if where is not None and f.get("run_id") is None and f["rule_id"] in by_rule:
+            by_rule[f["rule_id"]].append(f)
+            continue
+        cards.append((f, same, by_rule.setdefault(f["rule_id"], []) if f.get("run_id") is None else []))
+    index = {id(f): i for i, f in enumerate(found)}  # the finding's place in the page's data
+    return section(
+        "findings", "Findings", "".join(_card(f, index, same, also, where) for f, same, also in cards)
+    )
 
 
-def timeline_section(data: dict[str, Any], index: int, title: str) -> str:
+def _card(
+    f: dict[str, Any],
+    index: dict[int, int],
+    same: list[dict[str, Any]],
+    also: list[dict[str, Any]],
+    where: Callable[[dict[str, Any]], str] | None,
+) -> str:
+    saving = "" if f["est_savings_ns"] is None else f" · could save {fmt_ns(f['est_savings_ns'])}"
+    evidence = escape(json.dumps(f["evidence"], indent=1, default=str))
+    return (
+        f'<article class="finding sev-{f["severity"]}" data-rule="{escape(f["rule_id"])}" data-index="{index[id(f)]}">'
+        f'<h3><span class="sev">{escape(f["severity"])}</span> {escape(f["title"])}'
+        f"<small> {escape(f['rule_id'])}{saving}{'' if where is None else ' · ' + escape(where(f))}</small></h3>"
+        f'<p>{escape(f["message"])}</p><p class="fix"><b>Fix:</b> {escape(f["recommendation"])}</p>'
+        + "".join(
+            f'<p class="same-saving" data-rule="{escape(g["rule_id"])}">Same saving, also found by '
+            f"{escape(g['rule_id'])} [{escape(g['severity'])}]: {escape(g['title'])}. {escape(g['message'])}</p>"
+            for g in same
+        )
+        + "".join(
+            f'<p class="same-rule" data-rule="{escape(g["rule_id"])}" data-index="{index[id(g)]}">'
+            f"Also on {escape(where(g) if where else '')} [{escape(g['severity'])}]: {escape(g['title'])} {_goto(g)}</p>"
+            for g in also
+        )
+        + f"<details><summary>evidence</summary><pre>{evidence}</pre></details>{_goto(f)}</article>"
+    )
+
+
+def _goto(f: dict[str, Any]) -> str:
+    pin = f.get("pin")
+    if not pin:
+        return ""
+    return (
+        f'<button class="goto" data-timeline="0" data-s="{pin["s"]}" data-d="{pin["d"]}">'
+        f"show on timeline ({escape(pin['how'])})</button>"
+    )
+
+
+def timeline_section(data: dict[str, Any], index: int, title: str, before: str = "") -> str:
+    """The timeline's panel: its tools, the canvas and a note on how its events are drawn;
+    `before`: HTML put above the canvas (a run page's legend)."""
     tl = data.get("timeline")
     if not tl:
         ncu = str(data.get("format", "")).startswith("ncu")
@@ -147,7 +194,7 @@ def timeline_section(data: dict[str, Any], index: int, title: str) -> str:
     content = (
         f'<div class="tl-tools"><button data-act="in">zoom in</button><button data-act="out">zoom out</button>'
         f'<button data-act="reset">reset</button> <span class="tl-range"></span> '
-        f'<span class="hint">wheel: zoom · drag: pan · hover: details</span></div>'
+        f'<span class="hint">wheel: zoom · drag: pan · hover: details</span></div>{before}'
         f'<div class="nsa-timeline" data-index="{index}"><canvas></canvas><div class="tip"></div></div>{note}'
     )
     return section(f"timeline{index or ''}", title, content)

@@ -19,6 +19,7 @@ def _rows(rules: Sequence[Rule], thresholds: Sequence[Threshold]) -> list[dict[s
             "rule": r.id,
             "reads": r.needs_text,
             "severity": " / ".join(r.severities),
+            "scope": r.scope,
             "thresholds": ", ".join(f"{t}={defaults[t]}" for t in r.thresholds),
             "looks for": r.summary,
         }
@@ -27,13 +28,15 @@ def _rows(rules: Sequence[Rule], thresholds: Sequence[Threshold]) -> list[dict[s
 
 
 def _blocks(rows: list[dict[str, str]], width: int) -> str:
-    """One block per rule for people: a table of five text columns folds every threshold name
-    at 80 columns; a heading line and wrapped text read whole."""
+    """One block per rule for people: a table of six text columns folds every threshold name
+    at 80 columns; a heading line and wrapped text read whole. A rule that judges a run (the
+    ranks of a job together) says `per run` before what it looks for; the others judge each
+    report."""
     out = ["rules", ""]
     for x in rows:
         out.append(f"{x['rule']}  ({x['severity']}; reads {x['reads']})")
         wrap = textwrap.TextWrapper(width=max(width, 40), initial_indent="  ", subsequent_indent="    ")
-        out += wrap.wrap(x["looks for"])
+        out += wrap.wrap(("per run: " if x["scope"] == "run" else "") + x["looks for"])
         if x["thresholds"]:
             out += wrap.wrap("thresholds: " + x["thresholds"])
         out.append("")
@@ -47,9 +50,9 @@ def render_rules(
     width = width or shutil.get_terminal_size((160, 24)).columns
     rows = _rows(rules, thresholds)
     if fmt == "markdown":
-        lines = ["| rule | reads | severity | thresholds | looks for |", "|---|---|---|---|---|"]
+        lines = ["| rule | reads | severity | scope | thresholds | looks for |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['thresholds']} | {x['looks for']} |"
+            f"| `{x['rule']}` | {x['reads']} | {x['severity']} | {x['scope']} | {x['thresholds']} | {x['looks for']} |"
             for x in rows
         ]
         lines += ["", "| threshold | default | unit | meaning |", "|---|---|---|---|"]

@@ -37,8 +37,10 @@ OPTIONAL = ("gpu_metrics_timeline", "memory_timeline", "gpu_metrics_summary")
 
 
 def reads() -> set[str]:
-    """Canonical tables the page reads: its queries' `-- reads` plus the timeline's tables."""
+    """Canonical tables the page reads: its queries' `-- reads` plus the timeline's tables (and
+    a run page's: its runs, ranks and communication kernels)."""
     needs = set(TIMELINE_READS) | queries.get("gaps").tables() | {"reports", "power_samples"}
+    needs |= {"runs", "ranks", "comm_ops"}
     for name in (*PANEL_QUERIES.values(), *OPTIONAL):
         if name in queries.library():
             needs |= queries.get(name).tables()

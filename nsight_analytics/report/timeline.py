@@ -12,6 +12,7 @@ exact events are missing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -47,7 +48,7 @@ _ACTIVITY = """
                || coalesce(dst_memory, '?'), bytes, pid, correlation_id
         FROM memcpy WHERE report_id = $rid
     ), laned AS (
-        SELECT dense_rank() OVER (ORDER BY device_id, kind, lane_key) - 1 AS lane,
+        SELECT dense_rank() OVER (ORDER BY device_id, kind, lane_key) - 1 AS lane, NULL::INTEGER AS rank,
                device_id, kind, lane_key, start_ns, greatest(duration_ns, 0) AS duration_ns, label,
                bytes, c.api
         FROM act LEFT JOIN calls c USING (pid, correlation_id)
@@ -55,59 +56,88 @@ _ACTIVITY = """
     )
 """
 
-KINDS = ("kernel", "memset", "graph", "memcpy")
+# `kind` codes of the activity SQL; "comm" (communication kernels, comm_ops) only on run pages
+KINDS = ("kernel", "memset", "graph", "memcpy", "comm")
+LANE_NAMES = {"kernel": "kernels", "memset": "memsets", "graph": "graphs", "comm": "communication"}
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Where a timeline's events come from: SQL ending in a `laned` CTE (lane, rank, device_id,
+    kind, lane_key, start_ns, duration_ns, label, bytes, api; one `), laned AS (` in it) and its
+    parameters. One report's is `_ACTIVITY`; a run's (report/run.py) puts each rank's rows on
+    the run's clock and numbers lanes rank by rank."""
+
+    sql: str
+    args: dict[str, Any]
 
 
 def gather_timeline(
     con: duckdb.DuckDBPyConnection, rid: int, max_events: int = DEFAULT_MAX_EVENTS
 ) -> dict[str, Any] | None:
     """The timeline's lanes and overlays; None when the report has no GPU activity (ncu)."""
-    bounds = params.first_row(
-        params.execute(
-            con,
-            _ACTIVITY + "SELECT min(start_ns), max(start_ns + duration_ns), count(*) FROM laned",
-            {"rid": rid},
-        )
-    )
-    t0, t1, total = bounds
-    if not total:
-        return None
-    t0, t1 = int(t0), max(int(t1), int(t0) + 1)
-    lanes = _lanes(con, rid, t0, t1, int(total), max_events)
     names: dict[str, int] = {}
     apis: dict[str, int] = {}
-    events = _events(con, rid, t0, t1, lanes, names, apis, int(total), max_events)
-    for lane in lanes:
-        lane.update(events.get(lane["id"], {}))
-    nvtx = _nvtx(con, rid, t0, names)
+    got = activity_lanes(con, Activity(_ACTIVITY, {"rid": rid}), max_events, names, apis)
+    if got is None:
+        return None
+    t0, t1, total, lanes = got
+    nvtx = nvtx_lanes(con, rid, t0, names)
     return {
         "t0": t0,
         "t1": t1,
-        "events": int(total),
+        "events": total,
         "exact_events": sum(len(lane.get("d", [])) for lane in lanes),
         "max_events": max_events,
         "bins": BINS,
         "lanes": lanes + nvtx,
         "names": list(names),
         "apis": list(apis),
-        "steps": _steps(con, rid, t0),
-        "gaps": _gaps(con, rid, t0, t1),
+        "steps": step_marks(con, rid, t0),
+        "gaps": idle_gaps(con, rid, t0, t1),
     }
 
 
+def activity_lanes(
+    con: duckdb.DuckDBPyConnection,
+    src: Activity,
+    max_events: int,
+    names: dict[str, int],
+    apis: dict[str, int],
+) -> tuple[int, int, int, list[dict[str, Any]]] | None:
+    """(t0, t1, events, lanes with their exact events and bins) of an activity source; None
+    when it has no event. `names` and `apis` collect the labels and launch calls the lanes index."""
+    bounds = params.first_row(
+        params.execute(
+            con, src.sql + "SELECT min(start_ns), max(start_ns + duration_ns), count(*) FROM laned", src.args
+        )
+    )
+    t0, t1, total = bounds
+    if not total:
+        return None
+    t0, t1 = int(t0), max(int(t1), int(t0) + 1)
+    lanes = _lanes(con, src, t0, t1, int(total), max_events)
+    events = _events(con, src, t0, lanes, names, apis, int(total), max_events)
+    for lane in lanes:
+        lane.update(events.get(lane["id"], {}))
+    return t0, t1, int(total), lanes
+
+
 def _lanes(
-    con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int, total: int, max_events: int
+    con: duckdb.DuckDBPyConnection, src: Activity, t0: int, t1: int, total: int, max_events: int
 ) -> list[dict[str, Any]]:
     rows = params.execute(
         con,
-        _ACTIVITY + "SELECT lane, device_id, kind, lane_key, count(*), sum(duration_ns) "
+        src.sql + "SELECT lane, rank, device_id, kind, lane_key, count(*), sum(duration_ns) "
         "FROM laned GROUP BY ALL ORDER BY lane",
-        {"rid": rid},
+        src.args,
     ).fetchall()
     lanes: list[dict[str, Any]] = []
-    for lane, device, kind, key, count, busy in rows:
+    for lane, rank, device, kind, key, count, busy in rows:
         what = KINDS[kind]
-        where = f"memcpy {key}" if what == "memcpy" else f"stream {key} {what}s"
+        where = f"memcpy {key}" if what == "memcpy" else f"stream {key} {LANE_NAMES[what]}"
+        if what == "comm":  # a run's communication kernels: one lane per GPU, whatever the stream
+            where = LANE_NAMES[what]
         quota = count if total <= max_events else max(1, count * max_events // total)
         lanes.append(
             {
@@ -120,22 +150,24 @@ def _lanes(
                 "quota": int(quota),
             }
         )
+        if rank is not None:
+            lanes[-1]["rank"] = int(rank)
     sampled = [lane for lane in lanes if lane["quota"] < lane["count"]]
     if sampled:
-        bins = _bins(con, rid, t0, t1)
+        bins = _bins(con, src, t0, t1)
         for lane in sampled:
             lane["bins"] = bins[lane["id"]]
     return lanes
 
 
-def _bins(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> dict[int, dict[str, Any]]:
+def _bins(con: duckdb.DuckDBPyConnection, src: Activity, t0: int, t1: int) -> dict[int, dict[str, Any]]:
     """Per lane, the count and summed duration of its events by the bin their start falls in."""
     width = max(1, -(-(t1 - t0) // BINS))
     rows = params.execute(
         con,
-        _ACTIVITY + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*), sum(duration_ns) "
+        src.sql + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*), sum(duration_ns) "
         "FROM laned GROUP BY ALL ORDER BY lane, b",
-        {"rid": rid, "t0": t0, "w": width, "last": BINS - 1},
+        {**src.args, "t0": t0, "w": width, "last": BINS - 1},
     ).fetchall()
     out: dict[int, dict[str, Any]] = {}
     for lane, b, count, busy in rows:
@@ -148,9 +180,8 @@ def _bins(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> dict[in
 
 def _events(
     con: duckdb.DuckDBPyConnection,
-    rid: int,
+    src: Activity,
     t0: int,
-    t1: int,
     lanes: list[dict[str, Any]],
     names: dict[str, int],
     apis: dict[str, int],
@@ -163,14 +194,14 @@ def _events(
         "<= (SELECT q FROM quota WHERE quota.lane = laned.lane)"
     )  # fmt: skip
     quota = ", ".join(f"({lane['id']}, {lane['quota']})" for lane in lanes)
-    sql = _ACTIVITY.replace(
+    sql = src.sql.replace(
         "), laned AS (", "), quota(lane, q) AS (VALUES " + (quota or "(0, 0)") + "), laned AS ("
     )
     rel = params.execute(
         con,
         sql + f"SELECT * FROM (SELECT lane, start_ns - $t0 AS s, duration_ns, label, bytes, api "
         f"FROM laned {keep}) ORDER BY lane, s",
-        {"rid": rid, "t0": t0},
+        {**src.args, "t0": t0},
     )
     out: dict[int, dict[str, list[int]]] = {}
     prev_lane, prev = -1, 0
@@ -192,25 +223,34 @@ def _events(
     return out
 
 
-def _nvtx(con: duckdb.DuckDBPyConnection, rid: int, t0: int, names: dict[str, int]) -> list[dict[str, Any]]:
-    """NVTX ranges per host thread, with their nesting depth (`l`); the longest NVTX_MAX."""
+def nvtx_lanes(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    t0: int,
+    names: dict[str, int],
+    pid: int | None = None,
+    limit: int = NVTX_MAX,
+) -> list[dict[str, Any]]:
+    """NVTX ranges per host thread (of process `pid` when given), with their nesting depth
+    (`l`); the longest `limit`. Starts are from `t0` on the report's clock."""
+    only = "" if pid is None else " AND pid = $pid"
     rows = params.execute(
         con,
         "SELECT pid, tid, start_ns, end_ns - start_ns, coalesce(name, '?') FROM ("
         "  SELECT * FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL"
-        "  ORDER BY end_ns - start_ns DESC LIMIT $lim"
+        f"{only}  ORDER BY end_ns - start_ns DESC LIMIT $lim"
         ") ORDER BY pid, tid, start_ns, end_ns DESC",
-        {"rid": rid, "lim": NVTX_MAX},
+        {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})},
     ).fetchall()
     threads: dict[tuple[Any, Any], dict[str, Any]] = {}
     stacks: dict[tuple[Any, Any], list[int]] = {}
-    for pid, tid, start, dur, name in rows:
-        key = (pid, tid)
+    for proc, tid, start, dur, name in rows:
+        key = (proc, tid)
         lane = threads.setdefault(
             key,
             {
                 "kind": "nvtx",
-                "label": f"NVTX pid {pid} tid {tid}",
+                "label": f"NVTX pid {proc} tid {tid}",
                 "s": [],
                 "d": [],
                 "n": [],
@@ -235,12 +275,16 @@ def _nvtx(con: duckdb.DuckDBPyConnection, rid: int, t0: int, names: dict[str, in
     return out
 
 
-def _steps(con: duckdb.DuckDBPyConnection, rid: int, t0: int) -> list[dict[str, Any]]:
+def step_marks(
+    con: duckdb.DuckDBPyConnection, rid: int, t0: int, pid: int | None = None
+) -> list[dict[str, Any]]:
+    """The report's steps (of process `pid` when given), from `t0` on the report's clock."""
+    only = "" if pid is None else " AND pid = $pid"
     rows = params.execute(
         con,
-        "SELECT step, name, start_ns - $t0, duration_ns, steady FROM steps WHERE report_id = $rid "
+        f"SELECT step, name, start_ns - $t0, duration_ns, steady FROM steps WHERE report_id = $rid{only} "
         "ORDER BY start_ns LIMIT $lim",
-        {"rid": rid, "t0": t0, "lim": MAX_STEPS},
+        {"rid": rid, "t0": t0, "lim": MAX_STEPS, **({} if pid is None else {"pid": pid})},
     ).fetchall()
     seen: set[int] = set()
     out = []
@@ -252,7 +296,7 @@ def _steps(con: duckdb.DuckDBPyConnection, rid: int, t0: int) -> list[dict[str, 
     return out
 
 
-def _gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> list[dict[str, Any]]:
+def idle_gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> list[dict[str, Any]]:
     """Idle gaps with their cause, the longest MAX_GAPS of those at least 1/2000 of the span."""
     rel = queries.run(con, "gaps", {"report_id": rid, "min_gap_ns": max(10_000, (t1 - t0) // 2000)})
     rows = [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]

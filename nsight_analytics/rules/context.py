@@ -2,6 +2,8 @@
 
 Every rule asks the same few questions (utilization, gaps, copy summaries...). The context runs
 each library query once for all the reports of the run and hands each rule its report's rows.
+Rules of scope "run" (the ranks of a multi-GPU job, table `runs`) ask `runs`, `run_ranks` and
+`run_query` (a query of queries/runs/ for one run).
 
 Timeline rules read `Rows` (tuples with named fields): their inputs are a few rows per device,
 and importing pandas would add ~0.3 s to every `nsa findings` (a third of the run at 1M
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
@@ -77,28 +79,93 @@ class Rows(Sequence[Any]):
 
 
 class Context:
+    """`report_id`: only this report (and the runs it belongs to); `run_ids`: only these runs
+    and their reports (None: every report and run of the workspace)."""
+
     def __init__(
-        self, con: duckdb.DuckDBPyConnection, config: dict[str, Any], report_id: int | None = None
+        self,
+        con: duckdb.DuckDBPyConnection,
+        config: dict[str, Any],
+        report_id: int | None = None,
+        run_ids: Collection[int] | None = None,
     ) -> None:
         self.con = con
         self.config = config
         self.report_id = report_id
+        self.run_ids = None if run_ids is None else sorted({int(r) for r in run_ids})
         self._cache: dict[tuple[Any, ...], Any] = {}
 
     def __getitem__(self, threshold: str) -> Any:
         return self.config[threshold]
 
     def reports(self, format: str | None = None) -> Rows:
-        """The reports of this run (one, or all in the workspace)."""
+        """The reports of this run (one, or all in the workspace; with `run_ids`, theirs)."""
         rows: Rows = self._run_sql(
             "reports",
             "SELECT report_id, format, activity_kinds, has_kernels, has_memcpy, has_cuda_api, "
             "regexp_extract(source_path, '[^/]+$') AS file FROM reports "
-            "WHERE $rid IS NULL OR report_id = $rid ORDER BY report_id",
+            "WHERE ($rid IS NULL OR report_id = $rid) AND ($runs IS NULL OR report_id IN "
+            f"(SELECT report_id FROM ({_MEMBERS}) WHERE list_contains($runs, run_id))) ORDER BY report_id",
             {},
             as_df=False,
         )
         return rows if format is None else rows.where(lambda r: r.format == format)
+
+    def runs(self) -> Rows:
+        """The runs in scope: with `report_id`, the runs that report belongs to; with `run_ids`,
+        those. Columns: run_id, name, world_size, ranks_seen, report_ids (the reports holding
+        its ranks, ascending) and activity_kinds (the union of theirs)."""
+        rows: Rows = self._run_sql(
+            "runs",
+            "SELECT r.run_id, r.name, r.world_size, r.ranks_seen, "
+            "list_sort(list(DISTINCT m.report_id)) AS report_ids, "
+            "list_sort(list_distinct(flatten(list(coalesce(p.activity_kinds, []::VARCHAR[]))))) AS activity_kinds "
+            f"FROM runs AS r JOIN ({_MEMBERS}) AS m USING (run_id) JOIN reports AS p ON p.report_id = m.report_id "
+            f"WHERE ($rid IS NULL OR r.run_id IN (SELECT run_id FROM ({_MEMBERS}) WHERE report_id = $rid)) "
+            "AND ($runs IS NULL OR list_contains($runs, r.run_id)) "
+            "GROUP BY r.run_id, r.name, r.world_size, r.ranks_seen ORDER BY r.run_id",
+            {},
+            as_df=False,
+        )
+        return rows
+
+    def all_runs(self) -> Rows:
+        """Every run of the workspace, whatever the scope (run_id, name, world_size): the runs a
+        scaling rule compares a run with."""
+        rows: Rows = self._run_sql(
+            "all_runs",
+            "SELECT run_id, name, world_size, ranks_seen FROM runs ORDER BY run_id",
+            {},
+            as_df=False,
+        )
+        return rows
+
+    def run(self, run_id: int) -> Any:
+        """One run of `runs` (None when it is out of scope)."""
+        return next((r for r in self.runs() if r.run_id == run_id), None)
+
+    def run_ranks(self, run_id: int) -> Rows:
+        """The ranks of a run (table `ranks`: rank, report_id, pid, device_id, ...), by rank."""
+        rows: Rows = self._run_sql("ranks", "SELECT * FROM ranks ORDER BY run_id, rank", {}, as_df=False)
+        return rows.where(lambda r: r.run_id == run_id)
+
+    def run_label(self, run_id: int) -> str:
+        """'run 2 (ddp_w4)': how a finding names a run."""
+        name = next((r.name for r in self.all_runs() if r.run_id == run_id), None)
+        return f"run {run_id}" + (f" ({name})" if name else "")
+
+    def run_query(self, name: str, run_id: int, **params: Any) -> Rows:
+        """A query of one run (a query with a `run_id` parameter), computed once per run and
+        parameters, whatever the context's report."""
+        if any(p.name == "report_id" for p in queries.get(name).params):
+            params = {"report_id": None, **params}
+        rows: Rows = self._run_query(name, {"run_id": int(run_id), **params}, as_df=False)
+        return rows if "run_id" not in rows.columns else rows.where(lambda r: r.run_id == run_id)
+
+    def run_sql(self, key: str, sql: str, run_id: int, **params: Any) -> Rows:
+        """Rows of a run rule's own SQL for one run ($run is the run id)."""
+        rows: Rows = self._run_sql(key, sql, {"run": int(run_id), **params}, as_df=False)
+        return rows
 
     def steady(self, report_id: int) -> Any:
         """The report's steady-state window (nsa_steady: start_ns, end_ns, steps,
@@ -151,9 +218,8 @@ class Context:
     def _run_sql(self, key: str, sql: str, params: dict[str, Any], as_df: bool) -> Any:
         ck = ("sql", key, _key(params), as_df)
         if ck not in self._cache:
-            self._cache[ck] = self._convert(
-                params_sql(self.con, sql, {"rid": self.report_id, **params}), as_df
-            )
+            bound = {"rid": self.report_id, "runs": self.run_ids, **params}
+            self._cache[ck] = self._convert(params_sql(self.con, sql, bound), as_df)
         return self._cache[ck]
 
     @staticmethod
@@ -171,6 +237,12 @@ class Context:
         if report_id is None or "report_id" not in df.columns:
             return df
         return df[df["report_id"] == report_id]
+
+
+# The reports of each run: those holding its ranks, and those that name it (reports.run_id).
+_MEMBERS = (
+    "SELECT run_id, report_id FROM ranks UNION SELECT run_id, report_id FROM reports WHERE run_id IS NOT NULL"
+)
 
 
 def _key(params: dict[str, Any]) -> tuple[Any, ...]:

@@ -1,9 +1,9 @@
-"""Run the rules over a workspace, each on every report that has the data it needs, and rank
-what they find."""
+"""Run the rules over a workspace, each on every report (a run rule: every run) that has the data
+it needs, and rank what they find."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import duckdb
@@ -39,21 +39,37 @@ def run_rules(
     only: list[str] | None = None,
     ruleset: Sequence[Rule] | None = None,
     skip: Collection[tuple[int, str]] = (),
+    run_id: int | Iterable[int] | None = None,
 ) -> list[Finding]:
     """All findings for one report (or every report), ranked; `config` overrides thresholds.
 
     A rule runs on every report whose activity kinds give it the data it `needs`, whichever
-    tool wrote the report. `ruleset`: the rules to choose from (default: the built-in ones).
+    tool wrote the report; a run rule (scope "run") once on every run whose reports' activity
+    kinds, together, give it. With `report_id`, run rules judge the runs that report belongs
+    to; with `run_id` (one id, or several the user names together), only those runs and their
+    reports are judged. `ruleset`: the rules to choose from (default: the built-in ones).
+    `skip`: (report id, rule id) pairs not to run; a run rule is skipped on a run when any of
+    its reports is.
     """
     # Loads nothing: the facade (api.findings) materialises the deferred tables the rules read.
     ruleset = rules() if ruleset is None else list(ruleset)
     values = load_config(overrides=config, ruleset=ruleset)
-    ctx = Context(con, values, report_id)
+    run_ids = [run_id] if isinstance(run_id, int) else None if run_id is None else list(run_id)
+    ctx = Context(con, values, report_id, run_ids)
     selected = [r for r in ruleset if only is None or r.id in only]
+    per_report = [r for r in selected if r.scope == "report"]
+    per_run = [r for r in selected if r.scope == "run"]
     found: list[Finding] = []
-    for report in ctx.reports():
-        kinds = report.activity_kinds or ()
-        for r in selected:
-            if r.runs_on(kinds) and (int(report.report_id), r.id) not in skip:
-                found.extend(r.check(ctx, int(report.report_id)))
+    if per_report:
+        for report in ctx.reports():
+            kinds = report.activity_kinds or ()
+            for r in per_report:
+                if r.runs_on(kinds) and (int(report.report_id), r.id) not in skip:
+                    found.extend(r.check(ctx, int(report.report_id)))
+    if per_run:  # table runs is read only when a run rule is selected
+        for run in ctx.runs():
+            kinds = run.activity_kinds or ()
+            for r in per_run:
+                if r.runs_on(kinds) and not any((int(rid), r.id) in skip for rid in run.report_ids):
+                    found.extend(r.check(ctx, int(run.run_id)))
     return sorted(found, key=rank_key)

@@ -6,6 +6,9 @@ A rule is one decorated check function in a module of its own (see `discovery`):
           thresholds=(Threshold("copy_share_warning", 0.30, "fraction", "..."), ...))
     def copy_dominated(ctx: Context, rid: int) -> list[Finding]:
         \"\"\"Summary line. Anti-pattern ... Fix: ... est_savings_ns: ...\"\"\"
+
+A rule judges one report (`scope="report"`, the default: `check(ctx, report_id)`) or one run, the
+ranks of a multi-GPU job taken together (`scope="run"`: `check(ctx, run_id)`; docs/runs.md).
 """
 
 from __future__ import annotations
@@ -39,19 +42,25 @@ ACTIVITY_KINDS = frozenset(
         "gpu_metrics",
         "memory",
         "power",
+        "comm",  # comm_ops: NCCL / RCCL / NVSHMEM kernels
     }
 )
 # Work on a GPU timeline: kernels, copies, memsets or CUDA graph replays (nsa_gpu_activity).
 GPU_ACTIVITY = frozenset({"kernel", "memcpy", "memset", "graph"})
+# What a rule judges: one report, or one run (the ranks of a distributed job, table `runs`).
+SCOPES = ("report", "run")
 
 
 @dataclass
 class Finding:
-    """One piece of advice about one report, with the numbers that justify it.
+    """One piece of advice about one report or run, with the numbers that justify it.
 
     `est_savings_ns` is the timeline time the fix could give back, or None where no honest
     estimate exists (each rule's docstring says how it is computed). `evidence` holds the raw
     numbers behind `message`, in base units (ns, bytes, fractions), for machines.
+
+    A run rule's finding carries its `run_id` and the `ranks` it names; its `report_id` is the
+    report of the rank it is about (a straggler's), else the run's lowest report id.
     """
 
     rule_id: str
@@ -65,6 +74,8 @@ class Finding:
     # Another rule's id whose finding on this report estimates the same saving (one fix seen
     # twice): the two are shown as one and their savings must not be added.
     same_saving_as: str | None = None
+    run_id: int | None = None  # the run a run rule judged (runs.run_id); None for report rules
+    ranks: list[int] | None = None  # the ranks the finding names (run rules)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_RANK:
@@ -86,15 +97,18 @@ class Threshold:
     doc: str
 
 
+# check(ctx, report_id), or check(ctx, run_id) for a rule of scope "run"
 CheckFn = Callable[["Context", int], list[Finding]]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A rule: `check(ctx, report_id)` returns its findings for one report.
+    """A rule: `check(ctx, report_id)` returns its findings for one report; a rule of scope
+    "run", `check(ctx, run_id)`, for one run (the ranks of a job, table `runs`).
 
     `needs` says which reports it runs on: each entry is a set of activity kinds of which the
-    report must hold at least one (reports.activity_kinds); no entries: every report. `order`
+    report must hold at least one (reports.activity_kinds); no entries: every report. A run
+    rule's needs are met by the union of its ranks' reports' activity kinds. `order`
     places it in `nsa rules` (then the id). `queries` and `reads` say what must be
     materialised before it runs (the queries' `-- reads` lines, plus `reads`). The check
     function's docstring is the rule's documentation: its first paragraph the summary, its
@@ -109,6 +123,7 @@ class Rule:
     order: int = 1000
     queries: tuple[str, ...] = ()  # the library queries the check runs (ctx.query, ctx.query_df)
     reads: tuple[str, ...] = ()  # canonical tables it reads outside them (ctx.steady: steps)
+    scope: str = "report"  # what check's id is: a report ("report") or a run ("run")
 
     @property
     def thresholds(self) -> tuple[str, ...]:
@@ -152,12 +167,14 @@ def rule(
     queries: tuple[str, ...] = (),
     reads: tuple[str, ...] = (),
     order: int = 1000,
+    scope: str = "report",
 ) -> Callable[[CheckFn], Rule]:
     """Declare a check function as the rule `rule_id`; its docstring is the rule's documentation.
 
     `needs`: activity kinds the report must hold, one per entry; an entry that is a set is
     satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
-    runs; `reads`: canonical tables it reads otherwise.
+    runs; `reads`: canonical tables it reads otherwise. `scope`: "report" (check(ctx,
+    report_id), once per report) or "run" (check(ctx, run_id), once per run).
     """
     groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
     unknown = set().union(*groups) - ACTIVITY_KINDS
@@ -166,11 +183,13 @@ def rule(
     bad = [s for s in severities if s not in SEVERITY_RANK]
     if bad:
         raise ValueError(f"rule {rule_id}: severities must be among {SEVERITIES}, got {bad}")
+    if scope not in SCOPES:
+        raise ValueError(f"rule {rule_id}: scope must be one of {SCOPES}, got {scope!r}")
 
     def declare(fn: CheckFn) -> Rule:
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {rule_id} needs a docstring: the anti-pattern and the fix")
-        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads)
+        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads, scope)
 
     return declare
 

@@ -16,3 +16,17 @@ HEAVY_KERNEL_SHARE = Threshold(
 MAX_KERNEL_FINDINGS = Threshold(
     "max_kernel_findings", 3, "count", "At most this many kernels per ncu rule and report."
 )
+# The straggler test (rules/runs.py): straggler-rank reports the straggler; exposed-communication,
+# load-imbalance and scaling-loss ask whether what they found is the straggler's doing.
+STRAGGLER_LAST_SHARE = Threshold(
+    "straggler_last_share",
+    0.5,
+    "fraction",
+    "A rank is a straggler when it arrives last at at least this share of a run's collectives ...",
+)
+STRAGGLER_LATE_SHARE = Threshold(
+    "straggler_late_share",
+    0.05,
+    "fraction",
+    "... and arrives late by at least this share of its steady step, on average per step.",
+)

@@ -2,6 +2,8 @@
 // Times are ns from the timeline's first GPU activity. Per frame each lane draws only the events
 // in view, and events narrower than a pixel share one 1-px column, so a frame costs at most a few
 // marks per pixel whatever the event count. window.nsaTimelines[i] is the scripting (and test) API.
+// A run's timeline (tl.ranks) groups the lanes by rank under a header row, draws communication
+// kernels (lanes of kind "comm") apart from compute, and lines up the collectives (tl.collectives).
 (function () {
   "use strict";
   var blob = JSON.parse(document.getElementById("nsa-data").textContent);
@@ -9,6 +11,8 @@
   var KIND = { memset: "#8c8c8c", graph: "#b07aa1" };
   var CAUSE = { sync: "#e15759", host_wait: "#f28e2b", late_launch: "#edc948", unknown: "#9e9e9e" };
   var SEV = { critical: "#b00020", warning: "#e67e00", info: "#2962ff" };
+  // run pages (render/run_panels.py names the same colours in its legend)
+  var COMM = "#c2187a", WAIT = "rgba(194,24,122,0.85)", AFTER = "rgba(194,24,122,0.3)";
   var LABEL_W = 230;
   window.nsaTimelines = [];
 
@@ -26,6 +30,8 @@
     return b + " B";
   }
   function hue(i) { return "hsl(" + ((i * 47) % 360) + ",55%,52%)"; }
+  // compute kernels of a run: blues and teals only, so communication (magenta) stands apart
+  function computeHue(i) { return "hsl(" + (175 + (i * 37) % 80) + ",50%," + (38 + (i * 17) % 22) + "%)"; }
   function esc(s) {
     return String(s).replace(/[&<>"]/g, function (c) { return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]; });
   }
@@ -42,8 +48,15 @@
   }
   function laneColor(lane, tl, i) {
     if (lane.kind === "memcpy") return COPY[lane.label.split("memcpy ")[1]] || "#f28e2b";
+    if (lane.kind === "comm") return COMM;
     if (KIND[lane.kind]) return KIND[lane.kind];
-    return hue(lane.n[i]);
+    return tl.ranks ? computeHue(lane.n[i]) : hue(lane.n[i]);
+  }
+  // collectives: starts (first arrivals) from their deltas; w: to the last arrival, e: to the last end
+  function decodeCollectives(c) {
+    var n = c.s.length, start = new Float64Array(n), t = 0, maxDur = 0;
+    for (var i = 0; i < n; i++) { t += c.s[i]; start[i] = t; if (c.e[i] > maxDur) maxDur = c.e[i]; }
+    c.start = start; c.maxDur = maxDur;
   }
 
   function Timeline(el, tl, report, index) {
@@ -51,17 +64,24 @@
     this.canvas = el.querySelector("canvas"); this.tip = el.querySelector(".tip");
     this.findings = (report && report.findings) || [];
     this.full = [0, tl.t1 - tl.t0];
-    this.view = [this.full[0], this.full[1]];
+    this.view = tl.view ? [tl.view[0], tl.view[1]] : [this.full[0], this.full[1]];
     this.marks = 0;
     var rows = [{ type: "axis", h: 22 }];
-    if (tl.steps.length) rows.push({ type: "steps", h: 16, label: "steps" });
+    if (tl.steps.length) rows.push({ type: "steps", h: 16, label: tl.steps_label || "steps" });
     if (this.findings.length) rows.push({ type: "findings", h: 16, label: "findings" });
+    if (tl.collectives) { decodeCollectives(tl.collectives); rows.push({ type: "collectives", h: 18, label: "collectives" }); }
     var lanes = tl.lanes.slice().sort(function (a, b) {
       var na = a.kind === "nvtx" ? 1 : 0, nb = b.kind === "nvtx" ? 1 : 0;
-      return na - nb || (a.device || 0) - (b.device || 0);
+      return (a.rank || 0) - (b.rank || 0) || na - nb || (a.device || 0) - (b.device || 0);
     });
+    var groups = {}, lastRank = null;
+    (tl.ranks || []).forEach(function (g) { groups[g.rank] = g; });
     lanes.forEach(function (lane) {
       decode(lane);
+      if (tl.ranks && lane.rank !== lastRank) {
+        lastRank = lane.rank;
+        rows.push({ type: "group", h: 20, group: groups[lane.rank] || { rank: lane.rank, label: "rank " + lane.rank, offset_ns: 0 } });
+      }
       rows.push({ type: "lane", lane: lane, h: lane.kind === "nvtx" ? 11 * (lane.levels || 1) + 4 : 18, label: lane.label });
     });
     var y = 0;
@@ -107,17 +127,20 @@
       if (i % 2 === 0 && r.type === "lane") { ctx.fillStyle = "#fafafa"; ctx.fillRect(0, r.y, self.width, r.h); }
     });
     this.drawGaps(ctx);
+    this.drawCollectives(ctx, true);
     this.rows.forEach(function (r) {
       if (r.type === "lane") self.drawLane(ctx, r);
     });
     this.drawAxis(ctx);
     this.drawSteps(ctx);
     this.drawFindings(ctx);
+    this.drawCollectives(ctx, false);
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, LABEL_W - 2, this.height);
     ctx.fillStyle = "#333";
     this.rows.forEach(function (r) {
       if (r.label) ctx.fillText(r.label.length > 38 ? r.label.slice(0, 37) + "…" : r.label, 4, r.y + 12);
     });
+    this.drawGroups(ctx);
     var ms = performance.now() - t0;
     this.el.dataset.viewA = this.view[0]; this.el.dataset.viewB = this.view[1];
     this.el.dataset.marks = this.marks; this.el.dataset.drawMs = ms.toFixed(1);
@@ -130,7 +153,7 @@
     if (lane.bins && lane.start.length < lane.count) {
       var w = lane.bins.w;
       ctx.globalAlpha = 0.35;
-      ctx.fillStyle = lane.kind === "memcpy" ? laneColor(lane, this.tl, 0) : "#4e79a7";
+      ctx.fillStyle = lane.kind === "memcpy" || lane.kind === "comm" ? laneColor(lane, this.tl, 0) : "#4e79a7";
       for (var j = 0; j < lane.bins.i.length; j++) {
         var s = lane.bins.i[j] * w;
         if (s + w < a || s > b) continue;
@@ -171,8 +194,62 @@
     }
   };
 
-  Timeline.prototype.deviceRows = function (device) {
-    return this.rows.filter(function (r) { return r.type === "lane" && r.lane.kind !== "nvtx" && r.lane.device === device; });
+  Timeline.prototype.deviceRows = function (device, rank) {
+    return this.rows.filter(function (r) {
+      return r.type === "lane" && r.lane.kind !== "nvtx" && r.lane.device === device && (rank === undefined || r.lane.rank === rank);
+    });
+  };
+
+  // a run's rank headers: a band across the canvas naming the rank, its GPU and report
+  Timeline.prototype.drawGroups = function (ctx) {
+    var self = this;
+    this.rows.forEach(function (r) {
+      if (r.type !== "group") return;
+      ctx.fillStyle = "#e6ebf2"; ctx.fillRect(0, r.y, self.width, r.h);
+      ctx.fillStyle = "#9aa7b8"; ctx.fillRect(0, r.y, self.width, 1);
+      ctx.fillStyle = "#1f2a37"; ctx.font = "bold 11px system-ui, sans-serif";
+      var off = r.group.offset_ns ? "   (clock offset +" + fmtNs(r.group.offset_ns) + ")" : "";
+      ctx.fillText(r.group.label + off, 4, r.y + 14);
+      ctx.font = "11px system-ui, sans-serif";
+    });
+  };
+
+  // The collectives of a run: in their row, each from its first arrival to the last end, the
+  // stretch to the last arrival (what the early ranks wait) solid. Wide enough, a collective also
+  // shades the lanes from its first to its last arrival (`under`, before the lanes) and marks
+  // the last arrival across them (after the lanes).
+  Timeline.prototype.drawCollectives = function (ctx, under) {
+    var c = this.tl.collectives, row = this.rows.filter(function (r) { return r.type === "collectives"; })[0];
+    if (!c || !row) return;
+    var a = this.view[0], b = this.view[1], k = (this.width - LABEL_W) / (b - a), st = c.start, lastCol = -1;
+    var top = row.y + row.h, bottom = this.height;
+    for (var i = lowerBound(st, a - c.maxDur); i < st.length && st[i] <= b; i++) {
+      if (st[i] + c.e[i] < a) continue;
+      var x0 = LABEL_W + (st[i] - a) * k, xw = x0 + c.w[i] * k, x1 = x0 + c.e[i] * k;
+      var cx0 = Math.max(x0, LABEL_W);
+      if (under) {
+        if (x1 - x0 < 6 || xw <= LABEL_W) continue;
+        ctx.fillStyle = "rgba(194,24,122,0.07)"; ctx.fillRect(cx0, top, Math.max(xw - cx0, 1), bottom - top);
+        continue;
+      }
+      if (x1 - x0 < 1) {
+        var col = Math.floor(x0);
+        if (col === lastCol) continue;
+        lastCol = col; ctx.fillStyle = WAIT; ctx.fillRect(col, row.y + 3, 1, row.h - 6); this.marks++;
+        continue;
+      }
+      ctx.fillStyle = AFTER; ctx.fillRect(cx0, row.y + 5, Math.max(x1 - cx0, 1), row.h - 10);
+      ctx.fillStyle = WAIT; ctx.fillRect(cx0, row.y + 3, Math.max(xw - cx0, 1), row.h - 6);
+      this.marks++;
+      if (x1 - x0 >= 6 && xw >= LABEL_W) {
+        ctx.strokeStyle = "rgba(194,24,122,0.6)"; ctx.setLineDash([3, 3]);
+        ctx.beginPath(); ctx.moveTo(xw + 0.5, top); ctx.lineTo(xw + 0.5, bottom); ctx.stroke(); ctx.setLineDash([]);
+      }
+      if (xw - cx0 > 44) {
+        ctx.save(); ctx.beginPath(); ctx.rect(cx0, row.y, xw - cx0, row.h); ctx.clip();
+        ctx.fillStyle = "#fff"; ctx.fillText("rank " + c.last[i] + " last", cx0 + 3, row.y + 13); ctx.restore();
+      }
+    }
   };
 
   Timeline.prototype.drawGaps = function (ctx) {
@@ -251,6 +328,11 @@
       var f = this.findings.filter(function (f) { return f.pin && t >= f.pin.s - tol && t <= f.pin.s + f.pin.d + tol; })[0];
       return f && "<b>" + esc(f.severity) + ": " + esc(f.title) + "</b><br>" + esc(f.rule_id) + " · pinned at the " + esc(f.pin.how);
     }
+    if (row.type === "collectives") return this.hitCollective(t, tol);
+    if (row.type === "group") {
+      var g = row.group;
+      return "<b>" + esc(g.label) + "</b><br>clock offset " + (g.offset_ns ? "+" + fmtNs(g.offset_ns) : "0") + " (added to its report's times)";
+    }
     if (row.type !== "lane") return null;
     var lane = row.lane, st = lane.start, level = lane.l ? Math.floor((y - row.y - 2) / 11) : 0;
     var best = -1;
@@ -263,7 +345,9 @@
       if (lane.b) html += "<br>" + fmtBytes(lane.b[best]);
       return html + "<br><i>" + esc(lane.label) + "</i>";
     }
-    var gap = this.tl.gaps.filter(function (g) { return g.device === lane.device && lane.kind !== "nvtx" && t >= g.s && t <= g.s + g.d; })[0];
+    var gap = this.tl.gaps.filter(function (g) {
+      return g.device === lane.device && (g.rank === undefined || g.rank === lane.rank) && lane.kind !== "nvtx" && t >= g.s && t <= g.s + g.d;
+    })[0];
     if (gap) return "<b>idle " + fmtNs(gap.d) + "</b>: " + esc(gap.cause) + (gap.detail ? " (" + esc(gap.detail) + ")" : "") +
       "<br>after " + esc(gap.before || "?") + "<br>before " + esc(gap.after || "?");
     if (lane.bins) {
@@ -271,6 +355,18 @@
       if (lane.bins.i[j] === bi) return "<b>" + lane.bins.c[j] + " events</b> (aggregated), " + fmtNs(lane.bins.d[j]) + " busy in " + fmtNs(lane.bins.w);
     }
     return null;
+  };
+
+  Timeline.prototype.hitCollective = function (t, tol) {
+    var c = this.tl.collectives, best = -1;
+    for (var i = lowerBound(c.start, t - c.maxDur - tol); i < c.start.length && c.start[i] <= t + tol; i++) {
+      if (c.start[i] + c.e[i] + tol >= t && (best < 0 || c.e[i] < c.e[best])) best = i;
+    }
+    if (best < 0) return null;
+    return "<b>" + esc(c.ops[c.op[best]]) + " #" + c.seq[best] + "</b> (" + esc(c.channels[c.ch[best]]) + ", " + c.n[best] + " ranks)" +
+      "<br>first arrival: rank " + c.first[best] + " at " + fmtNs(c.start[best]) +
+      "<br>last arrival: rank " + c.last[best] + ", " + fmtNs(c.w[best]) + " later" +
+      "<br>last end: " + fmtNs(c.e[best]) + " after the first arrival";
   };
 
   Timeline.prototype.bind = function () {
@@ -296,9 +392,15 @@
     c.addEventListener("mouseleave", function () { self.tip.style.display = "none"; });
     c.addEventListener("dblclick", function () { self.setView(self.full[0], self.full[1]); });
     var tools = this.el.parentNode.querySelector(".tl-tools");
+    if (tools && this.tl.view) {  // the view the page opened on (a run's collectives)
+      var home = document.createElement("button");
+      home.dataset.act = "home"; home.textContent = "collectives";
+      tools.insertBefore(home, tools.querySelector(".tl-range"));
+    }
     if (tools) tools.addEventListener("click", function (ev) {
       var act = ev.target.dataset && ev.target.dataset.act;
       if (act === "in") self.zoom(0.5); else if (act === "out") self.zoom(2); else if (act === "reset") self.setView(self.full[0], self.full[1]);
+      else if (act === "home") self.setView(self.tl.view[0], self.tl.view[1]);
     });
     window.addEventListener("resize", function () { self.draw(); });
   };
