@@ -503,10 +503,16 @@ def expand_inputs(paths: Iterable[str | Path], extract_to: Path) -> tuple[list[P
 
 def _is_tar(path: Path) -> bool:
     import tarfile
+    import zlib
 
     try:
         return tarfile.is_tarfile(path)
-    except Exception:  # a damaged gzip, a truncated file: not an archive; its reader will say what it is
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        tarfile.TarError,
+    ):  # damaged or truncated: its reader will say what it is
         return False
 
 
