@@ -525,6 +525,68 @@ def summary(
     ]
 
 
+def run_summary(con: duckdb.DuckDBPyConnection, run: str | int) -> dict[str, Any]:
+    """One screen for a run: how its ranks were found and aligned, per rank the steady step,
+    compute, communication (exposed part), GPU idle, waits and lateness, the matched
+    collectives, and scaling against the other world sizes of the same program when the
+    workspace holds them. Plain data in base units (ns, bytes)."""
+    run_id = resolve_run(con, run)
+    info = _records(runs(con).filter(f"run_id = {run_id}"))[0]
+    ranks_ = _records(ranks(con, run_id))
+    balance = {r["rank"]: r for r in _records(query(con, "rank_balance", run_id=run_id))}
+    overlap = {r["rank"]: r for r in _records(query(con, "comm_overlap", run_id=run_id))}
+    per_rank = []
+    for r in ranks_:
+        b, o = balance.get(r["rank"], {}), overlap.get(r["rank"], {})
+        per_rank.append({**r, **{k: b.get(k) for k in ("steps", "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns",
+                                                        "idle_ns", "host_ns", "wait_ns", "late_ns", "last_share")},
+                         "overlapped_share": o.get("overlapped_share"), "exposed_share": o.get("exposed_share")})  # fmt: skip
+    skew = _records(query(con, "collective_skew", run_id=run_id))
+    ops: dict[str, int] = {}
+    for c in skew:
+        ops[str(c["op"])] = ops.get(str(c["op"]), 0) + 1
+    last: dict[int, int] = {}
+    for c in skew:
+        last[int(c["last_rank"])] = last.get(int(c["last_rank"]), 0) + 1
+
+    def median(values: list[float]) -> float | None:
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    collectives = {
+        "matched": len(skew),
+        "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "arrival_skew_ns": median([c["arrival_skew_ns"] for c in skew]),
+        "arrival_skew_max_ns": max((c["arrival_skew_ns"] for c in skew), default=None),
+        "end_skew_ns": median([c["end_skew_ns"] for c in skew]),
+        "busbw_gbps": median([c["busbw_gbps"] for c in skew]),
+        "last_rank": dict(sorted(last.items(), key=lambda kv: -kv[1])),
+    }
+    from .rules.checks.scaling_loss import same_program  # the scaling-loss rule's idea of "the same program"
+
+    world = info["world_size"] or info["ranks_seen"]
+    series = [
+        int(rid)
+        for rid, name, w, seen in con.execute(
+            "SELECT run_id, name, world_size, ranks_seen FROM runs"
+        ).fetchall()
+        if same_program(str(info["name"]), world, str(name), w or seen)
+    ]
+    scaling = _records(query(con, "scaling", run_ids=",".join(map(str, series)))) if len(series) > 1 else []
+    return {"run": info, "ranks": per_rank, "collectives": collectives, "scaling": scaling}
+
+
+def run_summary_reads() -> set[str]:
+    """The canonical tables `run_summary` reads (its queries')."""
+    return set().union(
+        *(queries.get(q).tables() for q in ("rank_balance", "comm_overlap", "collective_skew", "scaling"))
+    )
+
+
+def _records(rel: duckdb.DuckDBPyRelation) -> list[dict[str, Any]]:
+    return [dict(zip(rel.columns, row, strict=True)) for row in rel.fetchall()]
+
+
 def report_data(
     con: duckdb.DuckDBPyConnection,
     report_id: int | None = None,

@@ -329,6 +329,9 @@ def runs(
 
 @main.command(short_help="One screen per report: GPU busy, top kernels, copies.")
 @click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option(
+    "--run", "run", metavar="RUN", help="One screen for this run (id or name): its ranks side by side."
+)
 @db_option
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -336,10 +339,25 @@ def runs(
 )  # fmt: skip
 @wide_option
 @output_option
-def summary(report_id: int | None, db: str | None, fmt: str, wide: bool, output_path: str | None) -> None:
+def summary(
+    report_id: int | None, run: str | None, db: str | None, fmt: str, wide: bool, output_path: str | None
+) -> None:
     """What each report holds at a glance: per GPU the span, busy and idle time, the top five
-    kernels by GPU time and the copies by direction, over the whole capture."""
+    kernels by GPU time and the copies by direction, over the whole capture. With --run, one
+    screen for a multi-GPU run: per rank its steady step, compute, communication and the part
+    exposed, GPU idle, time waiting in collectives and lateness; the matched collectives; the
+    scaling against other world sizes of the same program."""
     with errors():
+        if run is not None:
+            if report_id is not None:
+                raise NsaClickError("give --run or --report, not both.")
+
+            def known(c: duckdb.DuckDBPyConnection) -> None:
+                api.resolve_run(c, run)
+
+            con = api.reader(db, needs=api.run_summary_reads(), check=known)
+            emit(render.render_run_summary(api.run_summary(con, run), fmt), output_path)
+            return
         con = api.reader(db)
         emit(render.render_summary(api.summary(con, report_id), fmt, wide), output_path)
 

@@ -313,3 +313,96 @@ def test_communication_overlap_agrees_with_hta(tmp_path, name):
     if name == "ddp_w4_slow2":  # the slowed rank does not wait: most of its communication is hidden
         assert max(shares, key=lambda r: shares[r]) == 2 == max(theirs, key=lambda r: theirs[r])
     con.close()
+
+
+# --- findings and the run's screen, read as an engineer would ---------------------------------
+
+
+def test_the_slowed_rank_is_named_with_what_it_did_instead(ws):
+    """Rank 2 of the slowed job sleeps 8 ms in `load_batch` (NVTX `data`) every step: the
+    straggler finding names it, the phase and the sleep, with the sleep's length from the export,
+    and calls the waiting ranks victims; exposed communication blames the straggler."""
+    con, runs, root = ws
+    found = nsa.findings(con, run=runs["ddp_w4_slow2"])
+    by_rule = {f.rule_id: f for f in found}
+    s = by_rule["straggler-rank"]
+    assert s.severity == "critical" and s.ranks == [2] and s.run_id == runs["ddp_w4_slow2"]
+    assert "victims" in s.message and "'data'" in s.message and "nanosleep" in s.message
+    # the 'data' ranges of rank 2, per step, straight from the export
+    path = next(p for p in per_rank("ddp_w4_slow2", 4) if p.name.endswith("rank2.sqlite.gz"))
+    src = plain(path, root)
+    durations = [
+        e - s_
+        for s_, e in src.execute(
+            'SELECT e.start, e."end" FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId '
+            "WHERE e.eventType IN (59, 60) AND coalesce(e.text, s.value) = 'data'"
+        )
+    ]
+    per_step = sorted(durations)[len(durations) // 2]
+    assert 8e6 <= per_step <= 8.6e6
+    m = re.search(r"'data' took ([0-9.]+) ms per step", s.message)
+    assert m and float(m.group(1)) * 1e6 == pytest.approx(per_step, rel=0.02)
+    x = by_rule["exposed-communication"]
+    assert x.severity == "info" and "straggler" in x.message and "rank 2" in x.message
+    # the step saving fits the run's steady time
+    steady = sum(r[0] for r in con.execute(
+        "SELECT steady_ns FROM comm_overlap(run := ?) WHERE rank = 2", [runs["ddp_w4_slow2"]]).fetchall())  # fmt: skip
+    assert 0 < s.est_savings_ns <= steady
+
+
+def test_the_run_summary_shows_the_ranks_side_by_side(ws, tmp_path):
+    from click.testing import CliRunner
+
+    from nsight_analytics.cli import main
+
+    con, runs, _ = ws
+    data = nsa.api.run_summary(con, runs["ddp_w4_slow2"])
+    rel = nsa.query(con, "rank_balance", run_id=runs["ddp_w4_slow2"])
+    balance = {r["rank"]: r for r in (dict(zip(rel.columns, row)) for row in rel.fetchall())}
+    assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
+    assert data["ranks"][2]["last_share"] > 0.9 and data["collectives"]["last_rank"]
+    assert next(iter(data["collectives"]["last_rank"])) == 2
+    assert {r["rank"]: r["step_ns"] for r in data["ranks"]} == {k: v["step_ns"] for k, v in balance.items()}
+    db = str(tmp_path / "w.duckdb")
+    job = str(NSYS / "h200x4_nsys2025.3_ddp_w4_job.sqlite.gz")
+    assert CliRunner().invoke(main, ["ingest", "-q", "--db", db, "--run", "ddp_w4_job", job]).exit_code == 0
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["summary", "--db", db, "--run", "ddp_w4_job"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == "run 1  ddp_w4_job"
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert any(line.startswith("  0 (pid ") for line in lines)  # ranks that are processes of one report
+
+
+def test_bus_bandwidth_from_the_traces_own_arguments(tmp_path):
+    """Kineto records each collective's element count and type: bus bandwidth = bytes / the
+    fastest rank's time x 2(n-1)/n for all-reduce, from the JSON alone."""
+    import json
+
+    files = sorted((DDP / "kineto" / "ddp_w4").glob("*.json.gz"))
+    per_rank_ops = []
+    for f in files:
+        with gzip.open(f, "rt") as fh:
+            ev = json.load(fh)["traceEvents"]
+        ops = sorted(
+            (e for e in ev if e.get("cat") == "kernel" and "In msg nelems" in e.get("args", {})),
+            key=lambda e: e["ts"],
+        )
+        per_rank_ops.append(ops)
+    n = len(files)
+    common = min(len(o) for o in per_rank_ops)
+    busbw = []
+    for i in range(common):
+        ops = [o[i] for o in per_rank_ops]
+        size = {"Float": 4, "BFloat16": 2, "Half": 2}[ops[0]["args"]["dtype"]] * ops[0]["args"][
+            "In msg nelems"
+        ]
+        fastest_us = min(float(o["dur"]) for o in ops)
+        busbw.append(size / (fastest_us * 1000) * 2 * (n - 1) / n)
+    want = sorted(busbw)[len(busbw) // 2]
+    con = nsa.connect(tmp_path / "w.duckdb")
+    (run_id,) = nsa.group_runs(con, [nsa.ingest(con, f).report_id for f in files])
+    got = [r[0] for r in con.execute("SELECT busbw_gbps FROM collective_skew(run := ?) WHERE busbw_gbps IS NOT NULL", [run_id]).fetchall()]  # fmt: skip
+    assert len(got) >= common - 1
+    assert sorted(got)[len(got) // 2] == pytest.approx(want, rel=0.02)
+    con.close()

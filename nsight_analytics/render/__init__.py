@@ -18,6 +18,7 @@ from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdow
 from .rules import render_rules
 from .schema import render_schema, schema_page
 from .summary import render as render_summary
+from .summary import render_run as render_run_summary
 
 __all__ = [
     "FORMATS",
@@ -30,6 +31,7 @@ __all__ = [
     "render_findings",
     "render_html",
     "render_rules",
+    "render_run_summary",
     "render_schema",
     "render_summary",
     "schema_page",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from typing import Any
 
 from ..rules.units import dur, size
@@ -97,3 +98,84 @@ def render(reports: list[dict[str, Any]], fmt: str, wide: bool = False) -> str:
     if fmt == "json":
         return json.dumps(jsonable(reports), indent=2, ensure_ascii=False) + "\n"
     return to_text(reports, wide=wide)
+
+
+def run_text(data: dict[str, Any], width: int | None = None) -> str:
+    """`nsa summary --run`: the run, its ranks side by side, its collectives, its scaling."""
+    width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
+    run = data["run"]
+    seen, world = run["ranks_seen"], run["world_size"]
+    unc = run["clock_uncertainty_ns"]
+    out = [f"run {run['run_id']}  {run['name']}"]
+    out += textwrap.wrap(
+        f"{seen} rank{'s' if seen != 1 else ''}" + (f" of {world}" if world and world != seen else "")
+        + f" on {run['hosts']} host{'s' if run['hosts'] != 1 else ''}; ranks from {run['rank_source']}; clocks "
+        f"aligned on {run['clock_source']}" + (f" (within {_dur(unc)})" if unc else ""),
+        width,
+        initial_indent="  ",
+        subsequent_indent="    ",
+    )  # fmt: skip
+    out += textwrap.wrap(
+        "per steady step: step (median), compute, exposed communication, GPU idle, waits in collectives "
+        "(means), late: arrival after the first rank (mean), last: share of collectives it came last to "
+        "(`nsa runs --ranks` for reports and GPUs, `nsa query rank_balance` for every column)",
+        width,
+        initial_indent="  ",
+        subsequent_indent="  ",
+    )
+    rows = [["rank", "step", "compute", "exposed", "idle", "waits", "late", "last"]]
+    for r in data["ranks"]:
+        rows.append(
+            [
+                f"{r['rank']}" + (f" (pid {r['pid']})" if r.get("pid") is not None else ""),
+                *(_dur(r[k]) if r.get(k) is not None else "-" for k in
+                  ("step_ns", "compute_ns", "exposed_comm_ns", "idle_ns", "wait_ns", "late_ns")),
+                "-" if r.get("last_share") is None else f"{100 * r['last_share']:.0f}%",
+            ]
+        )  # fmt: skip
+    out += _columns(rows, width, 2)
+    c = data["collectives"]
+    if c["matched"]:
+        ops = ", ".join(f"{op} {n:,}" for op, n in c["ops"].items())
+        last = ", ".join(
+            f"rank {k} {100 * v / c['matched']:.0f}%" for k, v in list(c["last_rank"].items())[:3]
+        )
+        text = (
+            f"collectives: {c['matched']:,} matched across ranks ({ops}); arrival skew median "
+            f"{_dur(c['arrival_skew_ns'])}, max {_dur(c['arrival_skew_max_ns'])}; end skew median "
+            f"{_dur(c['end_skew_ns'])}; last to arrive: {last}"
+        )
+        out += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
+        out += textwrap.wrap(
+            f"bus bandwidth (median): {c['busbw_gbps']:.1f} GB/s"
+            if c["busbw_gbps"] is not None
+            else "bus bandwidth: message sizes unknown (nsys kernel names do not carry them; PyTorch profiler "
+            "traces do)",
+            width,
+            initial_indent="  ",
+            subsequent_indent="    ",
+        )
+    else:
+        out.append("  collectives: none matched across ranks (one rank, or no communication kernels)")
+    if data["scaling"]:
+        rows = [["scaling (same program)", "ranks", "step", "throughput", "efficiency", "mode"]]
+        for s in data["scaling"]:
+            rows.append(
+                [
+                    f"run {s['run_id']} {s['run']}",
+                    str(s["world_size"]),
+                    _dur(s["step_ns"]),
+                    "-" if s["throughput"] is None else f"{s['throughput']:,.0f}/s",
+                    "-" if s["efficiency"] is None else f"{100 * s['efficiency']:.0f}%",
+                    str(s["mode"]),
+                ]
+            )
+        out += _columns(rows, width, 2)
+    out.append("")
+    return "\n".join(line for line in out)
+
+
+def render_run(data: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(jsonable(data), indent=2, ensure_ascii=False) + "\n"
+    return run_text(data)
