@@ -240,6 +240,12 @@ def _shifted(
     return {r: {(c, s + shifts.get(r, 0)): e for (c, s), e in mine.items()} for r, mine in ends.items()}
 
 
+# Session starts that leave the same collective's ends further apart than this are not trusted
+# when the collectives' ends line the ranks up better (hosts whose clocks drift, traces whose
+# base time is missing or rounded).
+WALL_CLOCK_TRUSTED_NS = 1_000_000
+
+
 def align(con: duckdb.DuckDBPyConnection, ranks: Sequence[RankOf]) -> Clocks:
     """Offsets that put every rank on one clock (docs/runs.md, Clocks)."""
     if len({r.report_id for r in ranks}) == 1:
@@ -247,31 +253,36 @@ def align(con: duckdb.DuckDBPyConnection, ranks: Sequence[RankOf]) -> Clocks:
     starts = _session_starts(con, ranks)
     ends = _collective_ends(con, ranks)
     hosts = {r.host for r in ranks if r.host}
-    wall = all(starts.get(r.report_id) is not None for r in ranks)
-    if wall and len(hosts) <= 1:
+    by_ends = _align_on_ends(ranks, ends)
+    if all(starts.get(r.report_id) is not None for r in ranks):
         origin = min(int(starts[r.report_id] or 0) for r in ranks)
         offsets = {r.rank: int(starts[r.report_id] or 0) - origin for r in ranks}
         shifts = _shifts(ends, offsets, min(r.rank for r in ranks))
-        return Clocks(offsets, "session start", _end_spread(_shifted(ends, shifts), offsets), shifts)
+        wall = Clocks(offsets, "session start", _end_spread(_shifted(ends, shifts), offsets), shifts)
+        if by_ends is None:
+            return wall
+        if len(hosts) <= 1 and (wall.uncertainty_ns or 0) <= WALL_CLOCK_TRUSTED_NS:
+            return wall
+        if len(hosts) <= 1 and (by_ends.uncertainty_ns or 0) * 2 > (wall.uncertainty_ns or 0):
+            return wall  # the ends do no better
+    return by_ends or Clocks({r.rank: 0 for r in ranks}, "none", None)
+
+
+def _align_on_ends(ranks: Sequence[RankOf], ends: dict[int, dict[tuple[str, int], int]]) -> Clocks | None:
+    """Offsets that make each rank's collective ends meet the lowest rank's (the median
+    difference over the collectives they share); None when a rank shares none."""
     ref = min(ranks, key=lambda r: r.rank).rank
-    offsets, spreads = {ref: 0}, []
+    offsets = {ref: 0}
     for r in ranks:
         if r.rank == ref:
             continue
         shared = sorted(set(ends[ref]) & set(ends[r.rank]))
         if not shared:
-            if wall:  # no collective in common: the wall clocks are all there is
-                origin = min(int(starts[x.report_id] or 0) for x in ranks)
-                offsets = {x.rank: int(starts[x.report_id] or 0) - origin for x in ranks}
-                return Clocks(offsets, "session start", None)
-            offsets[r.rank] = 0
-            continue
-        diffs = [ends[ref][k] - ends[r.rank][k] for k in shared]
-        offsets[r.rank] = int(statistics.median(diffs))
-        spreads.append(int(statistics.median(abs(d - offsets[r.rank]) for d in diffs)))
+            return None
+        offsets[r.rank] = int(statistics.median(ends[ref][k] - ends[r.rank][k] for k in shared))
     low = min(offsets.values())
     offsets = {k: v - low for k, v in offsets.items()}
-    return Clocks(offsets, "collective ends", max(spreads) if spreads else None)
+    return Clocks(offsets, "collective ends", _end_spread(ends, offsets))
 
 
 def _end_spread(ends: dict[int, dict[tuple[str, int], int]], offsets: dict[int, int]) -> int | None:

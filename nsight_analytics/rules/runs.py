@@ -157,9 +157,35 @@ kern AS (
         ON c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
         AND c.stream_id IS NOT DISTINCT FROM k.stream_id
     GROUP BY ALL
+),
+-- PyTorch profiler traces: host time of the step's thread that no recorded op covers (Python
+-- between torch calls: data loading, sleeps, logging), per step: the step minus the union of the
+-- thread's ops and annotations inside it
+host_ops AS (
+    SELECT st.rank, st.start_ns AS s0, st.end_ns AS s1,
+           greatest(o.start_ns, st.start_ns) AS a, least(o.end_ns, st.end_ns) AS b
+    FROM st
+    JOIN step_thread AS t USING (rank, start_ns)
+    JOIN cpu_ops AS o
+        ON o.report_id = st.report_id AND o.pid = st.pid AND o.tid = t.tid
+        AND o.start_ns < st.end_ns AND o.end_ns > st.start_ns
+    WHERE NOT (o.start_ns <= st.start_ns AND o.end_ns >= st.end_ns)
+),
+covered AS (
+    SELECT rank, s0, s1, sum(greatest(0, b - greatest(a, coalesce(prev, a)))) AS covered_ns
+    FROM (
+        SELECT *, max(b) OVER (PARTITION BY rank, s0 ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
+        FROM host_ops
+    )
+    GROUP BY rank, s0, s1
+),
+gaps AS (
+    SELECT rank, 'host_gap' AS source, 'host time outside recorded ops' AS name, sum(s1 - s0 - covered_ns) AS total_ns
+    FROM covered
+    GROUP BY rank
 )
 SELECT a.rank, a.source, a.name, CAST(a.total_ns AS BIGINT) AS total_ns, n.steps
-FROM (SELECT * FROM phases UNION ALL SELECT * FROM waits UNION ALL SELECT * FROM kern) AS a
+FROM (SELECT * FROM phases UNION ALL SELECT * FROM waits UNION ALL SELECT * FROM kern UNION ALL SELECT * FROM gaps) AS a
 JOIN n USING (rank)
 ORDER BY a.rank, a.source, a.name
 """
@@ -172,6 +198,7 @@ RANK_ACTIVITY_READS = (
     "kernel_rows",
     "kernel_names",
     "comm_ops",
+    "cpu_ops",
 )
 
 
@@ -179,7 +206,7 @@ RANK_ACTIVITY_READS = (
 class Excess:
     """A name in a rank's steady steps that took longer per step than on the median other rank."""
 
-    source: str  # 'nvtx' (a phase), 'host_wait' or 'kernel'
+    source: str  # 'nvtx' (a phase), 'host_wait', 'kernel' or 'host_gap' (untraced host time)
     name: str
     mine_ns: float  # per step, on the rank
     median_ns: float  # per step, the median of the other ranks (0 where a rank has none)

@@ -98,6 +98,7 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
     floor = _NAMED_SHARE * late.late_ns
     phase = _top(found.get("nvtx", []), floor)
     wait = _top(found.get("host_wait", []), floor)
+    gap = _top(found.get("host_gap", []), floor) if phase is None and wait is None else None
     ratio = float(mine.compute_vs_median or 0.0)
     slower = ratio >= ctx["straggler_compute_ratio"]
     kernel = _top(found.get("kernel", []), 0.0) if slower else None
@@ -111,6 +112,12 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         doing.append(
             f"its host waited in {wait.name} {dur(wait.mine_ns)} per step (median other rank: "
             f"{dur(wait.median_ns)}, +{dur(wait.excess_ns)})"
+        )
+    if gap is not None:
+        doing.append(
+            f"its host spent {dur(gap.mine_ns)} per step outside every op the profiler recorded (median other "
+            f"rank: {dur(gap.median_ns)}, +{dur(gap.excess_ns)}): Python between torch calls, such as data "
+            "loading, sleeps or logging"
         )
     if slower:
         doing.append(
@@ -153,11 +160,11 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
             "other ranks: the time went to host code outside NVTX ranges (Python, data preparation) or to "
             "nothing the capture recorded."
         )
-    if idled and phase is None and wait is None:
+    if idled and phase is None and wait is None and gap is None:
         message += (
             " No NVTX range or host wait covers that host time (Python, data preparation outside ranges)."
         )
-    recommendation = _advice(me, phase, wait, kernel if slower else None, slower)
+    recommendation = _advice(me, phase, wait, kernel if slower else None, slower, gap is not None)
     savings = min(late.late_ns * late.steps, late.step_ns * late.steps)
     title = (
         f"{me[0].upper()}{me[1:]} of {label} is a straggler: last at {pct(late.last_share)} of the "
@@ -182,6 +189,7 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         "median_compute_ns": median([float(balance[k].compute_ns or 0) for k in others]),
         "phase": _excess_ev(phase),
         "host_wait": _excess_ev(wait),
+        "host_gap": _excess_ev(gap),
         "kernel": _excess_ev(kernel) if slower else None,
         "idle_ns": idle,
         "median_idle_ns": idle_median,
@@ -210,8 +218,22 @@ def _excess_ev(e: Excess | None) -> dict[str, Any] | None:
     }
 
 
-def _advice(me: str, phase: Excess | None, wait: Excess | None, kernel: Excess | None, slower: bool) -> str:
+def _advice(
+    me: str,
+    phase: Excess | None,
+    wait: Excess | None,
+    kernel: Excess | None,
+    slower: bool,
+    untraced: bool = False,
+) -> str:
     parts: list[str] = []
+    if untraced:
+        parts.append(
+            f"find what {me} runs between its torch calls (its data loading, a sleep, logging): profile it with "
+            "`with_stack=True` for the Python frames, or with `nsys profile -t cuda,nvtx,osrt` and NVTX ranges "
+            "around its data loading and logging; then take that work off its step (DataLoader workers, "
+            "prefetching) or spread it over every rank"
+        )
     if wait is not None:
         name = wait.name.lower()
         if name in _SLEEPS:
