@@ -137,7 +137,8 @@ def find_ranks(con: duckdb.DuckDBPyConnection, report_ids: Sequence[int]) -> lis
     when two reports claim the same rank."""
     info = {
         int(r[0]): r[1:]
-        for r in con.execute(
+        for r in params.execute(
+            con,
             "SELECT report_id, rank, source_path, host, rank_source, local_rank FROM reports "
             "WHERE list_contains($ids, report_id)",
             {"ids": list(report_ids)},
@@ -177,7 +178,8 @@ def find_ranks(con: duckdb.DuckDBPyConnection, report_ids: Sequence[int]) -> lis
 
 def _session_starts(con: duckdb.DuckDBPyConnection, ranks: Sequence[RankOf]) -> dict[int, int | None]:
     ids = sorted({r.report_id for r in ranks})
-    rows = con.execute(
+    rows = params.execute(
+        con,
         "SELECT report_id, session_start_utc_ns FROM reports WHERE list_contains($ids, report_id)",
         {"ids": ids},
     ).fetchall()
@@ -318,45 +320,52 @@ def make_run(
     if name is None:
         paths = [
             str(p)
-            for (p,) in con.execute(
+            for (p,) in params.execute(
+                con,
                 "SELECT source_path FROM reports WHERE list_contains($ids, report_id) ORDER BY report_id",
                 {"ids": report_ids},
             ).fetchall()
         ]
         name = run_name(paths)
-    stated = con.execute(
-        "SELECT max(world_size) FROM reports WHERE list_contains($ids, report_id)", {"ids": report_ids}
+    stated = params.execute(
+        con, "SELECT max(world_size) FROM reports WHERE list_contains($ids, report_id)", {"ids": report_ids}
     ).fetchone()
     world = world_size or (int(stated[0]) if stated and stated[0] is not None else None) or len(ranks)
     clocks = align(con, ranks)
     hosts = len({r.host for r in ranks if r.host}) or 1
     sources = sorted({r.source for r in ranks})
-    con.execute("BEGIN TRANSACTION")
+    params.execute(con, "BEGIN TRANSACTION")
     try:
         old = [
             int(r[0])
-            for r in con.execute(
+            for r in params.execute(
+                con,
                 "SELECT run_id FROM runs WHERE name = $name UNION "
                 "SELECT run_id FROM ranks WHERE list_contains($ids, report_id)",
                 {"name": name, "ids": report_ids},
             ).fetchall()
         ]
         if old:
-            con.execute("DELETE FROM ranks WHERE list_contains($old, run_id) AND list_contains($ids, report_id)",
+            params.execute(con, "DELETE FROM ranks WHERE list_contains($old, run_id) AND list_contains($ids, report_id)",
                         {"old": old, "ids": report_ids})  # fmt: skip
-            con.execute(
+            params.execute(
+                con,
                 "DELETE FROM ranks WHERE run_id IN (SELECT run_id FROM runs WHERE name = $name)",
                 {"name": name},
             )
-            con.execute("UPDATE reports SET run_id = NULL WHERE list_contains($old, run_id)", {"old": old})
-        same = con.execute("SELECT run_id FROM runs WHERE name = $name", {"name": name}).fetchone()
+            params.execute(
+                con, "UPDATE reports SET run_id = NULL WHERE list_contains($old, run_id)", {"old": old}
+            )
+        same = params.execute(con, "SELECT run_id FROM runs WHERE name = $name", {"name": name}).fetchone()
         run_id = (
             int(same[0])
             if same
-            else int(params.first_row(con.execute("SELECT coalesce(max(run_id), 0) + 1 FROM runs"))[0])
+            else int(
+                params.first_row(params.execute(con, "SELECT coalesce(max(run_id), 0) + 1 FROM runs"))[0]
+            )
         )
-        con.execute("DELETE FROM runs WHERE run_id = $run", {"run": run_id})
-        con.execute(
+        params.execute(con, "DELETE FROM runs WHERE run_id = $run", {"run": run_id})
+        params.execute(con, 
             "INSERT INTO runs VALUES ($run, $name, $world, $seen, $hosts, $source, $clock, $unc, $at)",
             {
                 "run": run_id, "name": name, "world": world, "seen": len(ranks), "hosts": hosts,
@@ -366,31 +375,31 @@ def make_run(
         )  # fmt: skip
         local = _local_ranks(ranks)
         for r in sorted(ranks, key=lambda x: x.rank):
-            con.execute(
-                "INSERT INTO ranks VALUES ($run, $rank, $local, $host, $rid, $pid, $dev, $source, $offset, $shift)",
+            params.execute(con, 
+                "INSERT INTO ranks VALUES ($run, $rank, $local_rank, $host, $rid, $pid, $dev, $source, $clock_offset, $shift)",
                 {
-                    "run": run_id, "rank": r.rank, "local": local.get(r.rank), "host": r.host, "rid": r.report_id,
-                    "pid": r.pid, "dev": r.device_id, "source": r.source, "offset": clocks.offsets.get(r.rank, 0),
+                    "run": run_id, "rank": r.rank, "local_rank": local.get(r.rank), "host": r.host, "rid": r.report_id,
+                    "pid": r.pid, "dev": r.device_id, "source": r.source, "clock_offset": clocks.offsets.get(r.rank, 0),
                     "shift": clocks.shifts.get(r.rank, 0),
                 },
             )  # fmt: skip
             whole = r.pid is None
-            con.execute(
+            params.execute(con, 
                 "UPDATE reports SET run_id = $run, world_size = $world, "
                 "rank = CASE WHEN $whole THEN $rank ELSE NULL END, "
-                "local_rank = CASE WHEN $whole THEN $local ELSE NULL END, rank_source = $source "
+                "local_rank = CASE WHEN $whole THEN $local_rank ELSE NULL END, rank_source = $source "
                 "WHERE report_id = $rid",
-                {"run": run_id, "world": world, "whole": whole, "rank": r.rank, "local": local.get(r.rank),
+                {"run": run_id, "world": world, "whole": whole, "rank": r.rank, "local_rank": local.get(r.rank),
                  "source": r.source, "rid": r.report_id},
             )  # fmt: skip
         # runs left without ranks are gone
-        con.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT DISTINCT run_id FROM ranks)")
-        con.execute(
-            "UPDATE runs SET ranks_seen = (SELECT count(*) FROM ranks WHERE ranks.run_id = runs.run_id)"
+        params.execute(con, "DELETE FROM runs WHERE run_id NOT IN (SELECT DISTINCT run_id FROM ranks)")
+        params.execute(
+            con, "UPDATE runs SET ranks_seen = (SELECT count(*) FROM ranks WHERE ranks.run_id = runs.run_id)"
         )
-        con.execute("COMMIT")
+        params.execute(con, "COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        params.execute(con, "ROLLBACK")
         raise
     return run_id
 
@@ -418,7 +427,8 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
     files whose names differ only by a rank number, and single reports holding several GPU
     processes. Reports already in a run are left where they are."""
     ids = [int(r) for r in report_ids]
-    rows = con.execute(
+    rows = params.execute(
+        con,
         "SELECT report_id, rank, world_size, source_path, format, run_id FROM reports "
         "WHERE list_contains($ids, report_id) ORDER BY report_id",
         {"ids": ids},
@@ -457,12 +467,13 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: str | int) -> int:
     text = str(run).strip()
     row = None
     if text.isdigit():
-        row = con.execute("SELECT run_id FROM runs WHERE run_id = $id", {"id": int(text)}).fetchone()
+        row = params.execute(con, "SELECT run_id FROM runs WHERE run_id = $id", {"id": int(text)}).fetchone()
     if row is None:
-        row = con.execute("SELECT run_id FROM runs WHERE name = $name", {"name": text}).fetchone()
+        row = params.execute(con, "SELECT run_id FROM runs WHERE name = $name", {"name": text}).fetchone()
     if row is None:
         names = [
-            f"{i} ({n})" for i, n in con.execute("SELECT run_id, name FROM runs ORDER BY run_id").fetchall()
+            f"{i} ({n})"
+            for i, n in params.execute(con, "SELECT run_id, name FROM runs ORDER BY run_id").fetchall()
         ]
         there = f"the runs are {', '.join(names)}" if names else "the workspace has no runs yet"
         raise InputError(
@@ -473,7 +484,8 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: str | int) -> int:
 
 def run_reports(con: duckdb.DuckDBPyConnection, run_id: int) -> list[int]:
     """The report ids of a run, in rank order."""
-    rows = con.execute(
+    rows = params.execute(
+        con,
         "SELECT report_id FROM ranks WHERE run_id = $run GROUP BY report_id ORDER BY min(rank)",
         {"run": run_id},
     ).fetchall()
