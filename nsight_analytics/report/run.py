@@ -19,7 +19,6 @@ import duckdb
 from .. import params
 from .pins import pin_findings
 from .timeline import (
-    BINS,
     DEFAULT_MAX_EVENTS,
     MAX_GAPS,
     NVTX_MAX,
@@ -28,6 +27,7 @@ from .timeline import (
     idle_gaps,
     nvtx_lanes,
     step_marks,
+    timeline_dict,
 )
 
 MAX_COLLECTIVES = 20_000
@@ -199,15 +199,7 @@ def _timeline(
     first = ranks[0] if ranks else None
     steps = step_marks(con, first["report_id"], t0 - first["clock_offset_ns"], first["pid"]) if first else []
     return {
-        "t0": t0,
-        "t1": t1,
-        "events": total,
-        "exact_events": sum(len(lane.get("d", [])) for lane in lanes),
-        "max_events": max_events,
-        "bins": BINS,
-        "lanes": lanes + nvtx,
-        "names": list(names),
-        "apis": list(apis),
+        **timeline_dict(t0, t1, total, lanes, nvtx, max_events, names, apis),
         "steps": steps,
         "steps_label": f"steps · rank {first['rank']}" if first else "steps",
         "gaps": gaps[:MAX_GAPS],

@@ -84,6 +84,24 @@ def gather_timeline(
     t0, t1, total, lanes = got
     nvtx = nvtx_lanes(con, rid, t0, names)
     return {
+        **timeline_dict(t0, t1, total, lanes, nvtx, max_events, names, apis),
+        "steps": step_marks(con, rid, t0),
+        "gaps": idle_gaps(con, rid, t0, t1),
+    }
+
+
+def timeline_dict(
+    t0: int,
+    t1: int,
+    total: int,
+    lanes: list[dict[str, Any]],
+    nvtx: list[dict[str, Any]],
+    max_events: int,
+    names: dict[str, int],
+    apis: dict[str, int],
+) -> dict[str, Any]:
+    """The part of the timeline's data every page shares: its span, GPU and NVTX lanes, name tables."""
+    return {
         "t0": t0,
         "t1": t1,
         "events": total,
@@ -93,8 +111,6 @@ def gather_timeline(
         "lanes": lanes + nvtx,
         "names": list(names),
         "apis": list(apis),
-        "steps": step_marks(con, rid, t0),
-        "gaps": idle_gaps(con, rid, t0, t1),
     }
 
 
