@@ -689,15 +689,31 @@ def diff(
     noise_floor: float = 0.02,
     with_findings: bool = True,
     config: dict[str, Any] | None = None,
+    runs: bool = False,
 ) -> Diff:
     """What changed from A (before) to B (after), and whether the step-time change is real.
 
     Each side is a report id, `"1,2"`, a file (ingested first, unless already in the
-    workspace), or a list of those (all ranks of one run). Returns a `Diff` (`.to_dict()` is
+    workspace), or a list of those (all ranks of one run); with `runs`, a run (id or name): two
+    runs of one world size compare as the job before and after (with rank and collective
+    changes), two world sizes as a scaling (verdict 'scaling'). Returns a `Diff` (`.to_dict()` is
     what `nsa diff --format json` prints); `nsight_analytics.diff` says how it is computed.
     """
-    from .diff import compare
+    from .diff import compare, compare_runs
 
+    if runs:
+        run_a, run_b = resolve_run(con, a), resolve_run(con, b)
+        ids = _runs.run_reports(con, run_a) + _runs.run_reports(con, run_b)
+        materialise(con, diff_reads(with_findings, runs=True), ids)
+        return compare_runs(
+            con,
+            run_a,
+            run_b,
+            confidence=confidence,
+            noise_floor=noise_floor,
+            with_findings=with_findings,
+            config=config,
+        )
     a_ids, b_ids = diff_reports(con, a), diff_reports(con, b)
     require_reports(con, [*a_ids, *b_ids])
     materialise(con, diff_reads(with_findings))
@@ -712,11 +728,15 @@ def diff(
     )
 
 
-def diff_reads(with_findings: bool = True) -> set[str]:
-    """The canonical tables a diff reads (its own, and the rules' for its findings)."""
-    from .diff import READS
+def diff_reads(with_findings: bool = True, runs: bool = False) -> set[str]:
+    """The canonical tables a diff reads (its own, the run queries' for runs, and the rules'
+    for its findings)."""
+    from .diff import READS, RUN_QUERIES
 
-    return set(READS) | (rules_reads() if with_findings else set())
+    needs = set(READS) | (rules_reads() if with_findings else set())
+    if runs:
+        needs |= set().union(*(queries.get(q).tables() for q in RUN_QUERIES))
+    return needs
 
 
 def is_report_ids(text: str) -> bool:

@@ -659,8 +659,13 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
 )  # fmt: skip
 @click.option("--save", is_flag=True, help="With --baseline NAME: store the report(s) given as NAME.")
 @click.option(
+    "--run", "runs", is_flag=True,
+    help="A and B are runs (id or name): one world size compares rank by rank, two as a scaling.",
+)  # fmt: skip
+@click.option(
     "--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
-    help=f"Exit {EXIT_FINDINGS} when B regressed beyond PCT percent of A with confidence (for CI).",
+    help=f"Exit {EXIT_FINDINGS} when B regressed beyond PCT percent of A with confidence (for CI); "
+    "runs of two world sizes: when the scaling efficiency is below (100 - PCT)%.",
 )  # fmt: skip
 @click.option(
     "--metric", default="step_time", show_default=True, type=click.Choice(api.diff_gate_metrics()),
@@ -681,6 +686,7 @@ def diff(
     sides: tuple[str, ...],
     baseline: str | None,
     save: bool,
+    runs: bool,
     fail_pct: float | None,
     metric: str,
     floor_pct: float,
@@ -692,25 +698,30 @@ def diff(
     """Compare run A (before) with run B (after): step time with a confidence interval and a
     verdict, where the change came from, kernels and findings that changed.
 
-    A and B are report ids, `1,2` (a group: all ranks of one run) or files (ingested first).
+    A and B are report ids, `1,2` (a group: all ranks of one run) or files (ingested first);
+    with --run, runs (id or name): the same world size compares the job before and after, rank
+    by rank; two world sizes compare as a scaling (efficiency, throughput, the time lost).
     Exit codes: 0 ok, 1 --fail-on-regression fired, 2 a usage or input error.
 
     \b
         nsa diff before.sqlite after.sqlite
+        nsa diff --run ddp_w4 ddp_w4_fix                   # two runs of one job
         nsa diff --baseline main --save run.sqlite         # store a baseline
         nsa diff --baseline main new.sqlite --fail-on-regression 5
     """
     if save and not baseline:
         raise NsaClickError("--save stores a baseline: give its name with --baseline NAME.")
+    if runs and baseline:
+        raise NsaClickError("--baseline stores and compares reports; with --run give two runs: --run A B.")
     wanted = 1 if baseline else 2
     if len(sides) != wanted:
         usage = "--baseline NAME [--save] REPORT" if baseline else "A B"
         raise NsaClickError(f"nsa diff takes {usage}: got {len(sides)} argument(s).")
     with errors():
-        ids_only = not save and all(api.is_report_ids(s) for s in sides)
-        # report ids only: read-only, beside other readers (deferred tables stored first)
+        ids_only = runs or (not save and all(api.is_report_ids(s) for s in sides))
+        # report ids or runs only: read-only, beside other readers (deferred tables stored first)
         con = (
-            api.reader(db, needs=api.diff_reads(not no_findings))
+            api.reader(db, needs=api.diff_reads(not no_findings, runs=runs))
             if ids_only
             else api.connect(db, load_deferred=False)
         )
@@ -722,7 +733,7 @@ def diff(
             a: Any = api.baseline(con, baseline) if baseline else sides[0]
             with timed(log, "diff"):
                 result = api.diff(
-                    con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings
+                    con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings, runs=runs
                 )
             gate = api.diff_gate(result, fail_pct, metric) if fail_pct is not None else None
         finally:

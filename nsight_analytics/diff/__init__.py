@@ -7,8 +7,10 @@
 
 `timeline` finds each report's GPU-side step times and splits the steps' GPU time by phase and
 kind; `stats` is the Mann-Whitney / Hodges-Lehmann statistic; `compare` runs the checks, the
-verdict and the attribution; `baselines` stores named baselines in the workspace. The facade
-(`api.diff`) loads the tables `READS` names (and what the rules read) before calling `compare`.
+verdict and the attribution; `runs` compares two runs (`compare_runs`: one world size rank by
+rank, two as a scaling); `findings` pairs the rules' findings of the two sides; `baselines`
+stores named baselines in the workspace. The facade (`api.diff`) loads the tables `READS` names
+(the tables of `RUN_QUERIES` for runs, and what the rules read) before calling `compare`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from .baselines import baseline_reports, baselines, save_baseline
 from .compare import CONFIDENCE, NOISE_FLOOR, compare
 from .gate import GATE_METRICS, Gate, gate
 from .model import VERDICTS, Diff
+from .runs import QUERIES as RUN_QUERIES
+from .runs import compare_runs
 
 # The canonical tables a diff reads (besides what the rules read, for its findings).
 READS = frozenset(
@@ -40,12 +44,14 @@ __all__ = [
     "GATE_METRICS",
     "NOISE_FLOOR",
     "READS",
+    "RUN_QUERIES",
     "VERDICTS",
     "Diff",
     "Gate",
     "baseline_reports",
     "baselines",
     "compare",
+    "compare_runs",
     "gate",
     "save_baseline",
 ]

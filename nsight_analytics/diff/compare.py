@@ -20,8 +20,9 @@ import duckdb
 from .. import params, queries
 from ..rules.units import dur, plural
 from . import stats
-from .model import Attribution, Check, Diff, FindingChange, KernelChange, Metric, Part, Side, StepChange
-from .timeline import Charges, Timeline, align_mean, gpu_steps
+from .findings import finding_changes, side_findings
+from .model import Attribution, Check, Diff, KernelChange, Metric, Part, Side, StepChange
+from .timeline import Charges, Timeline, align_mean, align_numbers, gpu_steps
 
 CONFIDENCE = 0.95
 # A step-time change smaller than this share of A's median step is noise, whatever its CI.
@@ -64,12 +65,16 @@ def compare(
     noise_floor: float = NOISE_FLOOR,
     with_findings: bool = True,
     config: dict[str, Any] | None = None,
+    by_number: bool = False,
 ) -> Diff:
     """The diff of reports `a` (before) and `b` (after); each a report id or a group of them
-    (all ranks of one run). The caller has loaded what `READS` and the rules read."""
+    (all ranks of one run). The caller has loaded what `READS` and the rules read.
+
+    A group's step k is the mean of its reports' step k, paired by position, or with
+    `by_number` by step number (the ranks of one run: `step 12` is one iteration on every rank)."""
     tl_a = [gpu_steps(con, rid) for rid in a]
     tl_b = [gpu_steps(con, rid) for rid in b]
-    side_a, side_b = _side(con, list(a), tl_a), _side(con, list(b), tl_b)
+    side_a, side_b = _side(con, list(a), tl_a, by_number), _side(con, list(b), tl_b, by_number)
     ch_a, ch_b = _merge([t.charges for t in tl_a]), _merge([t.charges for t in tl_b])
     checks = _checks(con, side_a, side_b, ch_a, ch_b)
     change = None
@@ -84,34 +89,46 @@ def compare(
     result.kernels = _kernels(ch_a, ch_b)
     result.metrics = _metrics(side_a, side_b, ch_a, ch_b)
     if with_findings:
-        result.findings = _findings(con, list(a), list(b), config)
+        result.findings = finding_changes(
+            side_findings(con, list(a), config=config),
+            list(a),
+            side_findings(con, list(b), config=config),
+            list(b),
+        )
     return result
 
 
-def _side(con: duckdb.DuckDBPyConnection, ids: list[int], tls: list[Timeline]) -> Side:
+def describe(con: duckdb.DuckDBPyConnection, ids: list[int]) -> Side:
+    """A side's reports (files, GPUs, tools) without its steps."""
     files, gpus, tools = [], [], []
     for rid in ids:
         row = params.execute(con, REPORT_SQL, {"rid": rid}).fetchone()
         files.append(str(row[0]) if row else f"report {rid}")
         tools.append(str(row[1]) if row else "")
         gpus += [str(r[0]) for r in params.execute(con, GPUS_SQL, {"rid": rid}).fetchall()]
-    step_ns = align_mean([t.step_ns for t in tls if t.step_ns])
+    return Side(ids, files, gpus, None, [], [], [], 0, None, None, None, tools=tools)
+
+
+def _side(con: duckdb.DuckDBPyConnection, ids: list[int], tls: list[Timeline], by_number: bool) -> Side:
+    side = describe(con, ids)
+    timed = [t for t in tls if t.step_ns]
+    if by_number:
+        step_ns, numbers = align_numbers([(t.step_ns, t.numbers) for t in timed])
+        host_ns, _ = align_numbers([(t.host_step_ns, t.numbers) for t in timed if t.host_step_ns])
+    else:
+        step_ns = align_mean([t.step_ns for t in timed])
+        numbers = timed[0].numbers[: len(step_ns)] if timed else []
+        host_ns = align_mean([t.host_step_ns for t in timed if t.host_step_ns])
     sources = {t.source for t in tls if t.source}
     merged = _merge([t.charges for t in tls])
-    side = Side(
-        report_ids=ids,
-        files=files,
-        gpus=gpus,
-        steps_source=", ".join(sorted(sources)) if sources else None,
-        step_ns=step_ns,
-        step_numbers=next((t.numbers[: len(step_ns)] for t in tls if t.step_ns), []),
-        host_step_ns=align_mean([t.host_step_ns for t in tls if t.host_step_ns]),
-        warmup_steps=sum(t.warmup_steps for t in tls),
-        median_step_ns=statistics.median(step_ns) if step_ns else None,
-        mean_step_ns=statistics.fmean(step_ns) if step_ns else None,
-        kernels_per_step=sum(merged.kernel_count.values()) if step_ns else None,
-        tools=tools,
-    )
+    side.steps_source = ", ".join(sorted(sources)) if sources else None
+    side.step_ns = step_ns
+    side.step_numbers = numbers
+    side.host_step_ns = host_ns
+    side.warmup_steps = sum(t.warmup_steps for t in tls)
+    side.median_step_ns = statistics.median(step_ns) if step_ns else None
+    side.mean_step_ns = statistics.fmean(step_ns) if step_ns else None
+    side.kernels_per_step = sum(merged.kernel_count.values()) if step_ns else None
     side.memory_peak_bytes = _memory_peak(con, ids)
     side.energy_per_step_j = _energy_per_step(con, ids)
     return side
@@ -261,13 +278,13 @@ def _phase_check(a: Charges, b: Charges) -> Check | None:
 def _gpu_check(a: Side, b: Side) -> Check:
     if not a.gpus or not b.gpus:
         return Check("gpu", True, "GPU model not recorded on both sides; not checked.", warning=True)
-    ga, gb = _gpu_text(a.gpus), _gpu_text(b.gpus)
+    ga, gb = gpu_text(a.gpus), gpu_text(b.gpus)
     if ga != gb:
         return Check("gpu", False, f"different GPUs: A ran on {ga}, B on {gb}.")
     return Check("gpu", True, f"same GPUs: {ga}.")
 
 
-def _gpu_text(gpus: list[str]) -> str:
+def gpu_text(gpus: list[str]) -> str:
     counts: dict[str, int] = defaultdict(int)
     for g in gpus:
         counts[g] += 1
@@ -430,42 +447,3 @@ def _median(xs: list[float]) -> float | None:
 
 def _f(x: int | None) -> float | None:
     return float(x) if x is not None else None
-
-
-def _findings(
-    con: duckdb.DuckDBPyConnection, a: list[int], b: list[int], config: dict[str, Any] | None
-) -> list[FindingChange]:
-    """Findings of A and B paired by rule (in rank order within a rule): a rule that fired on
-    A only is resolved, on B only new, on both persisting."""
-    from ..rules.engine import run_rules
-
-    def by_rule(ids: list[int]) -> dict[str, list[Any]]:
-        out: dict[str, list[Any]] = defaultdict(list)
-        for rid in ids:
-            for f in run_rules(con, report_id=rid, config=config):
-                out[f.rule_id].append(f)
-        return out
-
-    fa, fb = by_rule(a), by_rule(b)
-    changes = []
-    for rule_id in sorted(set(fa) | set(fb)):
-        la, lb = fa.get(rule_id, []), fb.get(rule_id, [])
-        for i in range(max(len(la), len(lb))):
-            x = la[i] if i < len(la) else None
-            y = lb[i] if i < len(lb) else None
-            status = "persisting" if x and y else "resolved" if x else "new"
-            shown = y if y is not None else x
-            assert shown is not None  # one of the two exists within max(len(la), len(lb))
-            changes.append(
-                FindingChange(
-                    status,
-                    rule_id,
-                    shown.severity,
-                    shown.title,
-                    x.est_savings_ns if x else None,
-                    y.est_savings_ns if y else None,
-                )
-            )
-    order = {"new": 0, "resolved": 1, "persisting": 2}
-    changes.sort(key=lambda c: (order[c.status], -(c.a_savings_ns or c.b_savings_ns or 0), c.rule_id))
-    return changes

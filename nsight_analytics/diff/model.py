@@ -8,7 +8,8 @@ import types
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-VERDICTS = ("improvement", "regression", "no significant change", "not comparable")
+# 'scaling': two runs of different world sizes, compared as a scaling (`Diff.scaling`).
+VERDICTS = ("improvement", "regression", "no significant change", "not comparable", "scaling")
 
 
 @dataclass
@@ -120,6 +121,120 @@ class Metric:
 
 
 @dataclass
+class RunSide:
+    """A run on one side of a run diff (`nsa diff --run`): the ranks of one job."""
+
+    run_id: int
+    name: str
+    world_size: int  # runs.world_size, else the ranks seen
+    ranks_seen: int
+    report_ids: list[int]  # in rank order
+
+
+@dataclass
+class RankNumbers:
+    """One rank's steady steps as `rank_balance` measures them: step_ns the median GPU step,
+    the rest means per step (ns); last_share the share of collectives it arrived last at."""
+
+    report_id: int
+    steps: int
+    step_ns: float | None
+    compute_ns: float | None
+    comm_ns: float | None
+    exposed_comm_ns: float | None
+    idle_ns: float | None
+    wait_ns: float | None
+    late_ns: float | None
+    last_share: float | None
+
+
+@dataclass
+class RankChange:
+    """Rank `rank` of run A against rank `rank` of run B (None: the rank has no row there)."""
+
+    rank: int
+    a: RankNumbers | None
+    b: RankNumbers | None
+
+    def delta(self, name: str) -> float | None:
+        va = getattr(self.a, name) if self.a is not None else None
+        vb = getattr(self.b, name) if self.b is not None else None
+        return vb - va if va is not None and vb is not None else None
+
+
+@dataclass
+class CollectiveChange:
+    """One kind of collective (op, element type, message size) in A and B, from
+    `collective_skew`: how many were matched across the ranks, the mean arrival skew (last
+    arrival - first), the median latency (the shortest duration among the ranks) and bus
+    bandwidth (None without message sizes), and the rank that arrived last most often."""
+
+    op: str
+    dtype: str | None
+    message_bytes: int | None
+    a_count: int
+    b_count: int
+    a_skew_ns: float | None
+    b_skew_ns: float | None
+    a_latency_ns: float | None
+    b_latency_ns: float | None
+    a_busbw_gbps: float | None
+    b_busbw_gbps: float | None
+    a_last_rank: int | None
+    b_last_rank: int | None
+    a_last_share: float | None  # share of these collectives a_last_rank arrived last at
+    b_last_share: float | None
+
+
+@dataclass
+class RunChanges:
+    """What changed between two runs of one world size, rank by rank (pairs by rank number)
+    and collective by collective, and in words: `straggler` is the rank B's other ranks wait
+    for more than in A (None when no rank's lateness explains the change)."""
+
+    ranks: list[RankChange]
+    collectives: list[CollectiveChange]
+    straggler: int | None
+    summary: list[str]
+
+
+@dataclass
+class ScalingSide:
+    """One run's row of the `scaling` query (per steady step, ns; throughput per second)."""
+
+    run_id: int
+    name: str
+    world_size: int
+    ranks: int
+    steps: int | None
+    step_ns: float | None
+    compute_ns: float | None
+    exposed_comm_ns: float | None
+    imbalance_ns: float | None
+    throughput: float | None
+
+
+@dataclass
+class Scaling:
+    """Two runs of different world sizes as the `scaling` query compares them: `base` is the
+    smaller world (whichever side it is), `scaled` the larger; `lost_ns` (step time lost against
+    ideal scaling from the base) is the sum of the four `lost_*` parts."""
+
+    mode: str  # 'weak' (each rank keeps its batch) or 'strong' (the global batch is split)
+    throughput_unit: str  # 'rank-steps/s' (weak) or 'steps/s' (strong)
+    base: ScalingSide
+    scaled: ScalingSide
+    speedup: float | None
+    efficiency: float | None
+    ideal_ns: float | None
+    lost_ns: float | None
+    lost_comm_ns: float | None
+    lost_compute_ns: float | None
+    lost_imbalance_ns: float | None
+    lost_other_ns: float | None
+
+
+@dataclass
 class Diff:
     a: Side
     b: Side
@@ -132,6 +247,13 @@ class Diff:
     metrics: list[Metric] = field(default_factory=list)
     kernels: list[KernelChange] = field(default_factory=list)
     findings: list[FindingChange] = field(default_factory=list)
+    # `nsa diff --run`: the two runs; with one world size the rank and collective changes, with
+    # two the scaling comparison (verdict 'scaling'); `same_run` when A and B are one run.
+    run_a: RunSide | None = None
+    run_b: RunSide | None = None
+    run_changes: RunChanges | None = None
+    scaling: Scaling | None = None
+    same_run: bool = False
 
     @property
     def comparable(self) -> bool:

@@ -178,6 +178,21 @@ def align_mean(series: list[list[float]]) -> list[float]:
     return [sum(s[k] for s in series) / len(series) for k in range(n)]
 
 
+def align_numbers(series: list[tuple[list[float], list[int]]]) -> tuple[list[float], list[int]]:
+    """Step n of several ranks of one run as one sample: the mean over the ranks of their step
+    numbered n, for the numbers every rank has (a rank of a synchronous job cannot run a step
+    ahead: each rank's GPU step is the job's step plus its own jitter). (times, numbers); by
+    position (`align_mean`) when the ranks share no number."""
+    if len(series) == 1:
+        return list(series[0][0]), list(series[0][1][: len(series[0][0])])
+    maps = [dict(zip(nums, times)) for times, nums in series]
+    common = sorted(set.intersection(*(set(m) for m in maps))) if maps else []
+    if not common:
+        times = align_mean([t for t, _ in series])
+        return times, list(series[0][1][: len(times)]) if series else []
+    return [sum(m[n] for m in maps) / len(maps) for n in common], common
+
+
 def _series(
     out: Timeline,
     run: tuple[list[float], list[float], list[int]],

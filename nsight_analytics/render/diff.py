@@ -15,6 +15,7 @@ from ..diff.gate import Gate
 from ..diff.model import Diff, Metric, Part, Side
 from ..rules.units import dur as _dur
 from ..rules.units import size
+from . import diff_runs
 from .rows import Result, distinct_short_names, jsonable
 from .rows import to_markdown as rows_to_markdown
 
@@ -74,7 +75,11 @@ def _change(m: Metric) -> str:
 
 
 def headline(d: Diff) -> str:
-    """The verdict in one line: 'IMPROVEMENT: GPU step time -21.7% (-5.63 ms, 95% CI -24.6% .. -19.1%)'."""
+    """The verdict in one line: 'IMPROVEMENT: GPU step time -21.7% (-5.63 ms, 95% CI -24.6% .. -19.1%)',
+    'SCALES AT 84% (weak scaling, 2 -> 4 ranks)'."""
+    runs = diff_runs.headline(d)
+    if runs is not None:
+        return runs
     head = d.verdict.upper()
     c = d.step_change
     if c is None or not d.comparable:
@@ -88,6 +93,8 @@ def headline(d: Diff) -> str:
 
 def _side_lines(d: Diff) -> list[str]:
     out = []
+    if d.run_a is not None and d.run_b is not None:
+        return [f"A (before)  {diff_runs.run_line(d.run_a)}", f"B (after)   {diff_runs.run_line(d.run_b)}"]
     for label, side in (("A", d.a), ("B", d.b)):
         for i, (rid, f) in enumerate(zip(side.report_ids, side.files)):
             lead = f"{label} (before)" if label == "A" else f"{label} (after) "
@@ -114,13 +121,16 @@ def _grid(rows: list[list[str]], indent: int = 2, width: int = WIDTH) -> list[st
 
 
 def _method(d: Diff) -> str:
+    runs = diff_runs.method(d)
+    if d.scaling is not None and runs is not None:
+        return runs
     c = d.step_change
     n = f"{len(d.a.step_ns)} vs {len(d.b.step_ns)} steady steps"
     stat = f"{c.statistic}, {n}" if c else n
     return (
         f"{stat}. Step times are GPU-side: from the first GPU start of the work launched in a step "
         "to the next step's (warm-up steps left out); shifts under "
-        f"{d.noise_floor:.0%} are noise."
+        f"{d.noise_floor:.0%} are noise." + (f" {runs}" if runs else "")
     )
 
 
@@ -176,9 +186,9 @@ def _finding_lines(d: Diff) -> list[str]:
 def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
     out = ["nsa diff", *_side_lines(d), "", headline(d)]
     out += _wrap(d.reason, 2)
-    if d.comparable:
+    if d.comparable and not d.same_run:
         out += _wrap(_method(d), 2)
-    out += ["", "Checks"]
+    out += ["", "Checks"] if d.checks else []
     for c in d.checks:
         status = "ok" if c.ok and not c.warning else "note" if c.ok else "FAIL"
         lead = f"  {status:<4} {c.name:<8} "
@@ -192,6 +202,7 @@ def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
         out += _parts(a.by_phase, a.phase_remainder_ns, a.total_ns, "by phase (NVTX range)")
         out += [""]
         out += _parts(a.by_cause, a.cause_remainder_ns, a.total_ns, "by cause")
+    out += diff_runs.text_sections(d, _grid, _wrap)
     if d.metrics:
         out += ["", "Per steady step"]
         rows = [["metric", "A", "B", "change"]]
@@ -223,14 +234,21 @@ def _md_files(side: Side) -> str:
     return ", ".join(f"`{f}` (report {r})" for r, f in zip(side.report_ids, side.files))
 
 
+def _md_sides(d: Diff) -> list[str]:
+    if d.run_a is not None and d.run_b is not None:
+        return [f"A (before): {diff_runs.run_line(d.run_a)}  ", f"B (after): {diff_runs.run_line(d.run_b)}"]
+    return [f"A (before): {_md_files(d.a)}  ", f"B (after): {_md_files(d.b)}"]
+
+
 def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
     """A pull-request comment: the verdict first, the evidence in collapsible sections."""
     out = [f"### nsa diff: {headline(d)}", ""]
-    out += [f"A (before): {_md_files(d.a)}  ", f"B (after): {_md_files(d.b)}", "", d.reason, ""]
+    out += [*_md_sides(d), "", d.reason, ""]
     if gate is not None:
         out += [f"**{gate.message}**", ""]
-    if d.comparable:
+    if d.comparable and not d.same_run:
         out += [f"_{_method(d)}_", ""]
+    out += diff_runs.markdown_sections(d, _md_table)
     if d.metrics:
         out.append(
             _md_table(
@@ -241,11 +259,14 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
                 ]
             )
         )  # fmt: skip
-    out += ["<details><summary>Checks</summary>", ""]
-    out.append(
-        _md_table([{"check": c.name, "ok": "yes" if c.ok else "no", "detail": c.detail} for c in d.checks])
-    )
-    out += ["</details>", ""]
+    if d.checks:
+        out += ["<details><summary>Checks</summary>", ""]
+        out.append(
+            _md_table(
+                [{"check": c.name, "ok": "yes" if c.ok else "no", "detail": c.detail} for c in d.checks]
+            )
+        )
+        out += ["</details>", ""]
     a = d.attribution
     if a is not None:
         out += ["<details open><summary>Where the step time went</summary>", ""]
