@@ -79,7 +79,7 @@ def one_size(copies: int, work: Path) -> dict:
 
     def run(name: str, params: dict) -> None:
         query = name.split(" ")[0]
-        args = {**params} if query == "scaling" else {"run_id": run_id, **params}
+        args = {**params} if query in ("scaling", "kernel_summary") else {"run_id": run_id, **params}
         nsa.query(con, query, **args).fetchall()
 
     first = {
@@ -87,10 +87,7 @@ def one_size(copies: int, work: Path) -> dict:
         for name, params in {"kernel_summary": {}, **QUERIES}.items()
     }
     for name, params in {"kernel_summary": {}, **QUERIES}.items():
-        if name == "kernel_summary":
-            warm = [timed(lambda: nsa.query(con, "kernel_summary").fetchall()) for _ in range(3)]
-        else:
-            warm = [timed(lambda n=name, p=params: run(n, p)) for _ in range(3)]
+        warm = [timed(lambda n=name, p=params: run(n, p)) for _ in range(3)]
         result["queries"][name] = {"first_s": first[name], "warm_s": statistics.median(warm)}
     base = result["queries"]["kernel_summary"]["warm_s"]
     for q in result["queries"].values():

@@ -106,6 +106,10 @@ def open_workspace(
     # Nothing may ever be downloaded at run time (air-gapped clusters).
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    # DuckDB runs an ASOF join as a nested loop when it guesses the probing side has under 64
+    # rows; its guesses for CTEs and macros are often that low while the real side has
+    # thousands (step windows, collectives): a 104M-row loop in rank_balance at 1M kernels.
+    con.execute("SET asof_loop_join_threshold = 0")
     if not read_only:
         ensure_schema(con)
     elif _out_of_date(con) and os.access(path, os.W_OK):
