@@ -32,21 +32,28 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
 -- nsa_steady(nsa_rid): where the steady state of each report that has steps (table `steps`)
 -- begins: report_id, start_ns (the first steady step starts; everything before is start-up, and
 -- the steady state runs from here to the end of the capture), end_ns (the last step ends), steps
--- (all steps), steady_steps, first_step / last_step (0-based positions) and source ('nvtx' or
+-- (all steps of the longest series), steady_steps, first_step / last_step (0-based positions) and source ('nvtx' or
 -- 'kernels'). Reports without steps have no row: their queries fall back to the whole span.
+-- steps / steady_steps count one series (the longest): a report holding several processes (a job
+-- captured in one report) has a series per process, each the same loop.
 CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
     SELECT report_id,
            min(start_ns) FILTER (WHERE steady) AS start_ns,
            max(end_ns) AS end_ns,
-           count(*) AS steps,
-           count(*) FILTER (WHERE steady) AS steady_steps,
+           max(series_steps) AS steps,
+           max(series_steady) AS steady_steps,
            arg_min(step, start_ns) FILTER (WHERE steady) AS first_step,
            arg_max(step, end_ns) AS last_step,
            any_value(source) AS source
-    FROM steps
-    WHERE (nsa_rid IS NULL OR report_id = nsa_rid)
+    FROM (
+        SELECT *,
+               count(*) OVER (PARTITION BY report_id, series) AS series_steps,
+               count(*) FILTER (WHERE steady) OVER (PARTITION BY report_id, series) AS series_steady
+        FROM steps
+        WHERE (nsa_rid IS NULL OR report_id = nsa_rid)
+    )
     GROUP BY report_id
-    HAVING count(*) FILTER (WHERE steady) > 0;
+    HAVING max(series_steady) > 0;
 
 -- nsa_blocking_call(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
