@@ -87,20 +87,26 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
     ),
     mine AS (SELECT rs.* FROM rs SEMI JOIN pick USING (run_id, rank, series)),
     nvtx AS (SELECT * FROM mine WHERE source = 'nvtx'),
-    launch AS (
-        SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS launch_ns
-        FROM cuda_api AS c
-        SEMI JOIN r ON r.report_id = c.report_id
-        WHERE c.correlation_id IS NOT NULL
-        GROUP BY ALL
-    ),
-    act AS (
-        SELECT a.run_id, a.rank, a.start_ns, a.end_ns, coalesce(l.launch_ns, a.start_ns) AS launch_ns
+    step_work AS (
+        SELECT a.run_id, a.rank, a.report_id, a.pid, a.correlation_id, a.start_ns, a.end_ns
         FROM nsa_rank_activity(nsa_run) AS a
         SEMI JOIN (SELECT DISTINCT run_id, rank, pid FROM nvtx) AS m
             ON m.run_id = a.run_id AND m.rank = a.rank AND m.pid = a.pid
+    ),
+    -- the launch calls of that work only: the semi join keeps the grouping to the calls that
+    -- launched GPU work (most CUDA API calls launch nothing: event records, syncs, queries)
+    launch AS (
+        SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS launch_ns
+        FROM cuda_api AS c
+        SEMI JOIN step_work AS w
+            ON w.report_id = c.report_id AND w.pid = c.pid AND w.correlation_id = c.correlation_id
+        GROUP BY ALL
+    ),
+    act AS (
+        SELECT w.run_id, w.rank, w.start_ns, w.end_ns, coalesce(l.launch_ns, w.start_ns) AS launch_ns
+        FROM step_work AS w
         LEFT JOIN launch AS l
-            ON l.report_id = a.report_id AND l.pid = a.pid AND l.correlation_id = a.correlation_id
+            ON l.report_id = w.report_id AND l.pid = w.pid AND l.correlation_id = w.correlation_id
     ),
     -- the step whose range holds the launch: the last one starting before it (a series' ranges
     -- follow each other), if it has not ended
