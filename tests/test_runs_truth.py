@@ -8,10 +8,13 @@ and HTA's own traces.
 - One report of the whole job against the same job captured per rank.
 - HTA 0.5's communication/computation overlap (its `get_comm_comp_overlap`) against nsa's
   communication kernels and overlap arithmetic, over HTA's window.
+- `rank_activity` on random steps that overlap, tie and touch, against its definitions tested on
+  every pair of step and row (what the query avoids doing).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import re
@@ -445,3 +448,99 @@ def test_a_straggler_in_pytorch_profiler_traces_is_named_with_its_untraced_host_
     assert s.ranks == [2] and "outside every op the profiler recorded" in s.message
     assert s.evidence["host_gap"]["excess_ns"] == pytest.approx(excess, rel=0.05)
     con.close()
+
+
+def _host_row(rid: int, pid: int, start: int, end: int | None, tid: int, name: str | None) -> dict:
+    dur = None if end is None else end - start
+    return {"report_id": rid, "pid": pid, "tid": tid, "global_tid": tid, "start_ns": start, "end_ns": end,
+            "duration_ns": dur, "name": name}  # fmt: skip
+
+
+def _random_rows(rnd: Any, n: int, longest: int) -> list[tuple[int, int, int]]:
+    """n (start, end, tid) on a 10 ns grid, some before the steps, up to `longest` x 10 ns long."""
+    out = []
+    for _ in range(n):
+        a = 10 * rnd.randrange(-10, 320)
+        out.append((a, a + 10 * rnd.randrange(0, longest), rnd.choice((1, 2))))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
+    """rank_activity finds the steps a range, wait or op may meet by ASOF joins, not by testing it
+    against every step: on random steps (on a 10 ns grid, so they touch and overlap; some with no
+    NVTX range of their own, whose waits count on every thread) it must sum what the definitions
+    give when every row is tested against every step."""
+    import random
+
+    from rows import insert
+
+    rnd = random.Random(seed)
+    tables: dict[str, list[dict]] = {"runs": [], "ranks": [], "steps": [], "nvtx_ranges": [], "host_waits": [],
+                                     "cpu_ops": []}  # fmt: skip
+    tables["runs"].append({"run_id": 1, "name": "random", "world_size": 2, "ranks_seen": 2, "hosts": 1})
+    want: dict[tuple[int, str, str], int] = {}
+    steps_of: dict[int, int] = {}
+    for rank in (0, 1):
+        rid, pid = rank + 1, 100 + rank
+        host = functools.partial(_host_row, rid, pid)
+        tables["ranks"].append({"run_id": 1, "rank": rank, "report_id": rid, "pid": None, "device_id": 0})
+        # distinct starts: step detection keeps one range of a start (the outer one), and the
+        # query keys a step's thread and the union of its ops by its start
+        starts = sorted(10 * a for a in rnd.sample(range(300), 30))
+        steps = [(a, a + 10 * rnd.randrange(1, 25)) for a in starts]
+        steady = [(a, b) for a, b in steps if rnd.random() < 0.9]
+        steps_of[rank] = len(steady)
+        for i, (a, b) in enumerate(steps):
+            tables["steps"].append({"report_id": rid, "step": i, "name": f"step {i}", "number": i, "source": "nvtx",
+                                    "series": 1, "pid": pid, "start_ns": a, "end_ns": b, "duration_ns": b - a,
+                                    "steady": (a, b) in steady})  # fmt: skip
+            if rnd.random() < 0.8:  # the step's own range, on thread 1 or 2
+                tables["nvtx_ranges"].append(
+                    {**host(a, b, rnd.choice((1, 2)), f"step {i}"), "base_name": f"step {i}"}
+                )
+
+        ranges = _random_rows(rnd, 150, 15)
+        waits = _random_rows(rnd, 80, 40)
+        ops = _random_rows(rnd, 150, 30)
+        for a, b, tid in ranges:
+            name = rnd.choice("xyz")
+            end = None if rnd.random() < 0.05 else b
+            tables["nvtx_ranges"].append({**host(a, end, tid, name), "base_name": name})
+        names = [rnd.choice(("poll", "sleep")) for _ in waits]
+        for (a, b, tid), name in zip(waits, names, strict=True):
+            tables["host_waits"].append({**host(a, b, tid, name), "source": "osrt"})
+        for a, b, tid in ops:
+            tables["cpu_ops"].append({**host(a, b, tid, "aten::op"), "category": "cpu_op"})
+        # the definitions, every row against every steady step
+        thread: dict[int, int] = {}
+        for v in tables["nvtx_ranges"]:
+            if v["report_id"] == rid and (v["start_ns"], v["end_ns"]) in steady:
+                thread[v["start_ns"]] = min(thread.get(v["start_ns"], v["tid"]), v["tid"])
+        gaps = None
+        for s0, s1 in steady:
+            tid = thread.get(s0)
+            for v in tables["nvtx_ranges"]:
+                if v["report_id"] != rid or v["end_ns"] is None or (v["start_ns"], v["end_ns"]) == (s0, s1):
+                    continue
+                if v["start_ns"] >= s0 and v["end_ns"] <= s1:
+                    key = (rank, "nvtx", v["base_name"])
+                    want[key] = want.get(key, 0) + v["duration_ns"]
+            for (a, b, t), name in zip(waits, names, strict=True):
+                if a < s1 and b > s0 and (tid is None or t == tid):
+                    want[(rank, "host_wait", name)] = (
+                        want.get((rank, "host_wait", name), 0) + min(b, s1) - max(a, s0)
+                    )
+            inside = [(max(a, s0), min(b, s1)) for a, b, t in ops
+                      if t == tid and a < s1 and b > s0 and not (a <= s0 and b >= s1)]  # fmt: skip
+            if inside:
+                gaps = (gaps or 0) + (s1 - s0) - length(union(inside))
+        if gaps is not None:
+            want[(rank, "host_gap", "host time outside recorded ops")] = gaps
+    con = nsa.connect(tmp_path / "w.duckdb")
+    for table, rows_ in tables.items():
+        insert(con, table, rows_)
+    got = nsa.query(con, "rank_activity", run_id=1).fetchall()
+    con.close()
+    assert {(r[1], r[2], r[3]): r[4] for r in got} == want
+    assert all(r[5] == steps_of[r[1]] and r[6] == r[4] / r[5] for r in got)

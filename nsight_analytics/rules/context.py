@@ -162,11 +162,6 @@ class Context:
         rows: Rows = self._run_query(name, {"run_id": int(run_id), **params}, as_df=False)
         return rows if "run_id" not in rows.columns else rows.where(lambda r: r.run_id == run_id)
 
-    def run_sql(self, key: str, sql: str, run_id: int, **params: Any) -> Rows:
-        """Rows of a run rule's own SQL for one run ($run is the run id)."""
-        rows: Rows = self._run_sql(key, sql, {"run": int(run_id), **params}, as_df=False)
-        return rows
-
     def steady(self, report_id: int) -> Any:
         """The report's steady-state window (nsa_steady: start_ns, end_ns, steps,
         steady_steps, first_step, last_step, source), or None when it has no steps."""

@@ -87,121 +87,6 @@ def straggler(ctx: Context, run_id: int) -> Straggler | None:
     )
 
 
-# What each rank did in its steady steps, per source and name: the time of its NVTX ranges
-# inside its steps (not the step ranges themselves), of the host waits of the thread that runs
-# its steps (the thread of the step's NVTX range; every thread of the process for kernel-pattern
-# steps), clipped to its steps, and of its compute kernels (not comm_ops: the match
-# nsa_rank_activity makes) that start between its first steady step's start and its last one's
-# end. `steps` is the rank's steady steps, to take means per step. A rank's steps and rows are as
-# queries/runs/_macros.sql takes them: its report's rows, of its process when ranks.pid is set
-# (else of the steps' process), kernels of its GPU; of several step series, the one with the most
-# steady steps.
-RANK_ACTIVITY_SQL = """
-WITH rk AS (
-    SELECT rank, report_id, pid, device_id FROM ranks WHERE run_id = $run
-),
-rs AS (
-    SELECT rk.rank, rk.report_id, coalesce(rk.pid, s.pid) AS pid, rk.device_id, s.series, s.start_ns, s.end_ns
-    FROM rk
-    JOIN steps AS s ON s.report_id = rk.report_id
-    WHERE s.steady AND CASE WHEN s.source = 'kernels' THEN s.device_id = rk.device_id
-                            ELSE rk.pid IS NULL OR s.pid = rk.pid END
-),
-pick AS (
-    SELECT rank, arg_min(series, (-n, series)) AS series
-    FROM (SELECT rank, series, count(*) AS n FROM rs GROUP BY ALL)
-    GROUP BY rank
-),
-st AS (SELECT rs.* FROM rs SEMI JOIN pick USING (rank, series)),
-n AS (
-    SELECT rank, any_value(report_id) AS report_id, any_value(pid) AS pid, any_value(device_id) AS device_id,
-           count(*) AS steps, min(start_ns) AS lo, max(end_ns) AS hi
-    FROM st
-    GROUP BY rank
-),
-step_thread AS (
-    SELECT st.rank, st.start_ns, min(v.tid) AS tid
-    FROM st
-    JOIN nvtx_ranges AS v
-        ON v.report_id = st.report_id AND (st.pid IS NULL OR v.pid = st.pid)
-        AND v.start_ns = st.start_ns AND v.end_ns = st.end_ns
-    GROUP BY ALL
-),
-phases AS (
-    SELECT st.rank, 'nvtx' AS source, coalesce(v.base_name, v.name) AS name, sum(v.duration_ns) AS total_ns
-    FROM st
-    JOIN nvtx_ranges AS v
-        ON v.report_id = st.report_id AND (st.pid IS NULL OR v.pid = st.pid)
-        AND v.start_ns >= st.start_ns AND v.end_ns <= st.end_ns
-    WHERE NOT (v.start_ns = st.start_ns AND v.end_ns = st.end_ns)
-    GROUP BY ALL
-),
-waits AS (
-    SELECT st.rank, 'host_wait' AS source, w.name,
-        sum(least(w.end_ns, st.end_ns) - greatest(w.start_ns, st.start_ns)) AS total_ns
-    FROM st
-    LEFT JOIN step_thread AS t USING (rank, start_ns)
-    JOIN host_waits AS w
-        ON w.report_id = st.report_id AND (st.pid IS NULL OR w.pid = st.pid)
-        AND (t.tid IS NULL OR w.tid = t.tid)
-        AND w.start_ns < st.end_ns AND w.end_ns > st.start_ns
-    GROUP BY ALL
-),
-kern AS (
-    SELECT n.rank, 'kernel' AS source, k.name, sum(k.duration_ns) AS total_ns
-    FROM n
-    JOIN kernels AS k
-        ON k.report_id = n.report_id AND k.device_id = n.device_id AND (n.pid IS NULL OR k.pid = n.pid)
-        AND k.start_ns >= n.lo AND k.start_ns < n.hi
-    ANTI JOIN comm_ops AS c
-        ON c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
-        AND c.stream_id IS NOT DISTINCT FROM k.stream_id
-    GROUP BY ALL
-),
--- PyTorch profiler traces: host time of the step's thread that no recorded op covers (Python
--- between torch calls: data loading, sleeps, logging), per step: the step minus the union of the
--- thread's ops and annotations inside it
-host_ops AS (
-    SELECT st.rank, st.start_ns AS s0, st.end_ns AS s1,
-           greatest(o.start_ns, st.start_ns) AS a, least(o.end_ns, st.end_ns) AS b
-    FROM st
-    JOIN step_thread AS t USING (rank, start_ns)
-    JOIN cpu_ops AS o
-        ON o.report_id = st.report_id AND o.pid = st.pid AND o.tid = t.tid
-        AND o.start_ns < st.end_ns AND o.end_ns > st.start_ns
-    WHERE NOT (o.start_ns <= st.start_ns AND o.end_ns >= st.end_ns)
-),
-covered AS (
-    SELECT rank, s0, s1, sum(greatest(0, b - greatest(a, coalesce(prev, a)))) AS covered_ns
-    FROM (
-        SELECT *, max(b) OVER (PARTITION BY rank, s0 ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev
-        FROM host_ops
-    )
-    GROUP BY rank, s0, s1
-),
-gaps AS (
-    SELECT rank, 'host_gap' AS source, 'host time outside recorded ops' AS name, sum(s1 - s0 - covered_ns) AS total_ns
-    FROM covered
-    GROUP BY rank
-)
-SELECT a.rank, a.source, a.name, CAST(a.total_ns AS BIGINT) AS total_ns, n.steps
-FROM (SELECT * FROM phases UNION ALL SELECT * FROM waits UNION ALL SELECT * FROM kern UNION ALL SELECT * FROM gaps) AS a
-JOIN n USING (rank)
-ORDER BY a.rank, a.source, a.name
-"""
-# The tables RANK_ACTIVITY_SQL reads (a rule that runs it lists them in `reads`).
-RANK_ACTIVITY_READS = (
-    "ranks",
-    "steps",
-    "nvtx_ranges",
-    "host_waits",
-    "kernel_rows",
-    "kernel_names",
-    "comm_ops",
-    "cpu_ops",
-)
-
-
 @dataclass(frozen=True)
 class Excess:
     """A name in a rank's steady steps that took longer per step than on the median other rank."""
@@ -217,14 +102,15 @@ class Excess:
 
 
 def excesses(ctx: Context, run_id: int, rank: int) -> dict[str, list[Excess]]:
-    """Per source ('nvtx', 'host_wait', 'kernel'): the names that took longer per steady step
-    on `rank` than on the median of the other ranks, the largest excess first."""
-    rows: Rows = ctx.run_sql("rank_activity", RANK_ACTIVITY_SQL, run_id)
+    """Per source ('nvtx', 'host_wait', 'kernel', 'host_gap'): the names that took longer per
+    steady step on `rank` than on the median of the other ranks (query rank_activity), the largest
+    excess first."""
+    rows: Rows = ctx.run_query("rank_activity", run_id)
     per_step: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     ranks: set[int] = {int(r.rank) for r in ctx.run_ranks(run_id)}
     for r in rows:
         if r.steps:
-            per_step[(str(r.source), str(r.name))][int(r.rank)] = float(r.total_ns) / int(r.steps)
+            per_step[(str(r.source), str(r.name))][int(r.rank)] = float(r.per_step_ns)
     others = sorted(ranks - {rank})
     out: dict[str, list[Excess]] = defaultdict(list)
     for (source, name), by_rank in per_step.items():

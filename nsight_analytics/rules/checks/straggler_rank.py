@@ -6,7 +6,7 @@ from typing import Any
 
 from ..context import Context
 from ..model import Finding, Threshold, rule
-from ..runs import RANK_ACTIVITY_READS, Excess, excesses, median, ranks_text, straggler
+from ..runs import Excess, excesses, median, ranks_text, straggler
 from ..thresholds import STRAGGLER_LAST_SHARE, STRAGGLER_LATE_SHARE
 from ..units import dur, pct
 
@@ -26,8 +26,8 @@ _COMM = ("mpi_", "nccl", "ucp_", "shmem_", "gloo", "c10d::")
     order=130,
     scope="run",
     needs=("kernel", "comm"),
-    queries=("collective_skew", "rank_balance"),
-    reads=RANK_ACTIVITY_READS,
+    queries=("collective_skew", "rank_balance", "rank_activity"),
+    reads=("runs", "ranks"),
     severities=("warning", "critical"),
     thresholds=(
         STRAGGLER_LAST_SHARE,
