@@ -39,6 +39,7 @@ QUERIES = {
     "collective_skew": {},
     "collective_skew (per rank)": {"per": "rank"},
     "rank_balance": {},
+    "rank_activity": {},
     "scaling": {},
 }
 
