@@ -247,3 +247,28 @@ def test_without_wall_clocks_ranks_are_aligned_on_collective_ends(tmp_path):
     for rank, offset in by_wall.items():
         assert by_ends[rank] - offset == pytest.approx(shift, abs=200_000)
     con.close()
+
+
+def test_profiler_named_traces_of_one_job_form_one_run(tmp_path):
+    """tensorboard_trace_handler names each rank's trace `HOST_PID.TIME.pt.trace.json`: nothing
+    in the names is a rank; distributedInfo is, and the traces of one folder and world size with
+    distinct ranks are one job. Two jobs of the same world size in one folder split by name."""
+    import nsight_analytics as nsa
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for i, f in enumerate(sorted((DDP / "kineto" / "ddp_w4").glob("*.json.gz"))):
+        shutil.copy(f, folder / f"node{i % 2}_{4242 + 17 * i}.{1790000000123 + 7 * i}.pt.trace.json.gz")
+    for i, f in enumerate(sorted((DDP / "kineto" / "ddp_w4_slow2").glob("*.json.gz"))):
+        shutil.copy(f, folder / f"slow_rank{i}.pt.trace.json.gz")
+    con = nsa.connect(tmp_path / "w.duckdb")
+    ids = [nsa.ingest(con, f).report_id for f in sorted(folder.iterdir())]
+    runs_made = nsa.group_runs(con, ids)
+    sizes = sorted(r[0] for r in con.execute("SELECT ranks_seen FROM runs").fetchall())
+    assert len(runs_made) == 2 and sizes == [4, 4]
+    (slow,) = [r for r in con.execute("SELECT run_id, name FROM runs").fetchall() if r[1] == "slow"]
+    assert [
+        r[0]
+        for r in con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [slow[0]]).fetchall()
+    ] == [0, 1, 2, 3]
+    con.close()

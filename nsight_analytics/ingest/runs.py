@@ -436,16 +436,26 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
     free = [r for r in rows if r[5] is None and r[4] not in ("ncu", "ncu-rep", "nvml", "nvidia-smi")]
     groups: list[list[int]] = []
     used: set[int] = set()
-    # distributedInfo: group by world size, then by the file name without its rank
-    by_world: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    # stated ranks (distributedInfo, the launcher's RANK): the files of one world size in one
+    # folder are one job when their ranks are distinct (the profiler's own file names carry a
+    # host, a pid and a time: `node1_4242.1690000000000.pt.trace.json`); else split them by the
+    # shape of the file name without its rank (its digits left out). A trace of one rank of N,
+    # or of a job of one, is a run too.
+    by_world: dict[tuple[int, str], list[tuple[int, int, str]]] = {}
     for rid, rank, world, path, _, _ in free:
-        if rank is not None and world is not None:  # a job of one rank too: the base of scaling
-            by_world.setdefault((int(world), run_name([path])), []).append((int(rid), int(rank)))
+        if rank is not None and world is not None:
+            by_world.setdefault((int(world), str(Path(path).parent)), []).append((int(rid), int(rank), path))
     for members in by_world.values():
-        ranks = [m[1] for m in members]
-        if len(set(ranks)) == len(ranks):  # one trace of a job of N is a run too: its rank's view
-            groups.append([m[0] for m in members])
-            used.update(m[0] for m in members)
+        parts = [members]
+        if len({m[1] for m in members}) < len(members):
+            by_name: dict[str, list[tuple[int, int, str]]] = {}
+            for m in members:  # the name's shape: hosts, pids and times vary within one job
+                by_name.setdefault(_DIGITS.sub("#", run_name([m[2]])), []).append(m)
+            parts = list(by_name.values())
+        for part in parts:
+            if len({m[1] for m in part}) == len(part):
+                groups.append([m[0] for m in part])
+                used.update(m[0] for m in part)
     # file names that differ by a rank number (the same format)
     rest = [r for r in free if int(r[0]) not in used]
     by_skeleton: dict[tuple[str, str], list[tuple[int, str]]] = {}
