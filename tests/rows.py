@@ -8,6 +8,11 @@ report, a kernel_names row. Every other table takes the dicts as they are.
 
 from __future__ import annotations
 
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
 import duckdb
 
 NAME_COLS = ("name", "short_name", "mangled_name")
@@ -65,3 +70,12 @@ def union_within(
         else:
             cur_e = max(cur_e, e)
     return int(total + (0 if cur_e is None else cur_e - cur_s))
+
+
+def gunzipped_sqlite(path: Path, folder: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection on a `.sqlite.gz` export, decompressed into `folder` once."""
+    out = folder / path.name.removesuffix(".gz")
+    if not out.exists():
+        with gzip.open(path) as src, out.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return sqlite3.connect(out)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from nsight_analytics.cli import main
 from nsight_analytics.ingest import runs
+from rows import gunzipped_sqlite
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"
 W4 = sorted((DDP / "nsys").glob("h200x4_nsys2025.3_ddp_w4_rank*.sqlite.gz"))
@@ -27,14 +28,6 @@ JOB = DDP / "nsys" / "h200x4_nsys2025.3_ddp_w4_job.sqlite.gz"
 
 def cli(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def sqlite_of(path: Path, tmp: Path) -> sqlite3.Connection:
-    plain = tmp / path.name.removesuffix(".gz")
-    if not plain.exists():
-        with gzip.open(path) as src, plain.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return sqlite3.connect(plain)
 
 
 def env_of(con: sqlite3.Connection) -> dict[str, str]:
@@ -82,7 +75,7 @@ def test_per_rank_nsys_reports_form_a_run_with_ranks_from_their_environment(tmp_
     ).fetchall()
     starts, expected = {}, {}
     for path in W4:
-        src = sqlite_of(path, tmp_path)
+        src = gunzipped_sqlite(path, tmp_path)
         env = env_of(src)
         (start,) = src.execute("SELECT min(utcEpochNs) FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         (device,) = src.execute(
@@ -106,7 +99,7 @@ def test_per_rank_nsys_reports_form_a_run_with_ranks_from_their_environment(tmp_
 def test_one_report_of_a_whole_job_is_a_run_of_its_gpu_processes(tmp_path):
     db = str(tmp_path / "w.duckdb")
     assert cli("ingest", "-q", "--db", db, str(JOB)).exit_code == 0
-    src = sqlite_of(JOB, tmp_path)
+    src = gunzipped_sqlite(JOB, tmp_path)
     procs = src.execute(
         "SELECT (globalPid >> 24) & 16777215 AS pid, min(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL "
         "GROUP BY pid ORDER BY min(deviceId)"

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import nsight_analytics as nsa
+from rows import gunzipped_sqlite
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"
 NSYS = DDP / "nsys"
@@ -52,14 +53,6 @@ def ws(tmp_path_factory):
         runs[tag] = nsa.make_run(con, [nsa.ingest(con, f).report_id for f in files], tag)
     yield con, runs, root
     con.close()
-
-
-def plain(path: Path, root: Path) -> sqlite3.Connection:
-    out = root / path.name.removesuffix(".gz")
-    if not out.exists():
-        with gzip.open(path) as src, out.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return sqlite3.connect(out)
 
 
 def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -156,7 +149,7 @@ def test_exposed_communication_equals_plain_interval_arithmetic(ws, tag):
         got.setdefault(r["rank"], {})[r["number"]] = r
     assert sorted(got) == [k[0] for k in ranks]
     for rank, path, pid, device in ranks:
-        truth = step_truth(plain(Path(path), root), pid, device)
+        truth = step_truth(gunzipped_sqlite(Path(path), root), pid, device)
         mine = got[rank]
         shared = sorted(set(truth) & set(mine))
         assert len(shared) >= len(mine) - 1 >= 20  # every steady step but the last
@@ -333,7 +326,7 @@ def test_the_slowed_rank_is_named_with_what_it_did_instead(ws):
     assert "victims" in s.message and "'data'" in s.message and "nanosleep" in s.message
     # the 'data' ranges of rank 2, per step, straight from the export
     path = next(p for p in per_rank("ddp_w4_slow2", 4) if p.name.endswith("rank2.sqlite.gz"))
-    src = plain(path, root)
+    src = gunzipped_sqlite(path, root)
     durations = [
         e - s_
         for s_, e in src.execute(

@@ -16,6 +16,7 @@ from ..diff.model import Diff, Metric, Part, Side
 from ..rules.units import dur as _dur
 from ..rules.units import size
 from . import diff_runs
+from .diff_runs import signed
 from .rows import Result, distinct_short_names, jsonable
 from .rows import to_markdown as rows_to_markdown
 
@@ -38,14 +39,6 @@ METRIC_NAMES = {
 
 def dur(ns: float | None) -> str:
     return _dur(ns, micro="µs")
-
-
-def signed(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    if abs(ns) < 0.5:
-        return "0"
-    return ("+" if ns > 0 else "-") + dur(abs(ns))
 
 
 def _value(unit: str, v: float | None) -> str:
