@@ -265,3 +265,18 @@ def test_profiler_named_traces_of_one_job_form_one_run(tmp_path):
         for r in con.execute("SELECT rank FROM ranks WHERE run_id = ? ORDER BY rank", [slow[0]]).fetchall()
     ] == [0, 1, 2, 3]
     con.close()
+
+
+def test_ranks_ingested_one_at_a_time_join_their_run(tmp_path):
+    """A CI job that ingests each rank's trace as it arrives still ends with one run of the job."""
+    db = str(tmp_path / "w.duckdb")
+    files = sorted((DDP / "kineto" / "ddp_w4").glob("*.json.gz"))
+    for f in files:
+        res = cli("ingest", "-q", "--db", db, str(f))
+        assert res.exit_code == 0, res.output
+    import nsight_analytics as nsa
+
+    con = nsa.connect(db, read_only=True)
+    assert con.execute("SELECT name, world_size, ranks_seen FROM runs").fetchall() == [("ddp_w4", 4, 4)]
+    assert [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()] == [0, 1, 2, 3]
+    con.close()

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -425,7 +426,8 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
     """The runs these newly ingested reports form without being told: traces whose
     `distributedInfo` says they are ranks of one job of N (same world size, distinct ranks),
     files whose names differ only by a rank number, and single reports holding several GPU
-    processes. Reports already in a run are left where they are."""
+    processes. Reports already in a run are left where they are, unless the run was formed
+    this way from fewer ranks than its world size: ranks ingested one command at a time join it."""
     ids = [int(r) for r in report_ids]
     rows = params.execute(
         con,
@@ -434,6 +436,7 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
         {"ids": ids},
     ).fetchall()
     free = [r for r in rows if r[5] is None and r[4] not in ("ncu", "ncu-rep", "nvml", "nvidia-smi")]
+    free += _partial_runs(con, ids, free)
     groups: list[list[int]] = []
     used: set[int] = set()
     # stated ranks (distributedInfo, the launcher's RANK): the files of one world size in one
@@ -470,6 +473,27 @@ def group_runs(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> lis
         if int(rid) not in used and multi_rank_processes(con, int(rid)):
             groups.append([int(rid)])
     return groups
+
+
+def _partial_runs(con: duckdb.DuckDBPyConnection, ids: list[int], free: list[Any]) -> list[Any]:
+    """Reports of runs found from stated ranks (not named by the user) that hold fewer ranks than
+    their world size, in the folder and of the world size of a new report stating its rank."""
+    keys = {(int(r[2]), str(Path(r[3]).parent)) for r in free if r[1] is not None and r[2] is not None}
+    if not keys:
+        return []
+    rows = params.execute(
+        con,
+        "SELECT r.report_id, r.rank, r.world_size, r.source_path, r.format, r.run_id, u.name FROM reports AS r "
+        "JOIN runs AS u USING (run_id) WHERE u.ranks_seen < u.world_size AND r.rank IS NOT NULL "
+        "AND NOT list_contains($ids, r.report_id)",
+        {"ids": ids},
+    ).fetchall()
+    return [
+        r[:6]
+        for r in rows
+        if (int(r[2]), str(Path(r[3]).parent)) in keys
+        and r[6] == run_name([r[3]])  # named by nsa, not the user
+    ]
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, run: str | int) -> int:
