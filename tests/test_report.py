@@ -409,7 +409,8 @@ def test_run_page_header_and_findings(ddp: Any) -> None:
     assert {(f["rule_id"], f["report_id"], f["message"]) for f in d["findings"]} == want
     assert len(d["findings"]) == len(want)
     shown = re.findall(
-        r'<(?:article class="finding[^"]*"|p class="same-rule") data-rule="[^"]+" data-index="(\d+)"', page
+        r'<(?:article class="finding[^"]*"|p class="same-(?:rule|saving)") data-rule="[^"]+" data-index="(\d+)"',
+        page,
     )
     assert sorted(map(int, shown)) == list(range(len(want)))  # each on the page once
     assert all("pin" in f for f in d["findings"])

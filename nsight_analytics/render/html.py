@@ -149,7 +149,7 @@ def _card(
         f"<small> {escape(f['rule_id'])}{saving}{'' if where is None else ' · ' + escape(where(f))}</small></h3>"
         f'<p>{escape(f["message"])}</p><p class="fix"><b>Fix:</b> {escape(f["recommendation"])}</p>'
         + "".join(
-            f'<p class="same-saving" data-rule="{escape(g["rule_id"])}">Same saving, also found by '
+            f'<p class="same-saving" data-rule="{escape(g["rule_id"])}" data-index="{index[id(g)]}">Same saving, also found by '
             f"{escape(g['rule_id'])} [{escape(g['severity'])}]: {escape(g['title'])}. {escape(g['message'])}</p>"
             for g in same
         )

@@ -164,6 +164,10 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         message += (
             " No NVTX range or host wait covers that host time (Python, data preparation outside ranges)."
         )
+    own_report = (
+        all(r.pid is None for r in ctx.run_ranks(run_id) if int(r.report_id) == int(late.report_id))
+        and sum(int(r.report_id) == int(late.report_id) for r in ctx.run_ranks(run_id)) == 1
+    )
     recommendation = _advice(me, phase, wait, kernel if slower else None, slower, gap is not None)
     savings = min(late.late_ns * late.steps, late.step_ns * late.steps)
     title = (
@@ -198,6 +202,9 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         Finding(
             "straggler-rank", severity, late.report_id, title, message, recommendation, ev, int(savings),
             run_id=run_id, ranks=[late.rank],
+            # its GPU idled because its host was late: the gpu-idle finding of its own report is this
+            # fix seen from one rank (not so where the report holds other ranks too)
+            same_saving_as="gpu-idle" if idled and own_report else None,
         )
     ]  # fmt: skip
 
