@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import shutil
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -79,3 +81,16 @@ def gunzipped_sqlite(path: Path, folder: Path) -> sqlite3.Connection:
         with gzip.open(path) as src, out.open("wb") as dst:
             shutil.copyfileobj(src, dst)
     return sqlite3.connect(out)
+
+
+@contextmanager
+def opened(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection for the length of a block: `nsa diff` on report ids opens the workspace
+    read-only, which DuckDB refuses while this process holds a writable connection to it."""
+    import nsight_analytics as nsa
+
+    con = nsa.connect(db)
+    try:
+        yield con
+    finally:
+        con.close()

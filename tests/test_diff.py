@@ -14,11 +14,8 @@ import random
 import shutil
 import sqlite3
 import statistics
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -29,6 +26,7 @@ from nsight_analytics.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, main
 from nsight_analytics.diff import NOISE_FLOOR, Diff, stats
 from nsight_analytics.diff.names import diff_key
 from nsight_analytics.render import diff as render_diff
+from rows import opened
 
 DATA = ROOT / "tests" / "data"
 SYNC_BEFORE = DATA / "h100_nsys2025.3_sync_loop_before.sqlite.gz"
@@ -91,17 +89,6 @@ def periods(starts: dict[int, int], skip: int = 2) -> list[int]:
 
 
 # --- workspaces ---------------------------------------------------------------------------
-
-
-@contextmanager
-def opened(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection for the length of a block: `nsa diff` on report ids opens the workspace
-    read-only, which DuckDB refuses while this process holds a writable connection to it."""
-    con = nsa.connect(db)
-    try:
-        yield con
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

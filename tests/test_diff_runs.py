@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +17,7 @@ import nsight_analytics as nsa
 from nsight_analytics.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, main
 from nsight_analytics.diff import Diff
 from nsight_analytics.render import diff as render_diff
+from rows import opened
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"
 LOG_LINE = re.compile(
@@ -38,15 +36,6 @@ def printed(tag: str) -> tuple[int, float, float]:
 
 def run(*args: str):
     return CliRunner(env={"COLUMNS": "80"}).invoke(main, list(args))
-
-
-@contextmanager
-def opened(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    con = nsa.connect(db)
-    try:
-        yield con
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

@@ -211,18 +211,15 @@ def _checks(con: duckdb.DuckDBPyConnection, a: Side, b: Side, ch_a: Charges, ch_
                 )
             )
     out.append(_gpu_check(a, b))
-    if sorted(set(a.tools)) != sorted(set(b.tools)):
-        out.append(
-            Check(
-                "tool",
-                True,
-                f"A was recorded by {'/'.join(sorted(set(a.tools)))}, B by {'/'.join(sorted(set(b.tools)))}: "
-                "kernels compare by name, but each profiler slows the program its own way (the "
-                "PyTorch profiler recording shapes, memory and FLOPs adds host work and GPU time), so "
-                "part of a step-time change may be the profilers'.",
-                warning=True,
-            )
-        )
+    tools = tool_check(
+        a.tools,
+        b.tools,
+        "kernels compare by name, but each profiler slows the program its own way (the PyTorch profiler "
+        "recording shapes, memory and FLOPs adds host work and GPU time), so part of a step-time change "
+        "may be the profilers'.",
+    )
+    if tools is not None:
+        out.append(tools)
     sa, sb = _shares(ch_a), _shares(ch_b)
     if sa and sb:
         overlap = sum(min(v, sb.get(k, 0.0)) for k, v in sa.items())
@@ -282,6 +279,17 @@ def _gpu_check(a: Side, b: Side) -> Check:
     if ga != gb:
         return Check("gpu", False, f"different GPUs: A ran on {ga}, B on {gb}.")
     return Check("gpu", True, f"same GPUs: {ga}.")
+
+
+def tool_check(a_tools: list[str], b_tools: list[str], consequence: str) -> Check | None:
+    """A warning when the two sides were recorded by different profilers (what it means for the
+    comparison in `consequence`); None when the same ones recorded both."""
+    ta, tb = sorted(set(a_tools)), sorted(set(b_tools))
+    if ta == tb:
+        return None
+    return Check(
+        "tool", True, f"A was recorded by {'/'.join(ta)}, B by {'/'.join(tb)}: {consequence}", warning=True
+    )
 
 
 def gpu_text(gpus: list[str]) -> str:

@@ -29,7 +29,7 @@ import duckdb
 from .. import params, queries
 from ..rules.runs import ranks_text
 from ..rules.units import dur, pct, plural
-from .compare import NOISE_FLOOR, compare, describe, gpu_text
+from .compare import NOISE_FLOOR, compare, describe, gpu_text, tool_check
 from .findings import finding_changes, series_findings, side_findings
 from .model import (
     Check,
@@ -405,17 +405,13 @@ def _scaling_checks(
         )
     else:
         out.append(Check("gpu", True, f"same GPU model: {', '.join(models_a)}."))
-    if sorted(set(a.tools)) != sorted(set(b.tools)):
-        out.append(
-            Check(
-                "tool",
-                True,
-                f"A was recorded by {'/'.join(sorted(set(a.tools)))}, B by {'/'.join(sorted(set(b.tools)))}: "
-                "each profiler slows the program its own way, so part of the efficiency may be the "
-                "profilers'.",
-                warning=True,
-            )
-        )
+    tools = tool_check(
+        a.tools,
+        b.tools,
+        "each profiler slows the program its own way, so part of the efficiency may be the profilers'.",
+    )
+    if tools is not None:
+        out.append(tools)
     sa, sb = _mix(con, ra.report_ids), _mix(con, rb.report_ids)
     if sa and sb:
         overlap = sum(min(v, sb.get(k, 0.0)) for k, v in sa.items())
