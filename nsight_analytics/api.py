@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -542,12 +543,8 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str | int) -> dict[str, Any
                                                         "idle_ns", "host_ns", "wait_ns", "late_ns", "last_share")},
                          "overlapped_share": o.get("overlapped_share"), "exposed_share": o.get("exposed_share")})  # fmt: skip
     skew = _records(query(con, "collective_skew", run_id=run_id))
-    ops: dict[str, int] = {}
-    for c in skew:
-        ops[str(c["op"])] = ops.get(str(c["op"]), 0) + 1
-    last: dict[int, int] = {}
-    for c in skew:
-        last[int(c["last_rank"])] = last.get(int(c["last_rank"]), 0) + 1
+    ops = Counter(str(c["op"]) for c in skew)
+    last = Counter(int(c["last_rank"]) for c in skew)
 
     def median(values: list[float]) -> float | None:
         values = sorted(v for v in values if v is not None)
@@ -555,23 +552,18 @@ def run_summary(con: duckdb.DuckDBPyConnection, run: str | int) -> dict[str, Any
 
     collectives = {
         "matched": len(skew),
-        "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1])),
+        "ops": dict(ops.most_common()),
         "arrival_skew_ns": median([c["arrival_skew_ns"] for c in skew]),
         "arrival_skew_max_ns": max((c["arrival_skew_ns"] for c in skew), default=None),
         "end_skew_ns": median([c["end_skew_ns"] for c in skew]),
         "busbw_gbps": median([c["busbw_gbps"] for c in skew]),
-        "last_rank": dict(sorted(last.items(), key=lambda kv: -kv[1])),
+        "last_rank": dict(last.most_common()),
     }
-    from .rules.checks.scaling_loss import same_program  # the scaling-loss rule's idea of "the same program"
+    from .rules.checks.scaling_loss import program_series  # the scaling-loss rule's series
 
-    world = info["world_size"] or info["ranks_seen"]
-    series = [
-        int(rid)
-        for rid, name, w, seen in con.execute(
-            "SELECT run_id, name, world_size, ranks_seen FROM runs"
-        ).fetchall()
-        if same_program(str(info["name"]), world, str(name), w or seen)
-    ]
+    series = program_series(
+        con.execute("SELECT run_id, name, world_size, ranks_seen FROM runs").fetchall(), run_id
+    )
     scaling = _records(query(con, "scaling", run_ids=",".join(map(str, series)))) if len(series) > 1 else []
     return {"run": info, "ranks": per_rank, "collectives": collectives, "scaling": scaling}
 

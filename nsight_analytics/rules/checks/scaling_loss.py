@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from ..context import Context
@@ -215,13 +216,15 @@ def _series(ctx: Context, run_id: int) -> list[int]:
     named = ctx.run_ids or []
     if len(named) >= 2 and run_id in named:
         return list(named)
-    runs = list(ctx.all_runs())
-    me = next((r for r in runs if r.run_id == run_id), None)
+    return program_series(ctx.all_runs(), run_id)
+
+
+def program_series(runs: Iterable[tuple[Any, ...]], run_id: int) -> list[int]:
+    """The run ids among `runs` ((run_id, name, world_size, ranks_seen) rows, as table `runs`
+    orders them) of the same program as `run_id` (`same_program`), itself included; [] when it
+    is not among them."""
+    rows = [(int(r), str(n), w or seen) for r, n, w, seen in runs]
+    me = next((r for r in rows if r[0] == run_id), None)
     if me is None:
         return []
-    world = me.world_size or me.ranks_seen
-    return sorted(
-        int(r.run_id)
-        for r in runs
-        if same_program(str(me.name), world, str(r.name), r.world_size or r.ranks_seen)
-    )
+    return sorted(r for r, name, world in rows if same_program(me[1], me[2], name, world))
