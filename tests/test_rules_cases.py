@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from rules.cases import CASES as TIMELINE_AND_NCU_CASES
 from rules.gpu_metrics_cases import GPU_METRIC_CASES
+from rules.kernel_mix_cases import KERNEL_MIX_CASES
 from rules.run_cases import RUN_CASES
 
 import nsight_analytics as nsa
@@ -67,7 +68,7 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
             _insert(con, table, table_rows)
 
 
-CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES, *RUN_CASES]
+CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES, *KERNEL_MIX_CASES, *RUN_CASES]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

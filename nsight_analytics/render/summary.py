@@ -48,6 +48,43 @@ def _columns(rows: list[list[str]], width: int, first: int) -> list[str]:
     return out
 
 
+# Matrix-math classes: their time is split by math precision (fp32 = no TF32/16-bit tensor cores).
+_MATRIX = ("gemm", "attention", "conv")
+
+
+def kernel_mix(rows: list[dict[str, Any]]) -> str:
+    """'kernel time by class (steady state): gemm 64% (fp32 64%), attention 12% (fp32 12%),
+    elementwise 11% (Triton 2.0%), ...': the report's kernel_classes rows, all devices together,
+    classes under 0.5% folded into 'other classes' (shown from 0.05%); '' without kernels."""
+    total = sum(r["kernel_ns"] for r in rows)
+    if not total:
+        return ""
+    by_class: dict[str, int] = {}
+    math: dict[str, dict[str, int]] = {}
+    fused: dict[str, int] = {}
+    for r in rows:
+        c = r["kernel_class"]
+        by_class[c] = by_class.get(c, 0) + r["kernel_ns"]
+        if c in _MATRIX and r["math"]:
+            m = math.setdefault(c, {})
+            m[r["math"]] = m.get(r["math"], 0) + r["kernel_ns"]
+        if r["fused"]:
+            fused[c] = fused.get(c, 0) + r["kernel_ns"]
+    parts, rest = [], 0
+    for c, ns in sorted(by_class.items(), key=lambda kv: (-kv[1], kv[0])):
+        if ns < 0.005 * total:
+            rest += ns
+            continue
+        notes = [f"{p} {_pct(n, total)}" for p, n in sorted(math.get(c, {}).items(), key=lambda kv: -kv[1])]
+        if fused.get(c):
+            notes.append(f"compiler-fused {_pct(fused[c], total)}")
+        parts.append(f"{c} {_pct(ns, total)}" + (f" ({', '.join(notes)})" if notes else ""))
+    if rest >= 0.0005 * total:
+        parts.append(f"other classes {_pct(rest, total)}")
+    phase = "steady state" if any(r["phase"] == "steady" for r in rows) else "whole capture"
+    return f"kernel time by class ({phase}): " + ", ".join(parts)
+
+
 def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool = False, top: int = 5) -> str:
     width = width or min(shutil.get_terminal_size((100, 24)).columns, 100)
     out: list[str] = []
@@ -57,6 +94,9 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
             out.append("  no GPU timeline in this report (ncu reports: `nsa query speed_of_light`).")
         out += [_device_line(d) for d in r["devices"]]
         out += [_device_line(d, "steady") for d in r.get("steady", [])]
+        mix = kernel_mix(r.get("kernel_classes", []))
+        if mix:
+            out += textwrap.wrap(mix, width, initial_indent="  ", subsequent_indent="    ")
         if r["top_kernels"]:
             rows = [[f"top kernels (of {r['kernel_count']:,} launches)", "GPU time", "share", "launches"]]
             names = [k["name"] for k in r["top_kernels"]]

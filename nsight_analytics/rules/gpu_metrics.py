@@ -10,45 +10,20 @@ from .context import Context
 from .model import Threshold
 from .units import dur, pct
 
-# Kernel names of matrix multiplies and attention: the work tensor cores exist for.
-GEMM_WORDS = (
-    "gemm",
-    "xmma",
-    "cutlass",
-    "cublas",
-    "nvjet",
-    "matmul",
-    "fmha",
-    "flash",
-    "wgmma",
-    "hmma",
-    "mma_",
-)
 
-
-def is_gemm(name: str) -> bool:
-    low = name.lower()
-    return any(w in low for w in GEMM_WORDS)
-
-
-def precision(name: str) -> str:
-    """What a GEMM kernel's name says about how it computes: 'fp32-simt' (CUDA cores, no tensor
-    cores), 'fp32' (an FP32 GEMM; tensor cores only through TF32), 'tf32', 'half' (FP16/BF16),
-    'int8', 'fp8' or 'unknown'."""
-    low = name.lower()
-    if "simt" in low or "sgemm" in low:
-        return "fp32-simt"
-    if "tf32" in low:
-        return "tf32"
-    if any(w in low for w in ("e4m3", "e5m2", "fp8")):
-        return "fp8"
-    if any(w in low for w in ("bf16", "f16", "fp16", "half", "h884", "h1688", "h16816", "hgemm")):
-        return "half"
-    if any(w in low for w in ("i8", "int8", "imma")):
-        return "int8"
-    if "f32" in low or "fp32" in low or "float" in low:
-        return "fp32"
-    return "unknown"
+def kernel_math(ctx: Context, rid: int) -> dict[str, tuple[str, str | None]]:
+    """{kernel name: (class, math)} of the report's kernels, as the SQL macros nsa_kernel_class
+    and nsa_kernel_math decide them (queries/_kernels.sql), keyed by the name
+    gpu_metrics_by_kernel gives (the demangled name, else the short one)."""
+    rows = ctx.sql(
+        "kernel_math",
+        "SELECT report_id, coalesce(name, short_name, '(unnamed kernel)') AS name, "
+        "nsa_kernel_class(coalesce(name, short_name)) AS kernel_class, "
+        "nsa_kernel_math(coalesce(name, short_name)) AS math "
+        "FROM kernel_names WHERE $rid IS NULL OR report_id = $rid",
+        rid,
+    )
+    return {str(r.name): (str(r.kernel_class), r.math) for r in rows}
 
 
 def metric_values(rows: Any, device_id: int | None = None) -> dict[str, float]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, steady_evidence, steady_scope
-from ..gpu_metrics import is_gemm, precision, window_text
+from ..gpu_metrics import kernel_math, window_text
+from ..kernel_mix import MATRIX
 from ..model import Finding, Threshold, rule
 from ..units import dur, pct
 
@@ -29,7 +30,7 @@ _SHAPE_FIX = (
     order=72,
     needs=("gpu_metrics", "kernel"),
     queries=("gpu_metrics_summary", "gpu_metrics_by_kernel"),
-    reads=("steps",),
+    reads=("kernel_names", "steps"),
     severities=("warning",),
     thresholds=(
         Threshold(
@@ -49,16 +50,18 @@ _SHAPE_FIX = (
 def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
     """Matrix multiplies dominate the steady state but the tensor cores stay idle (GPU metrics).
 
-    Anti-pattern: most kernel time goes to GEMM / attention kernels (names with gemm, xmma, cutlass,
-    cublas, nvjet, fmha, flash...), yet nsys's GPU metrics sampling shows Tensor Active far below
-    what such kernels reach on tensor cores: the GEMMs run in FP32 on the CUDA cores (`simt`,
-    `sgemm`, `f32f32` kernels), or in a tensor-core precision on shapes too small or misaligned to
-    keep the tensor pipes fed. Silent when the report has no Tensor Active samples (nsys ran
-    without --gpu-metrics-devices, or the GPU has no such metric), when GEMMs hold less than
-    tensor_gemm_share of the kernel time (an elementwise-bound program has no use for tensor
-    cores), or when Tensor Active over the GEMM kernels reaches tensor_active_max_pct.
+    Anti-pattern: most kernel time goes to GEMM / attention / convolution kernels
+    (nsa_kernel_class: names with gemm, xmma, cublas, nvjet, fmha, flash, fprop...), yet nsys's
+    GPU metrics sampling shows Tensor Active far below what such kernels reach on tensor cores:
+    the GEMMs run in FP32 on the CUDA cores (`simt`, `sgemm`, `ffma` kernels), or in a
+    tensor-core precision on shapes too small or misaligned to keep the tensor pipes fed. Silent
+    when the report has no Tensor Active samples (nsys ran without --gpu-metrics-devices, or the
+    GPU has no such metric), when GEMMs hold less than tensor_gemm_share of the kernel time (an
+    elementwise-bound program has no use for tensor cores), or when Tensor Active over the GEMM
+    kernels reaches tensor_active_max_pct.
 
-    Fix: depends on the GEMMs' precision, read from their kernel names: FP32 GEMMs: enable TF32
+    Fix: depends on the GEMMs' precision, read from their kernel names (nsa_kernel_math): FP32
+    GEMMs (the fp32-matmul finding, with its estimate, is the same fix): enable TF32
     or move to bf16 autocast; FP16/BF16/TF32 GEMMs: pad M, N, K to multiples of 8 (16 for FP8)
     and give each GEMM more work.
 
@@ -72,7 +75,12 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
         return []
     kernels = ctx.query("gpu_metrics_by_kernel", rid, metrics="tensor_active", phase="steady")
     total_ns = sum(int(r.kernel_ns) for r in kernels)
-    gemms = [r for r in kernels if is_gemm(str(r.name))]
+    kinds = kernel_math(ctx, rid)
+
+    def precision(name: str) -> str:
+        return kinds.get(name, ("other", None))[1] or "unknown"
+
+    gemms = [r for r in kernels if kinds.get(str(r.name), ("other", None))[0] in MATRIX]
     gemm_ns = sum(int(r.kernel_ns) for r in gemms)
     if not total_ns or gemm_ns / total_ns < ctx["tensor_gemm_share"]:
         return []
@@ -84,7 +92,7 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
     for r in gemms:
         by_precision[precision(str(r.name))] = by_precision.get(precision(str(r.name)), 0) + int(r.kernel_ns)
     ranked = sorted(by_precision.items(), key=lambda kv: -kv[1])
-    fp32_ns = by_precision.get("fp32", 0) + by_precision.get("fp32-simt", 0)
+    fp32_ns = by_precision.get("fp32", 0)
     top = sorted(gemms, key=lambda r: -int(r.kernel_ns))[:3]
     names = "; ".join(_short(str(r.name)) for r in top)
     s = summary[0]
@@ -98,7 +106,8 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
         "kernel names: " + ", ".join(f"{p} {dur(ns)}" for p, ns in ranked) + f". Largest: {names}."
     )
     largest = f"the largest: {_short(str(top[0].name), 60)}"
-    recommendation = (_FP32_FIX if fp32_ns >= gemm_ns / 2 else _SHAPE_FIX).format(names=largest)
+    fp32 = fp32_ns >= gemm_ns / 2
+    recommendation = (_FP32_FIX if fp32 else _SHAPE_FIX).format(names=largest)
     ev: dict[str, Any] = {
         "scope": scope,
         "start_ns": int(s.start_ns),
@@ -126,7 +135,13 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
     title = (
         f"Tensor cores idle: {pct(gemm_ns / total_ns)} of kernel time in GEMMs at {tensor:.1f}% Tensor Active"
     )
-    return [Finding("tensor-cores-idle", "warning", rid, title, message, recommendation, ev, None)]
+    # FP32 GEMMs: fp32-matmul says the same from the kernel names, with an estimate: one fix
+    same = "fp32-matmul" if fp32 else None
+    return [
+        Finding(
+            "tensor-cores-idle", "warning", rid, title, message, recommendation, ev, None, same_saving_as=same
+        )
+    ]
 
 
 def _short(name: str, width: int = 70) -> str:
