@@ -95,6 +95,7 @@ def test_query_files_exist() -> None:
         "kernel_weights",
         "roofline",
         "source_hotspots",
+        "bottleneck",
     }
 
 

@@ -121,7 +121,9 @@ def test_a_module_defines_exactly_one_rule(toy_rules: Path) -> None:
 
 def test_builtin_rules_are_discovered_in_their_declared_order() -> None:
     assert [r.id for r in rules()] == [
-        "copy-dominated", "pageable-memcpy", "small-kernel-storm", "stall-dominated", "memory-bound",
+        "copy-dominated", "pageable-memcpy", "small-kernel-storm", "fp32-matmul", "unfused-elementwise",
+        "stall-dominated", "fp32-matmul-kernel",
+        "memory-bound",
         "roofline-headroom", "latency-bound", "low-occupancy", "tensor-cores-idle", "low-issue-while-busy",
         "dram-saturated", "pcie-saturated", "gpu-idle", "startup", "memory-growth", "host-sync",
         "no-gpu-activity", "exposed-communication", "straggler-rank", "load-imbalance", "scaling-loss",
@@ -171,6 +173,7 @@ def test_thresholds_are_declared_once() -> None:
     assert all(owners.values())
     assert owners["heavy_kernel_share"] == [
         "stall-dominated",
+        "fp32-matmul-kernel",
         "memory-bound",
         "roofline-headroom",
         "latency-bound",

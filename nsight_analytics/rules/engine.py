@@ -20,13 +20,15 @@ def rules() -> list[Rule]:
 
 
 def rank_key(f: Finding) -> tuple[Any, ...]:
-    """Severity first, then estimated (steady-state) savings (None last), then the time at stake."""
-    stake = f.evidence.get("time_at_stake_ns") or 0
+    """Severity first, then the finding's weight: the time at stake of the kernel a kernel
+    finding (ncu) is about, so that a report's kernel findings come heaviest kernel first, else
+    the estimated (steady-state) saving (None last); then the saving."""
+    weight = f.evidence.get("time_at_stake_ns") or f.est_savings_ns
     return (
         -SEVERITY_RANK[f.severity],
-        f.est_savings_ns is None,
+        weight is None,
+        -(weight or 0),
         -(f.est_savings_ns or 0),
-        -stake,
         f.report_id,
         f.rule_id,
     )

@@ -460,6 +460,22 @@ CASES: list[dict[str, Any]] = [
         "expect": [],
     },
     {
+        # an FP32 SGEMM near its FMA peak: the lever is tensor cores, not its occupancy or stalls
+        "id": "fp32-sgemm-on-the-fma-pipe",
+        "rules": ["fp32-matmul-kernel", "low-occupancy", "stall-dominated", "memory-bound"],
+        "rows": _ncu(
+            "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4",
+            **{SOL: 88.0, MEM: 60.0, STALL.format("selected"): 6.0, STALL.format("wait"): 1.0},
+            sm__pipe_fma_cycles_active__DOT__avg__DOT__pct_of_peak_sustained_elapsed=79.0,
+            sm__pipe_tensor_cycles_active__DOT__avg__DOT__pct_of_peak_sustained_elapsed=0.0,
+            sm__maximum_warps_per_active_cycle_pct=12.5,
+            sm__warps_active__DOT__avg__DOT__pct_of_peak_sustained_active=12.5,
+            launch__occupancy_limit_registers=1,
+            launch__occupancy_limit_warps=8,
+        ),
+        "expect": [("fp32-matmul-kernel", "warning")],
+    },
+    {
         "id": "low-occupancy-registers",
         "rules": ["low-occupancy"],
         "rows": _ncu(

@@ -12,7 +12,8 @@ from ..thresholds import HEAVY_KERNEL_SHARE, MAX_KERNEL_FINDINGS
     "latency-bound",
     order=60,
     needs=("ncu_metrics",),
-    queries=("speed_of_light", "kernel_weights"),
+    queries=("bottleneck", "kernel_weights"),
+    reads=("ncu_kernels",),
     severities=("warning",),
     thresholds=(
         Threshold(
@@ -39,9 +40,13 @@ def latency_bound(ctx: Context, rid: int) -> list[Finding]:
     """
     lim = ctx["latency_bound_max_pct"]
     out = []
-    for r, ev, message in ncu.sol_candidates(
+    for r, ev, stake in ncu.sol_candidates(
         ctx, rid, lambda p: (p["memory_pct"] < lim) & (p["compute_pct"] < lim)
     ):
+        message = (
+            f"{ncu.short(r['name'])}: memory throughput {r['memory_pct']:.0f}% of peak, compute "
+            f"{r['compute_pct']:.0f}% (duration-weighted over its launches). It holds {stake}."
+        )
         title = (
             f"Latency-bound: {ncu.short(r['name'], 60)} "
             f"(compute {r['compute_pct']:.0f}%, memory {r['memory_pct']:.0f}%)"

@@ -15,12 +15,21 @@ _LIMITER_FIX = {
     "barriers": "use fewer named barriers per block",
 }
 
+_MATMUL_FIX = (
+    "A library matrix-math kernel holds large tiles in registers and shared memory and runs few warps per "
+    "SM by design: its occupancy is not the lever, and capping its registers would spill. Below its peak"
+    "{where} it has too little work to fill the GPU: batch more "
+    "work per call (larger or batched/grouped matmuls, fused projections), keep M, N and K multiples of 64, "
+    "or let the library pick another tile (cuBLASLt heuristics, torch.compile mode='max-autotune')."
+)
+
 
 @rule(
     "low-occupancy",
     order=70,
     needs=("ncu_metrics",),
-    queries=("occupancy", "speed_of_light", "kernel_weights"),
+    queries=("occupancy", "speed_of_light", "bottleneck", "kernel_weights"),
+    reads=("ncu_kernels",),
     severities=("info", "warning"),
     thresholds=(
         Threshold("occupancy_low_pct", 40.0, "%", "Achieved occupancy below this is low."),
@@ -30,6 +39,7 @@ _LIMITER_FIX = {
             "%",
             "low-occupancy is a warning when the theoretical occupancy is below this (a limiter bites).",
         ),
+        ncu.UNIT_PEAK_PCT,
         HEAVY_KERNEL_SHARE,
         MAX_KERNEL_FINDINGS,
     ),
@@ -41,6 +51,13 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     occupancy is itself low, a per-block resource (registers, shared memory, block size) caps
     how many blocks fit on an SM: the limiter is named (warning). When only the achieved
     occupancy is low, the grid is too small or unbalanced (tail effect) (info).
+
+    More warps only help a kernel that no unit holds back: the rule stays silent on a kernel
+    whose busiest pipe, SM throughput or memory level is at unit_peak_pct of its peak (query
+    `bottleneck`; capping registers there would only spill), and on FP32 matrix multiplies,
+    whose lever is tensor cores (fp32-matmul-kernel). Library matrix-math kernels (cuBLAS,
+    CUTLASS, cuDNN, attention) run few warps by design, holding large tiles in registers and
+    shared memory: for them it is an info that points at the problem size instead.
 
     Fix: relieve the named limiter (fewer registers, less shared memory per block, another
     block size), or launch more blocks / balance work.
@@ -61,6 +78,13 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
     )
     pcts = ach.merge(theo, on=["report_id", "name"]).merge(lim.reset_index(), on=["report_id", "name"])
     pcts = pcts[pcts["achieved_pct"] < ctx["occupancy_low_pct"]]
+    units = ncu.bottleneck_by_kernel(ctx, rid)
+    if units is None or pcts.empty:
+        return []
+    pcts = pcts.merge(units, on=["report_id", "name"], how="left")
+    peak = ctx["unit_peak_pct"]
+    held = pcts.apply(lambda r: ncu.at_peak(r, peak) is not None or ncu.fp32_matmul(r), axis=1)
+    pcts = pcts[~held.astype(bool)]
     cands = ncu.heavy(ctx, rid).merge(pcts, on=["report_id", "name"]).head(int(ctx["max_kernel_findings"]))
     out = []
     for _, r in cands.iterrows():
@@ -74,7 +98,8 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
         limited = (
             pd.notna(r["theoretical_pct"]) and r["theoretical_pct"] < ctx["occupancy_theoretical_low_pct"]
         )
-        severity = "warning" if limited else "info"
+        matmul = r["kernel_class"] in ncu.MATMUL_CLASSES
+        severity = "warning" if limited and not matmul else "info"
         theo_text = f"{r['theoretical_pct']:.0f}%" if pd.notna(r["theoretical_pct"]) else "n/a"
         message = (
             f"{ncu.short(r['name'])}: achieved occupancy {r['achieved_pct']:.0f}% of the SM's warp slots, "
@@ -82,7 +107,14 @@ def low_occupancy(ctx: Context, rid: int) -> list[Finding]:
             + (f", limited by {limiter}" if limiter and limited else "")
             + f". It holds {stake}."
         )
-        if limited and limiter:
+        if matmul:
+            where = (
+                f" (SM throughput {r['compute_pct']:.0f}%, memory {r['memory_pct']:.0f}%)"
+                if pd.notna(r["compute_pct"]) and pd.notna(r["memory_pct"])
+                else ""
+            )
+            rec = _MATMUL_FIX.format(where=where)
+        elif limited and limiter:
             rec = "; ".join(_LIMITER_FIX.get(x, x) for x in limiter.split(",")).capitalize() + "."
         else:
             rec = (

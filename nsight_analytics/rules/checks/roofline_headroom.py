@@ -59,7 +59,8 @@ _SHORT_FIX = (
     "roofline-headroom",
     order=55,
     needs=("ncu_metrics",),
-    queries=("roofline", "kernel_weights"),
+    queries=("roofline", "bottleneck", "kernel_weights"),
+    reads=("ncu_kernels",),
     severities=("info", "warning"),
     thresholds=(
         Threshold(
@@ -93,7 +94,12 @@ def roofline_headroom(ctx: Context, rid: int) -> list[Finding]:
     L2 or L1) stays well below its peak is held back by something else: latency, too little
     parallelism, a poor instruction mix or wasted traffic. Kernels are ranked by time at stake x
     headroom (1 - the share of the roof reached), the time the kernel would save at its roof;
-    below roof_far_pct of the roof it is a warning, up to roof_near_pct an info.
+    below roof_far_pct of the roof it is a warning, up to roof_near_pct an info. The roofline
+    counts floating-point work and three bandwidths only: a kernel whose speed-of-light Compute
+    (SM) or Memory Throughput, busiest memory level or busiest pipe (query `bottleneck`: integer
+    and issue work, L2 and L1/TEX throughput beyond bandwidth) already reaches roof_near_pct is
+    near a limit the roofline does not draw, and gets no finding; nor do FP32 matrix multiplies,
+    whose roof is the tensor cores' (fp32-matmul-kernel).
 
     Fix: Work on what the nearest roof names: compute-bound kernels need a better instruction
     mix (FMA contraction, fewer integer and conversion instructions, tensor cores); memory-bound
@@ -114,6 +120,11 @@ def roofline_headroom(ctx: Context, rid: int) -> list[Finding]:
     near = ctx["roof_near_pct"] / 100.0
     cands = ncu.heavy(ctx, rid).merge(per_kernel, on=["report_id", "name"])
     cands = cands[cands["roof_fraction"] < near].copy()
+    units = ncu.bottleneck_by_kernel(ctx, rid)
+    if units is not None:
+        busiest = units[["compute_pct", "memory_pct", "memory_level_pct", "pipe_pct"]].max(axis=1)
+        held = (busiest >= ctx["roof_near_pct"]) | units.apply(ncu.fp32_matmul, axis=1).astype(bool)
+        cands = cands[~cands["name"].isin(units.loc[held, "name"])]
     cands["save_ns"] = (cands["time_at_stake_ns"] * (1.0 - cands["roof_fraction"])).round()
     cands = cands.sort_values("save_ns", ascending=False).head(int(ctx["max_kernel_findings"]))
     out = []

@@ -38,12 +38,14 @@ _STALL_FIX = {
     "stall-dominated",
     order=40,
     needs=("ncu_metrics",),
-    queries=("stalls", "speed_of_light", "kernel_weights"),
+    queries=("stalls", "speed_of_light", "bottleneck", "kernel_weights"),
+    reads=("ncu_kernels",),
     severities=("warning",),
     thresholds=(
         Threshold(
             "stall_share_min", 40.0, "%", "A stall reason dominates at this share of all stall cycles."
         ),
+        ncu.UNIT_PEAK_PCT,
         HEAVY_KERNEL_SHARE,
         MAX_KERNEL_FINDINGS,
     ),
@@ -53,7 +55,11 @@ def stall_dominated(ctx: Context, rid: int) -> list[Finding]:
 
     Anti-pattern: most of the cycles warps spend not issuing go to a single cause (waiting on
     global memory = long_scoreboard, on barriers, on a saturated pipe...). That one cause is
-    the kernel's limiter, and the fix follows from its name.
+    the kernel's limiter, and the fix follows from its name. Not on a kernel that a unit already
+    holds at unit_peak_pct of its peak (query `bottleneck`): its warps stall on that unit (long
+    scoreboard on a saturated DRAM, not-selected on a saturated pipe), and the unit's own finding
+    (memory-bound) says what helps; nor on FP32 matrix multiplies, whose fix is tensor cores
+    (fp32-matmul-kernel).
 
     Fix: specific to the reason; the finding names the reason and the usual remedy. Check
     ncu's source view (`--set full`, Source page) for the instructions that stall.
@@ -80,6 +86,11 @@ def stall_dominated(ctx: Context, rid: int) -> list[Finding]:
     shares = shares[shares["name"].isin(norm["name"])]
     top = shares.sort_values("share_pct", ascending=False).drop_duplicates(["report_id", "name"])
     heavy = ncu.heavy(ctx, rid)
+    units = ncu.bottleneck_by_kernel(ctx, rid)
+    if units is not None:
+        peak = ctx["unit_peak_pct"]
+        held = units.apply(lambda r: ncu.at_peak(r, peak) is not None or ncu.fp32_matmul(r), axis=1)
+        heavy = heavy[~heavy["name"].isin(units.loc[held.astype(bool), "name"])]
     cands = heavy.merge(top, on=["report_id", "name"], how="inner")
     cands = cands[cands["share_pct"] >= ctx["stall_share_min"]].head(int(ctx["max_kernel_findings"]))
     for _, r in cands.iterrows():
