@@ -1,11 +1,16 @@
 """Steps: the iterations of a program's main loop, so rules can judge its steady state.
 
 A short capture is often half start-up (module loading, first allocations, cuDNN/cuBLAS
-autotuning): judged over the whole span, a healthy loop looks idle. Steps come from NVTX ranges
-of one repeating family (`step 3`, `train_step_3`, `ProfilerStep#3`, `iteration`, `batch_3`),
-the family holding the most time; a report without one gets its steps from the repeating kernel
-pattern on each GPU (a kernel name that occurs once per period, with the same number of kernels
-between its occurrences). Warm-up steps are flagged `steady = false` (see schema `steps`).
+autotuning): judged over the whole span, a healthy loop looks idle. Steps come from, in this
+order:
+- NVTX ranges of one repeating family (`step 3`, `train_step_3`, `ProfilerStep#3`, `iteration`,
+  `batch_3`), the family holding the most time: the program says where its steps are;
+- the launches of a CUDA graph replayed in a loop (a decode loop replaying one graph per token):
+  on each process, the executable graph its host threads launched most often, at least
+  MIN_STEPS times; a step runs from one launch call to the next;
+- the repeating kernel pattern on each GPU (a kernel name that occurs once per period, with the
+  same number of kernels between its occurrences).
+Warm-up steps are flagged `steady = false` (see schema `steps`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ TRAILING_NUMBER = r"[\s_#:=-]*([0-9]+)\s*$"
 # What a step's range name contains somewhere, whatever its case: the cheap filter before the
 # family test (nsys.MARK_WORDS uses it for the NVTX scan too).
 STEP_HINT = r"(?i)(step|iter|batch)"
+# The CUDA graph launch calls (runtime, driver, ROCm; `_ptsz` per-thread stream forms), matched
+# on API names without their version suffix (`cudaGraphLaunch_v10000` -> `cudaGraphLaunch`).
+GRAPH_LAUNCH = r"^(cuda|cu|hip)GraphLaunch(_ptsz|_spt)?$"
 # Steps longer than this many medians before the first one that is not are warm-up.
 WARMUP_FACTOR = 1.5
 # Kernel-pattern steps: a marker kernel occurs at least this often, with at least this many
@@ -33,7 +41,9 @@ MIN_STEPS = 3
 MIN_KERNELS_PER_STEP = 5
 MAX_PERIOD_SPREAD = 0.1
 # ... and the periods cover at least this share of the device's kernel span: a pattern in one
-# corner of the capture is a loop inside a phase, not the program's steps.
+# corner of the capture is a loop inside a phase, not the program's steps. Graph steps hold at
+# least this share of their process's GPU time from their first launch on (start-up before the
+# loop and an idle tail after it are not held against them).
 MIN_COVERAGE = 0.5
 
 STEP_RANGES = """
@@ -84,9 +94,17 @@ WHERE steps.report_id = $rid AND steps.series = f.series
 """
 
 
-def fill_steps(con: duckdb.DuckDBPyConnection, report_id: int, nvtx_ranges_sql: str | None) -> int:
+def fill_steps(
+    con: duckdb.DuckDBPyConnection,
+    report_id: int,
+    nvtx_ranges_sql: str | None,
+    graph_launches_sql: str | None = None,
+) -> int:
     """Find and store a report's steps; returns how many. `nvtx_ranges_sql` selects the
-    report's closed NVTX ranges as (global_tid, pid, start_ns, end_ns, name), or is None."""
+    report's closed NVTX ranges as (global_tid, pid, start_ns, end_ns, name), or is None;
+    `graph_launches_sql` the report's CUDA graph launch calls as (global_tid, pid, start_ns,
+    end_ns, correlation_id, name) when they must come from the source (the workspace's `cuda_api`
+    may not be loaded yet); None reads them from `cuda_api`."""
     rid = int(report_id)
     n = 0
     if nvtx_ranges_sql:
@@ -99,10 +117,114 @@ def fill_steps(con: duckdb.DuckDBPyConnection, report_id: int, nvtx_ranges_sql: 
         finally:
             con.execute("DROP TABLE IF EXISTS _nsa_step_ranges")
     if n == 0:
+        n = _graph_steps(con, rid, graph_launches_sql)
+    if n == 0:
         n = _kernel_pattern_steps(con, rid)
     if n:
         params.execute(con, MARK_STEADY, {"rid": rid})
     return n
+
+
+WORKSPACE_GRAPH_LAUNCHES = f"""
+SELECT global_tid, pid, start_ns, end_ns, correlation_id, regexp_replace(name, '_v[0-9]+$', '') AS name
+FROM cuda_api
+WHERE report_id = $rid AND contains(name, 'GraphLaunch')
+  AND regexp_matches(regexp_replace(name, '_v[0-9]+$', ''), '{GRAPH_LAUNCH}')
+"""
+
+# Does the report run CUDA graphs at all (graph replays traced as one row, or kernels carrying
+# a graph node id)? Without, the launch calls are not read from the source.
+HAS_GRAPH_WORK = """
+SELECT EXISTS (SELECT 1 FROM graph_executions WHERE report_id = $rid)
+    OR EXISTS (SELECT 1 FROM kernel_rows WHERE report_id = $rid AND graph_node_id IS NOT NULL)
+"""
+
+# Graph steps. Each launch call is tied to the executable graph it ran by its GPU work (same pid
+# and correlation id): the graph replay row's graph_exec_id (the default graph-level trace), else
+# the smallest graph node id of its kernels (`--cuda-graph-trace=node`: an executable graph's
+# nodes are its own), else, where the trace names no graph (Kineto), the number and first name of
+# the kernels it ran. A step is named by its launch call and that graph: `cudaGraphLaunch (graph
+# exec 2)`, `cudaGraphLaunch (graph of 12 kernels)`. A (thread, graph) launched at least MIN_STEPS times is a loop: launch i to
+# launch i + 1; the last step lasts the median period, at most to the end of the process's GPU
+# work (never less than its own call). On each process, the loop launched most often among those
+# holding MIN_COVERAGE of the GPU time from their first launch on gives the steps.
+INSERT_GRAPH_STEPS = f"""
+INSERT INTO steps (report_id, step, name, number, source, series, pid, device_id, start_ns, end_ns, duration_ns)
+WITH l AS (SELECT * FROM ({{launches}}) WHERE start_ns IS NOT NULL AND end_ns >= start_ns),
+ex AS (
+    SELECT g.pid, g.correlation_id, min(g.graph_exec_id) AS exec_id
+    FROM graph_executions AS g SEMI JOIN l USING (pid, correlation_id)
+    WHERE g.report_id = $rid GROUP BY ALL
+),
+kn AS (
+    SELECT k.pid, k.correlation_id, min(k.graph_node_id) AS node_id, count(*) AS n, min(k.name_id) AS name_id
+    FROM kernel_rows AS k SEMI JOIN l USING (pid, correlation_id)
+    WHERE k.report_id = $rid GROUP BY ALL
+),
+keyed AS (
+    SELECT l.global_tid, l.pid, l.start_ns, l.end_ns,
+           CASE WHEN ex.exec_id IS NOT NULL THEN 'exec ' || ex.exec_id
+                WHEN kn.node_id IS NOT NULL THEN 'node ' || kn.node_id
+                WHEN kn.n IS NOT NULL THEN kn.n || ' kernels from ' || kn.name_id
+                ELSE '' END AS graph,
+           l.name || CASE WHEN ex.exec_id IS NOT NULL THEN ' (graph exec ' || ex.exec_id || ')'
+                          WHEN kn.n IS NOT NULL THEN ' (graph of ' || kn.n || ' kernels)'
+                          ELSE '' END AS label
+    FROM l LEFT JOIN ex USING (pid, correlation_id) LEFT JOIN kn USING (pid, correlation_id)
+),
+cand AS (SELECT pid, global_tid, graph, count(*) AS n FROM keyed GROUP BY ALL HAVING count(*) >= {MIN_STEPS}),
+s AS (
+    SELECT k.*, c.n, row_number() OVER w - 1 AS step, lead(k.start_ns) OVER w AS next_ns
+    FROM keyed AS k JOIN cand AS c
+      ON c.pid IS NOT DISTINCT FROM k.pid AND c.global_tid IS NOT DISTINCT FROM k.global_tid AND c.graph = k.graph
+    WINDOW w AS (PARTITION BY k.global_tid, k.graph ORDER BY k.start_ns, k.end_ns)
+),
+act AS (
+    SELECT pid, start_ns, end_ns FROM kernel_rows WHERE report_id = $rid
+    UNION ALL SELECT pid, start_ns, end_ns FROM graph_executions WHERE report_id = $rid
+    UNION ALL SELECT pid, start_ns, end_ns FROM memcpy WHERE report_id = $rid
+    UNION ALL SELECT pid, start_ns, end_ns FROM memset WHERE report_id = $rid
+),
+gpu_end AS (SELECT pid, max(end_ns) AS gpu_end FROM act GROUP BY pid),
+timed AS (
+    SELECT s.*, coalesce(s.next_ns, greatest(s.end_ns, least(
+               s.start_ns + CAST(median(s.next_ns - s.start_ns) OVER (PARTITION BY s.global_tid, s.graph) AS BIGINT),
+               coalesce(e.gpu_end, s.end_ns)))) AS stop_ns
+    FROM s LEFT JOIN gpu_end AS e ON e.pid IS NOT DISTINCT FROM s.pid
+),
+bounds AS (
+    SELECT pid, global_tid, graph, any_value(n) AS n, min(start_ns) AS lo, max(stop_ns) AS hi
+    FROM timed GROUP BY pid, global_tid, graph
+),
+-- a loop holds at least MIN_COVERAGE of the GPU time its process had from its first launch on
+-- (an idle tail does not count against it, eager work after the loop does); of those, each
+-- process's most replayed, then the earliest
+best AS (
+    SELECT pid, global_tid, graph FROM (
+        SELECT b.pid, b.global_tid, b.graph,
+               row_number() OVER (PARTITION BY b.pid ORDER BY b.n DESC, b.lo, b.global_tid, b.graph) AS r
+        FROM bounds AS b JOIN act AS a ON a.pid IS NOT DISTINCT FROM b.pid AND a.start_ns >= b.lo
+        GROUP BY b.pid, b.global_tid, b.graph, b.n, b.lo, b.hi
+        HAVING sum(a.end_ns - a.start_ns) FILTER (WHERE a.start_ns < b.hi) >= {MIN_COVERAGE} * sum(a.end_ns - a.start_ns)
+    ) WHERE r = 1
+)
+SELECT $rid, CAST(step AS INTEGER), t.label, NULL, 'graphs', t.global_tid, t.pid, NULL,
+       t.start_ns, t.stop_ns, t.stop_ns - t.start_ns
+FROM timed AS t SEMI JOIN best AS b
+  ON b.pid IS NOT DISTINCT FROM t.pid AND b.global_tid IS NOT DISTINCT FROM t.global_tid AND b.graph = t.graph
+"""
+
+
+def _graph_steps(con: duckdb.DuckDBPyConnection, rid: int, launches_sql: str | None) -> int:
+    """Steps from the launches of a CUDA graph replayed in a loop (INSERT_GRAPH_STEPS). The launch
+    calls come from `launches_sql` (the source), read only when the report runs graphs, or from
+    the workspace's `cuda_api`."""
+    if launches_sql is None:
+        launches_sql = WORKSPACE_GRAPH_LAUNCHES
+    elif not params.first_row(params.execute(con, HAS_GRAPH_WORK, {"rid": rid}))[0]:
+        return 0
+    row = params.execute(con, INSERT_GRAPH_STEPS.format(launches=launches_sql), {"rid": rid}).fetchone()
+    return int(row[0]) if row else 0
 
 
 # Per GPU (device_id, NULL as -1), the marker kernel of the repeating pattern, if any: candidates

@@ -12,7 +12,7 @@
 -- col duration_ns BIGINT: end_ns - start_ns (ns).
 -- col steps BIGINT: steps that start in the phase (0 for 'run').
 -- col first_step INTEGER: 0-based position of the phase's first step, NULL without steps.
--- col source VARCHAR: where the steps come from: 'nvtx' or 'kernels'; NULL for 'run'.
+-- col source VARCHAR: where the steps come from: 'nvtx', 'graphs' or 'kernels' (schema `steps.source`); NULL for 'run'.
 WITH span AS (
     SELECT report_id, min(start_ns) AS first_ns, max(end_ns) AS last_ns
     FROM nsa_gpu_activity($report_id)

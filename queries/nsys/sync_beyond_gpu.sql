@@ -4,24 +4,35 @@
 -- they were all idle is lost on both sides. The calls are those of nsa_blocking_call, as in
 -- sync_calls; each call's busy time is the union of the GPU activity (nsa_gpu_activity) of its
 -- process's devices inside the call, on the device that was busiest.
--- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
+-- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
+-- first steady step (nsa_steady) on: calls are clipped to that window (a call running across its
+-- start counts from there) and pid_span_ns starts there too. Reports without steps keep their
+-- whole run.
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param phase VARCHAR = NULL: NULL for the whole run; 'steady' for the steady state of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col pid BIGINT: process id.
 -- col name VARCHAR: CUDA API call.
 -- col calls BIGINT: number of calls.
 -- col blocked_ns BIGINT: summed time blocked in the calls (ns).
 -- col beyond_ns BIGINT: the part of blocked_ns during which the process's GPUs were idle (ns).
--- col pid_span_ns BIGINT: the process's run: first to last CUDA API call of the process (ns).
-WITH act AS (
+-- col pid_span_ns BIGINT: the process's run: first to last CUDA API call of the process, from the window's start with phase 'steady' (ns).
+WITH win AS (SELECT report_id, start_ns AS ws FROM nsa_steady($report_id) WHERE $phase = 'steady'),
+api AS (
+    SELECT a.report_id, a.pid, a.tid, greatest(a.start_ns, coalesce(w.ws, a.start_ns)) AS start_ns, a.end_ns, a.name
+    FROM cuda_api AS a LEFT JOIN win AS w USING (report_id)
+    WHERE ($report_id IS NULL OR a.report_id = $report_id) AND (w.ws IS NULL OR a.end_ns > w.ws)
+),
+act AS (
     SELECT report_id, device_id, pid, start_ns, end_ns FROM nsa_gpu_activity($report_id)
 ),
 devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
 calls AS (
-    SELECT report_id, pid, tid, start_ns, end_ns, duration_ns, name,
+    SELECT report_id, pid, tid, start_ns, end_ns, end_ns - start_ns AS duration_ns, name,
            row_number() OVER () AS call_id
-    FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_blocking_call(name) IS NOT NULL
+    FROM api
+    WHERE nsa_blocking_call(name) IS NOT NULL
 ),
 -- each call's start and end as probe rows on each GPU of its process, placed after the
 -- activities that start at the same time (end_ns NULL: a probe adds nothing)
@@ -66,7 +77,7 @@ per_call AS (
 ),
 spans AS (
     SELECT report_id, pid, max(end_ns) - min(start_ns) AS pid_span_ns
-    FROM cuda_api WHERE $report_id IS NULL OR report_id = $report_id GROUP BY ALL
+    FROM api GROUP BY ALL
 )
 SELECT c.report_id, c.pid, c.name, count(*) AS calls,
        CAST(sum(c.duration_ns) AS BIGINT) AS blocked_ns,

@@ -51,14 +51,15 @@ CREATE OR REPLACE MACRO nsa_rank_activity(nsa_run) AS TABLE
 
 -- nsa_rank_steps(nsa_run): each rank's steady steps and their GPU windows, as diff/timeline.py
 -- defines GPU step time: run_id, rank, step (steps.step: 0-based position in its series), number
--- (steps.number), source ('nvtx' or 'kernels'), start_ns / end_ns (the GPU window, report clock)
--- and host_ns (the step range's own duration: host time for NVTX steps, the window for kernel
--- steps).
---   - A rank's steps are its report's `steps` of its process (NVTX steps) or of its GPU
+-- (steps.number), source ('nvtx', 'graphs' or 'kernels'), start_ns / end_ns (the GPU window,
+-- report clock) and host_ns (the step range's own duration: host time for NVTX and graph steps,
+-- the window for kernel steps).
+--   - A rank's steps are its report's `steps` of its process (NVTX and graph steps) or of its GPU
 --     (kernel-pattern steps); of several series (threads), the one with the most steady steps
 --     (ties: the lowest series id).
---   - NVTX steps: a step's work is the GPU activity of the rank's GPU launched inside the step's
---     host range by the range's process (its launch call, cuda_api joined on report_id, pid,
+--   - NVTX steps (and graph steps: host ranges from one graph launch call to the next): a
+--     step's work is the GPU activity of the rank's GPU launched inside the step's host range
+--     by the range's process (its launch call, cuda_api joined on report_id, pid,
 --     correlation_id, starts in the range; without a launch call the GPU start stands in).
 --     diff/timeline.py takes every GPU of the process: the same windows for a process on one GPU. Its window runs from the first GPU start of
 --     its work to the first GPU start of the next step's (steps without work are skipped; a step
@@ -86,7 +87,7 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
         GROUP BY ALL
     ),
     mine AS (SELECT rs.* FROM rs SEMI JOIN pick USING (run_id, rank, series)),
-    nvtx AS (SELECT * FROM mine WHERE source = 'nvtx'),
+    nvtx AS (SELECT * FROM mine WHERE source IN ('nvtx', 'graphs')),
     step_work AS (
         SELECT a.run_id, a.rank, a.report_id, a.pid, a.correlation_id, a.start_ns, a.end_ns
         FROM nsa_rank_activity(nsa_run) AS a
@@ -118,13 +119,13 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
         GROUP BY ALL
     ),
     placed AS (
-        SELECT n.run_id, n.rank, n.step, n.number, n.steady, n.start_ns AS host_start, n.end_ns AS host_end,
+        SELECT n.run_id, n.rank, n.step, n.number, n.source, n.steady, n.start_ns AS host_start, n.end_ns AS host_end,
                w.first_ns, w.last_ns,
                lead(w.first_ns) OVER (PARTITION BY n.run_id, n.rank ORDER BY n.step) AS next_ns
         FROM nvtx AS n
         JOIN work AS w USING (run_id, rank, step)
     )
-    SELECT run_id, rank, step, number, 'nvtx' AS source, first_ns AS start_ns,
+    SELECT run_id, rank, step, number, source, first_ns AS start_ns,
            coalesce(next_ns, greatest(last_ns, host_end)) AS end_ns, host_end - host_start AS host_ns
     FROM placed
     WHERE steady AND (next_ns IS NULL OR next_ns > first_ns)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import Context
+from ..context import Context, steady_evidence, steady_scope
 from ..model import Finding, Threshold, rule
 from ..units import count, dur, pct
 
@@ -20,8 +20,8 @@ from ..units import count, dur, pct
             "sync_share_warning",
             0.20,
             "fraction",
-            "Share of a process's run its host threads spend blocked in synchronising calls, beyond GPU work, "
-            "that is a warning.",
+            "Share of a process's run (its steady state when the report has steps) its host threads spend "
+            "blocked in synchronising calls, beyond GPU work, that is a warning.",
         ),
         Threshold("sync_share_critical", 0.50, "fraction", "The same share that is critical."),
         Threshold(
@@ -45,13 +45,18 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
     Fix: synchronise less often (every N steps), replace host syncs with stream/event
     dependencies, use async copies into pinned buffers and read results a step later.
 
+    Judged on the steady state (the whole run for reports without steps): calls before the first
+    steady step are start-up, and a call running into it counts from there.
+
     est_savings_ns: the blocked time during which the process's GPUs were idle ("beyond GPU
     work"), for the process the finding names (the one with the largest such share of its run,
     or for an info finding the largest blocked share); time covered by GPU work is not counted.
     Severity follows that share of the process's run; an info finding notes a large blocked
     share when the GPU was busy throughout.
     """
-    calls = ctx.query("sync_beyond_gpu", rid)
+    calls = ctx.query("sync_beyond_gpu", rid, phase="steady")
+    window = ctx.steady(rid)
+    run = "run" if window is None else "steady state"
     per_pid: dict[Any, dict[str, Any]] = {}
     for r in sorted((r for r in calls if r.pid is not None), key=lambda r: r.pid):
         p = per_pid.setdefault(r.pid, {"blocked_ns": 0, "beyond_ns": 0, "span_ns": None})
@@ -91,21 +96,23 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
         "beyond_gpu_share": float(w["beyond_share"]),
         "calls": {str(r.name): {"calls": int(r.calls), "blocked_ns": int(r.blocked_ns)} for r in mine},
         "processes": len(per_pid),
+        **steady_evidence(window),
     }
+    scope = steady_scope(window, ctx.steps_unknown(rid))
     message = (
-        f"Process {int(worst_pid)}{procs} spent {dur(w['blocked_ns'])} of its {dur(w['span_ns'])} run "
-        f"({pct(w['share'])}) blocked in synchronising calls: {names}. Its GPUs were idle for "
-        f"{dur(w['beyond_ns'])} of that ({pct(w['beyond_share'])} of the run)."
+        f"{scope[0].upper()}{scope[1:]}, process {int(worst_pid)}{procs} spent {dur(w['blocked_ns'])} of "
+        f"its {dur(w['span_ns'])} ({pct(w['share'])}) blocked in synchronising calls: {names}. Its GPUs "
+        f"were idle for {dur(w['beyond_ns'])} of that ({pct(w['beyond_share'])} of the {run})."
     )
     if severity == "info":
-        title = f"Host blocked {pct(w['share'])} of the run in {top.name}, while the GPU was busy"
+        title = f"Host blocked {pct(w['share'])} of the {run} in {top.name}, while the GPU was busy"
         recommendation = (
             "The waits cover GPU work, so they are not the bottleneck today; but a host that waits cannot "
             "queue ahead. Once the GPU work shrinks, replace per-step synchronisation with events or "
             "synchronise every N steps."
         )
     else:
-        title = f"Host blocked in {top.name} while the GPU idles: {pct(w['beyond_share'])} of the run"
+        title = f"Host blocked in {top.name} while the GPU idles: {pct(w['beyond_share'])} of the {run}"
         recommendation = (
             f"Remove {top.name} from the hot loop or make it rarer: synchronise every N steps, express "
             "dependencies with cudaEventRecord + cudaStreamWaitEvent, use cudaMemcpyAsync into pinned "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..context import Context
+from ..context import Context, steady_evidence
 from ..model import Finding, Threshold, rule, severity_for
 from ..units import count, dur, pct, plural
 
@@ -182,6 +182,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
             }
             for r in top
         ],
+        **steady_evidence(window),
     }
     return [
         Finding(
