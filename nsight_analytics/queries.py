@@ -12,8 +12,10 @@ result columns against its declared ones.
 Parameters are DuckDB named parameters (`$min_gap_ns`), bound by DuckDB, never formatted into
 SQL. The `-- reads` line names the canonical tables the query reads, directly or through the
 shared macros: what must be materialised before it runs (tests/test_query_contracts.py checks
-it against the SQL with `tables_read`). Files whose name starts with `_` hold shared macros and
-are not queries.
+it against the SQL with `tables_read`). A query that reads columns worked out on first read
+(schema.COMPUTED: the NVTX ranges' kernels) names their set there too:
+`-- reads nvtx_ranges, nvtx_kernels`; readers of the table alone never wait for them. Files
+whose name starts with `_` hold shared macros and are not queries.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class Query:
     params: tuple[Param, ...]
     columns: tuple[Column, ...]
     sql: str
-    reads: frozenset[str]  # canonical tables, as the contract's `-- reads` line declares them
+    reads: frozenset[str]  # canonical tables (and computed column sets) the `-- reads` line names
 
     @property
     def family(self) -> str:
@@ -185,11 +187,14 @@ def parse(path: Path, name: str | None = None) -> Query:
             f"{path}: the contract needs a `-- reads table, ...` line naming the canonical tables "
             "the query reads (directly or through the shared macros)."
         )
-    from .schema import BY_NAME
+    from .schema import BY_NAME, COMPUTED
 
-    unknown_tables = [t for t in reads if t not in BY_NAME]
+    unknown_tables = [t for t in reads if t not in BY_NAME and t not in COMPUTED]
     if unknown_tables:
-        raise QueryError(f"{path}: `-- reads` names {', '.join(unknown_tables)}, not canonical tables.")
+        raise QueryError(
+            f"{path}: `-- reads` names {', '.join(unknown_tables)}, not canonical tables "
+            f"(nor computed columns: {', '.join(COMPUTED)})."
+        )
     declared = {p.name for p in params}
     missing = set(_USES.findall(sql)) - declared
     if missing:
@@ -231,6 +236,8 @@ def macro_files() -> list[Path]:
 
 
 _COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'[^']*'")
+_STAR = re.compile(r"(?<!\()\*")  # `SELECT *`, `r.*`; not `count(*)`
 _MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\s+(\w+)", re.IGNORECASE)
 
 
@@ -250,19 +257,29 @@ def tables_read(sql: str, *, exact: bool = True) -> set[str]:
     """Canonical tables a statement reads, and those of the shared macros it reads from,
     transitively; comments are left out. `exact`: only names after FROM or JOIN count (the
     library's own queries, where a column named like a table, nvtx_ranges.kernels, is no read);
-    else every word does (users' SQL, which may list tables after commas)."""
-    from .schema import BY_NAME
+    else every word does (users' SQL, which may list tables after commas). A computed column set
+    (schema.COMPUTED) is read when its table is and the SQL names one of its columns outside
+    string literals (users' SQL: or selects `*`)."""
+    from .schema import BY_NAME, COMPUTED
 
     macros = _macro_bodies()
     tables: set[str] = set()
     todo, seen = [_COMMENT.sub("", sql)], set[str]()
+    texts: list[str] = []
     pattern = r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)" if exact else r"([A-Za-z_]\w*)"
     while todo:
-        words = set(re.findall(pattern, todo.pop(), flags=re.IGNORECASE))
+        texts.append(todo.pop())
+        words = set(re.findall(pattern, texts[-1], flags=re.IGNORECASE))
         tables |= {t for t in BY_NAME if t in words}
         for name in (words & set(macros)) - seen:
             seen.add(name)
             todo.append(macros[name])
+    text = _STRING.sub("''", " ".join(texts))
+    named = set(re.findall(r"[A-Za-z_]\w*", text))
+    star = not exact and _STAR.search(text) is not None
+    for computed, (table, columns) in COMPUTED.items():
+        if table in tables and (star or named & set(columns)):
+            tables.add(computed)
     return tables
 
 

@@ -110,9 +110,9 @@ TABLES: tuple[Table, ...] = (
                 "VARCHAR[]",
                 "",
                 "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
-                "graph (CUDA graph executions or events), sync, nvtx, osrt, gpu_info, processes, "
-                "ncu_metrics, ncu_rules, gpu_metrics, memory (memory_events), power (power_samples), "
-                "comm (comm_ops).",
+                "graph (CUDA graph executions or events), sync, nvtx, osrt, mpi (nsys' MPI event "
+                "tables), cpu_samples, gpu_info, processes, ncu_metrics, ncu_rules, gpu_metrics, "
+                "memory (memory_events), power (power_samples), comm (comm_ops).",
             ),
             _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
             _c("has_memcpy", "BOOLEAN", "", "The export holds memcpy records."),
@@ -156,7 +156,8 @@ TABLES: tuple[Table, ...] = (
                 "The reader's steps left for first use: a canonical table not copied yet from "
                 "source_path (named as the table), `kernel_launch` (the kernels' launch columns), "
                 "`steps` (the steps and host_waits, found together) and `nvtx_kernels` while "
-                "nvtx_ranges.kernels is not computed (even after --full).",
+                "nvtx_ranges.kernels is not computed (even after --full: the first read of those "
+                "columns computes them).",
             ),
             _c(
                 "source_mtime_ns",
@@ -311,8 +312,11 @@ TABLES: tuple[Table, ...] = (
         "steps",
         "Iterations of the program's main loop (training steps, batches, decode steps), found "
         "the first time a query or rule needs them: NVTX ranges of one repeating family "
-        "(`step N`, `train_step_N`, `ProfilerStep#N`, `iteration`, `batch_N`...), else the "
-        "repeating kernel pattern on each GPU. The steps before the loop settles (warm-up: "
+        "(`step N`, `train_step_N`, `ProfilerStep#N`, `iteration`, `batch_N`...); else the "
+        "launches of a CUDA graph replayed in a loop (a decode loop without NVTX: on each process, "
+        "the executable graph launched most often, at least 3 times, a step from one "
+        "cudaGraphLaunch to the next); else the repeating kernel pattern on each GPU. The steps "
+        "before the loop settles (warm-up: "
         "module loading, first allocations, autotuning) are flagged `steady = false`: "
         "start-up is what comes before the first steady step, the steady state the rest of the "
         "capture (query macro `nsa_steady`).",
@@ -323,23 +327,33 @@ TABLES: tuple[Table, ...] = (
                 "name",
                 "VARCHAR",
                 "",
-                "NVTX range name, or the marker kernel's name for kernel-pattern steps.",
+                "NVTX range name; for graph steps the launch call and the graph "
+                "(`cudaGraphLaunch (graph exec 2)`, `cudaGraphLaunch (graph of 12 kernels)`); the marker "
+                "kernel's name for kernel-pattern steps.",
             ),
             _c("number", "BIGINT", "", "The step number in the range name (`step 12` -> 12), else NULL."),
             _c(
                 "source",
                 "VARCHAR",
                 "",
-                "'nvtx' (host time of the ranges) or 'kernels' (GPU time of the pattern).",
+                "'nvtx' (host time of the ranges), 'graphs' (host time from one graph launch call to "
+                "the next; the last step lasts the median period, at most to the end of the GPU work) "
+                "or 'kernels' (GPU time of the pattern).",
             ),
             _c(
                 "series",
                 "BIGINT",
                 "",
-                "What the steps repeat on: the NVTX range's global_tid, or the device id for kernel steps.",
+                "What the steps repeat on: the global_tid of the NVTX range or of the graph launches, "
+                "or the device id for kernel steps.",
             ),
-            _c("pid", "BIGINT", "", "Process of the NVTX range (NULL for kernel-pattern steps)."),
-            _c("device_id", "INTEGER", "", "GPU of kernel-pattern steps (NULL for NVTX steps)."),
+            _c(
+                "pid",
+                "BIGINT",
+                "",
+                "Process of the NVTX range or graph launches (NULL for kernel-pattern steps).",
+            ),
+            _c("device_id", "INTEGER", "", "GPU of kernel-pattern steps (NULL for NVTX and graph steps)."),
             START,
             END,
             DUR,
@@ -385,7 +399,9 @@ TABLES: tuple[Table, ...] = (
         "nvtx_ranges",
         "NVTX push/pop and start/end ranges (nsys NVTX_EVENTS types 59/60). A range never "
         "closed has NULL end_ns and duration_ns. Copied on first use; `kernels`, `kernel_ns` and "
-        "their `process_` forms are computed then, from the report's CUDA API calls and kernels.",
+        "their `process_` forms are computed from the report's CUDA API calls and kernels the first "
+        "time something reads them (the deferred step `nvtx_kernels`; library queries declare "
+        "`-- reads nvtx_ranges, nvtx_kernels`), NULL until then.",
         (
             *HOST_TIMELINE,
             _c("name", "VARCHAR", "", "Range text: `text`, else the registered string `textId`."),
@@ -437,13 +453,78 @@ TABLES: tuple[Table, ...] = (
     Table(
         "host_waits",
         "Host threads waiting (found with the steps, on first use): NVTX ranges of communication libraries "
-        "(`MPI_*`, `nccl*`, `ucp_*`, `shmem_*`, `gloo`, `c10d::`) and blocking OS runtime calls "
-        "(sleeps, condition variables, semaphores, locks, poll/select, reads and receives). A "
-        "GPU idle gap while the thread that launches the next work sits in one is that wait's.",
+        "(`MPI_*`, `nccl*`, `ucp_*`, `shmem_*`, `gloo`, `c10d::`), the MPI calls that block until "
+        "communication completes (nsys' MPI trace: blocking collectives, sends, receives, probes, "
+        "waits, barriers and RMA synchronisation; not MPI_Init / MPI_Finalize, the non-blocking "
+        "MPI_I* starts nor the MPI_Test* calls) and blocking OS runtime calls (sleeps, condition "
+        "variables, semaphores, locks, poll/select, reads and receives). A GPU idle gap while the "
+        "thread that launches the next work sits in one is that wait's.",
         (
             *HOST_TIMELINE,
-            _c("name", "VARCHAR", "", "Range name (MPI_Recv) or libc/pthread function (pthread_cond_wait)."),
-            _c("source", "VARCHAR", "", "'nvtx' or 'osrt'."),
+            _c(
+                "name",
+                "VARCHAR",
+                "",
+                "Range name or MPI function (MPI_Allreduce), or libc/pthread function (pthread_cond_wait).",
+            ),
+            _c(
+                "source",
+                "VARCHAR",
+                "",
+                "'nvtx' (an NVTX range; its MPI_* ranges only when the export has no MPI event tables), "
+                "'mpi' (nsys MPI_COLLECTIVES_EVENTS, MPI_P2P_EVENTS, MPI_START_WAIT_EVENTS, "
+                "MPI_OTHER_EVENTS) or 'osrt' (OSRT_API).",
+            ),
+        ),
+        "nsys",
+    ),
+    Table(
+        "cpu_samples",
+        "CPU samples (`nsys profile -s cpu`; nsys COMPOSITE_EVENTS), each with its backtraces "
+        "(SAMPLING_CALLCHAINS) folded in: what a thread was running at ts_ns, which is what its "
+        "time went to where no trace says (a C++ program's own code: `main` when the work is "
+        "inlined). Copied on first use; no rows when the capture did not sample.",
+        (
+            RID,
+            PID,
+            TID,
+            GTID,
+            _c("ts_ns", "BIGINT", "ns", "When the sample was taken, on the report's timeline."),
+            _c(
+                "leaf",
+                "VARCHAR",
+                "",
+                "The function executing (the backtrace's frame 0) as nsys names it: a symbol, or an "
+                "address (0x7fc4e38ac2ec) where nsys could not resolve one.",
+            ),
+            _c(
+                "leaf_module",
+                "VARCHAR",
+                "",
+                "The binary or library of `leaf` (/usr/lib/x86_64-linux-gnu/libc.so.6).",
+            ),
+            _c(
+                "function",
+                "VARCHAR",
+                "",
+                "The innermost frame with a name: `leaf` when it is resolved, else the first caller "
+                "nsys resolved (opal_progress under an address in libopen-pal); not an address nor "
+                "an entry nsys adds ([Broken backtraces], [Unknown]). NULL when no frame has a name.",
+            ),
+            _c("function_module", "VARCHAR", "", "The binary or library of `function`."),
+            _c(
+                "function_depth",
+                "INTEGER",
+                "",
+                "Frames between `leaf` and `function`: 0 when the leaf has a name.",
+            ),
+            _c(
+                "frames",
+                "VARCHAR[]",
+                "",
+                "The backtrace's frames, leaf first (symbols or addresses, as `leaf`); NULL when the "
+                "sample has none.",
+            ),
         ),
         "nsys",
     ),
@@ -1107,6 +1188,14 @@ TABLES: tuple[Table, ...] = (
 
 BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 
+
+# Columns worked out on first read rather than copied with their table: name -> (table, columns).
+# What reads them names the set in its `-- reads` line beside the table (`-- reads nvtx_ranges,
+# nvtx_kernels`), so that reading the table alone does not pay for them; the name is the deferred
+# step that computes them (`reports.deferred_steps`).
+COMPUTED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "nvtx_kernels": ("nvtx_ranges", ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")),
+}
 
 STORED: tuple[Table, ...] = tuple(t for t in TABLES if not t.view)
 VIEWS: tuple[Table, ...] = tuple(t for t in TABLES if t.view)

@@ -567,7 +567,8 @@ def test_rule_tables_take_that_rules_thresholds(db: Path, tmp_path: Path) -> Non
     [
         ("[gpu-idle]\nsmall_kernel_ns = 5000\n",
          ("rules config {cfg}: [gpu-idle] has no threshold 'small_kernel_ns'; its thresholds: idle_share_warning, "
-         "idle_share_critical, idle_gap_min_ns, idle_min_span_ns, idle_min_steps (small_kernel_ns belongs to [small-kernel-storm]).")),
+         "idle_share_critical, idle_gap_min_ns, idle_min_span_ns, idle_min_steps, idle_host_lead_share (small_kernel_ns "
+         "belongs to [small-kernel-storm]).")),
         ("[gpu-idel]\nidle_share_warning = 0.1\n",
          "rules config {cfg}: [gpu-idel] is neither [thresholds] nor a rule; rule ids: {ids}."),
         ("[stall-dominated]\nheavy_kernel_share = 0.1\n[memory-bound]\nheavy_kernel_share = 0.2\n",

@@ -62,7 +62,7 @@ def test_backward_on_the_main_thread_gets_the_autograd_threads_kernels(tmp_path,
     assert len({k[0] for k in same}) == len(same)  # one range per start and thread: a key
     con = nsa.connect(tmp_path / "w.duckdb")
     rid = nsa.ingest(con, foreach_export).report_id
-    ensure_loaded(con, ["nvtx_ranges"])
+    ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels"])
     got = {
         (st, gt): (n, k, kns, pk, pkns)
         for st, gt, n, k, kns, pk, pkns in con.execute(
@@ -165,7 +165,7 @@ def test_worker_thread_launches_count_for_the_process_not_for_other_processes(tm
     _launches_across_threads(path)
     con = nsa.connect(tmp_path / "w.duckdb")
     rid = nsa.ingest(con, path).report_id
-    ensure_loaded(con, ["nvtx_ranges"])
+    ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels"])
     got = {
         r[0]: r[1:]
         for r in con.execute(

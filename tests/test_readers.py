@@ -104,7 +104,7 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path) -> None:
     )
     assert "nvtx_ranges" in r.deferred and _leftovers(tmp_path) == []
     # the deferred tables come from the .gz too, decompressed again on first use
-    assert pipeline.ensure_loaded(con, ["nvtx_ranges", "kernels", "osrt_api"]) > 0
+    assert pipeline.ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels", "kernels", "osrt_api"]) > 0
     assert con.execute("SELECT deferred_steps FROM reports").fetchone()[0] == ["steps"]
     for canonical, raw in COUNTS.items():
         assert _count(con, canonical, r.report_id) == _sqlite_count(plain, raw), canonical

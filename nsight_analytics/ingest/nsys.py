@@ -17,7 +17,7 @@ from .. import params, schema
 from ..errors import InputError
 from . import nsys_gpu_metrics
 from .sqlite_source import EXPORT_HINT
-from .steps import STEP_HINT, fill_steps
+from .steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -28,6 +28,11 @@ GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GRAPH_EVENTS = ("CUDA_GRAPH_EVENTS", "CUDA_GRAPH_NODE_EVENTS")
 NVTX = "NVTX_EVENTS"
 OSRT = "OSRT_API"
+# nsys' MPI trace (`-t mpi`; 2025.3 checked) writes the calls to these tables, not as NVTX
+# ranges; each has start, end, globalTid and textId (the function's name in StringIds).
+MPI_TABLES = ("MPI_COLLECTIVES_EVENTS", "MPI_P2P_EVENTS", "MPI_START_WAIT_EVENTS", "MPI_OTHER_EVENTS")
+SAMPLES = "COMPOSITE_EVENTS"  # CPU samples (`-s cpu`): one row per sample
+CALLCHAINS = "SAMPLING_CALLCHAINS"  # their backtraces: one row per frame, stackDepth 0 the leaf
 GPU = "TARGET_INFO_GPU"
 PROCESSES = "PROCESSES"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -270,6 +275,22 @@ def cuda_api_sql(src: Source) -> str | None:
         "return_value": src.col(t, "returnValue", a),
     }
     return _select(cols, "cuda_api", f"FROM {src.ref(t)} {a}{join}")
+
+
+def graph_launches_sql(src: Source) -> str | None:
+    """The export's CUDA graph launch calls as (global_tid, pid, start_ns, end_ns, correlation_id,
+    name) for the graph steps (steps.fill_steps), read from the export: `cuda_api` may still be
+    deferred when the steps are found."""
+    if not src.has(RUNTIME) or "nameId" not in src.tables[RUNTIME]:
+        return None
+    t, a = RUNTIME, "r"
+    host = _host_side(src, t, a)
+    return (
+        f"SELECT {host['global_tid']} AS global_tid, {host['pid']} AS pid, {a}.start AS start_ns, "
+        f'{a}."end" AS end_ns, {src.col(t, "correlationId", a)} AS correlation_id, s.api_name AS name '
+        f"FROM {src.ref(t)} {a} JOIN {STRINGS} s ON s.id = {a}.nameId "
+        f"WHERE regexp_matches(s.api_name, {params.literal(GRAPH_LAUNCH)})"
+    )
 
 
 # Some nsys 2022.x exports record a runtime call twice, one row nested inside the other on the
@@ -517,9 +538,57 @@ def osrt_api_sql(src: Source) -> str | None:
     return _select(cols, "osrt_api", f"FROM {src.ref(t)} {a}{join}")
 
 
+# A backtrace frame with a name: resolved, not an address (`0x7fc4e38ac2ec`) and not one of the
+# entries nsys adds (`[Broken backtraces]`, `[Unknown]`).
+NAMED_FRAME = (
+    "coalesce({unresolved}, 0) = 0 AND NOT starts_with({symbol}, '[') "
+    "AND NOT regexp_full_match({symbol}, '0x[0-9a-fA-F]+')"
+)
+
+
+def cpu_samples_sql(src: Source) -> str | None:
+    """The CPU samples with their backtraces folded into each row: one GROUP BY over the frames
+    and one join to the samples, linear in the export's rows."""
+    t, a = SAMPLES, "c"
+    if not src.has(t) or not {"id", "start"} <= src.tables[t]:
+        return None
+    gtid = src.col(t, "globalTid", a)
+    chain = dict.fromkeys(
+        ("leaf", "leaf_module", "function", "function_module", "function_depth", "frames"), "NULL"
+    )
+    join = ""
+    cc = CALLCHAINS
+    if src.has(cc) and {"id", "symbol", "stackDepth"} <= src.tables[cc]:
+        module, mjoin = _name(src, cc, "module", "f", "fm")
+        named = NAMED_FRAME.format(unresolved=src.col(cc, "unresolved", "f"), symbol="fs.value")
+        frames = (
+            f"SELECT f.id, f.stackDepth AS depth, fs.value AS symbol, CAST({module} AS VARCHAR) AS module, "
+            f"{named} AS named FROM {src.ref(cc)} f LEFT JOIN {STRINGS} fs ON fs.id = f.symbol{mjoin}"
+        )
+        chains = (
+            "SELECT id, arg_min(symbol, depth) AS leaf, arg_min(module, depth) AS leaf_module, "
+            "arg_min(symbol, depth) FILTER (WHERE named) AS function, "
+            "arg_min(module, depth) FILTER (WHERE named) AS function_module, "
+            "min(depth) FILTER (WHERE named) AS function_depth, list(symbol ORDER BY depth) AS frames "
+            f"FROM ({frames}) GROUP BY id"
+        )
+        join = f" LEFT JOIN ({chains}) ch ON ch.id = {a}.id"
+        chain = {c: f"ch.{c}" for c in chain}
+    cols = {
+        "report_id": "$rid",
+        "pid": PID_OF.format(gtid) if gtid != "NULL" else "NULL",
+        "tid": TID_OF.format(gtid) if gtid != "NULL" else "NULL",
+        "global_tid": gtid,
+        "ts_ns": f"{a}.start",
+        **chain,
+    }
+    return _select(cols, "cpu_samples", f"FROM {src.ref(t)} {a}{join}")
+
+
 # Host waits that explain a GPU idle gap better than "late launch": communication libraries' NVTX
 # ranges (nsys' MPI/UCX tracing and NCCL write them) and OS runtime calls that block a thread.
 WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
+MPI_RANGES = r"^P?MPI_"
 WAIT_CALLS = (
     "sleep", "usleep", "nanosleep", "clock_nanosleep", "pthread_cond_wait", "pthread_cond_timedwait",
     "pthread_cond_clockwait", "sem_wait", "sem_timedwait", "sem_clockwait", "pthread_join", "waitpid", "wait",
@@ -539,6 +608,32 @@ def osrt_waits_sql(src: Source) -> str | None:
     calls = ", ".join(f"'{c}'" for c in WAIT_CALLS)
     cols = {**_host_side(src, t, a), "name": name, "source": "'osrt'"}
     return _select(cols, "host_waits", f"FROM {src.ref(t)} {a}{join} WHERE {name} IN ({calls})")
+
+
+# The MPI calls that block the thread until communication completes: blocking collectives,
+# blocking sends and receives, probes, waits and RMA synchronisation. Not the set-up and
+# tear-down in MPI_OTHER_EVENTS (MPI_Init, MPI_Finalize, MPI_Comm_*), the non-blocking starts
+# (MPI_Isend, MPI_Iallreduce, MPI_*_init, MPI_Start) nor the tests (MPI_Test*): they return at once.
+MPI_WAITS = (
+    r"^P?MPI_(Allgatherv?|Allreduce|Alltoall[vw]?|Barrier|Bcast|Exscan|Gatherv?|Reduce|Reduce_scatter"
+    r"(_block)?|Scan|Scatterv?|Neighbor_(allgatherv?|alltoall[vw]?)|Send|Bsend|Rsend|Ssend|Recv|Mrecv"
+    r"|Sendrecv(_replace)?|Probe|Mprobe|Wait(all|any|some)?|Win_(fence|wait|complete|lock(_all)?|unlock(_all)?"
+    r"|flush(_all|_local|_local_all)?))$"
+)
+
+
+def mpi_waits_sql(src: Source) -> str | None:
+    """host_waits rows of the blocking MPI calls (MPI_WAITS) in every MPI table the export has."""
+    parts = []
+    for t in MPI_TABLES:
+        if not src.has(t) or "textId" not in src.tables[t]:
+            continue
+        a = "m"
+        name, join = _name(src, t, "textId", a, "s")
+        cols = {**_host_side(src, t, a), "name": name, "source": "'mpi'"}
+        where = f'WHERE {a}."end" IS NOT NULL AND regexp_matches({name}, {params.literal(MPI_WAITS)})'
+        parts.append(_select(cols, "host_waits", f"FROM {src.ref(t)} {a}{join} {where}"))
+    return "\nUNION ALL\n".join(parts) or None
 
 
 def gpus_sql(src: Source) -> str | None:
@@ -585,7 +680,7 @@ def marker_ranges_sql(src: Source) -> str | None:
     tid, global_tid, start_ns, end_ns, duration_ns, name), for fill_markers; when the export has
     no NVTX but has kernels, a query of no rows (the steps then come from the kernel pattern)."""
     if not src.has(NVTX):
-        if not src.has(KERNEL) and not src.has(OSRT):
+        if not src.has(KERNEL) and not src.has(OSRT) and not any(src.has(t) for t in MPI_TABLES):
             return None
         return (
             "SELECT NULL::INTEGER AS report_id, NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS global_tid, "
@@ -605,7 +700,7 @@ def marker_ranges_sql(src: Source) -> str | None:
 
 def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
     """The `steps` step: one scan of the NVTX ranges fills `host_waits` (communication ranges, and
-    the blocking OS runtime calls) and `steps`; returns the steps found."""
+    the blocking MPI and OS runtime calls) and `steps`; returns the steps found."""
     marks = marker_ranges_sql(src)
     if marks is None:
         return 0
@@ -614,16 +709,22 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
     con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_marks AS {marks.replace('$rid', str(int(report_id)))}")
     try:
         cols = ", ".join(c for c in schema.BY_NAME["host_waits"].col_names if c != "source")
-        params.execute(
+        mpi = mpi_waits_sql(src)
+        ranges = f"regexp_matches(name, {params.literal(WAIT_RANGES)})"
+        if mpi:  # the MPI calls are in the MPI tables: NVTX ranges named like them would count twice
+            ranges += f" AND NOT regexp_matches(name, {params.literal(MPI_RANGES)})"
+        sql = f"INSERT INTO host_waits ({cols}, source) SELECT {cols}, 'nvtx' FROM _nsa_marks WHERE {ranges}"
+        params.execute(con, sql)
+        cols = ", ".join(f'"{c}"' for c in schema.BY_NAME["host_waits"].col_names)
+        for waits in (mpi, osrt_waits_sql(src)):
+            if waits:
+                params.execute(con, f"INSERT INTO host_waits ({cols}) {waits}", rid)
+        return fill_steps(
             con,
-            f"INSERT INTO host_waits ({cols}, source) SELECT {cols}, 'nvtx' FROM _nsa_marks "
-            f"WHERE regexp_matches(name, {params.literal(WAIT_RANGES)})",
+            report_id,
+            "SELECT global_tid, pid, start_ns, end_ns, name FROM _nsa_marks",
+            graph_launches_sql(src),
         )
-        osrt = osrt_waits_sql(src)
-        if osrt:
-            cols = ", ".join(f'"{c}"' for c in schema.BY_NAME["host_waits"].col_names)
-            params.execute(con, f"INSERT INTO host_waits ({cols}) {osrt}", rid)
-        return fill_steps(con, report_id, "SELECT global_tid, pid, start_ns, end_ns, name FROM _nsa_marks")
     finally:
         con.execute("DROP TABLE IF EXISTS _nsa_marks")
 
@@ -642,6 +743,7 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "nvtx_ranges": (nvtx_ranges_sql, "nvtx"),
     "nvtx_kernels": (nvtx_ranges_sql, "nvtx"),
     "osrt_api": (osrt_api_sql, "osrt"),
+    "cpu_samples": (cpu_samples_sql, "cpu_samples"),
     "gpus": (gpus_sql, "gpu_info"),
     "processes": (processes_sql, "processes"),
     "steps": (marker_ranges_sql, None),  # fills host_waits too
@@ -651,11 +753,21 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
 # Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
 # timeline: the host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows
 # at 1M kernels), and the kernels' launch configuration (10 of their 21 columns, no query in
-# the library reads them); the steps and the host waits, found by one scan of the NVTX ranges
-# (and of the OS runtime calls); the GPU metrics samples (2.2M rows for a 9 s capture at
-# 10 kHz: 5.7 s). Measured in benchmarks/README.md.
-DEFERRABLE = ("kernel_launch", "cuda_api", "nvtx_ranges", "nvtx_kernels", "osrt_api", "steps", "gpu_metrics")
-# Steps that derive columns from tables already in the workspace: they need no source file.
+# the library reads them); the CPU samples with their backtraces; the steps and the host waits,
+# found by one scan of the NVTX ranges (and of the MPI and OS runtime calls); the GPU metrics
+# samples (2.2M rows for a 9 s capture at 10 kHz: 5.7 s). Measured in benchmarks/README.md.
+DEFERRABLE = (
+    "kernel_launch",
+    "cuda_api",
+    "nvtx_ranges",
+    "nvtx_kernels",
+    "osrt_api",
+    "cpu_samples",
+    "steps",
+    "gpu_metrics",
+)
+# Steps that derive columns from tables already in the workspace: they need no source file, and
+# run only for what reads their columns (schema.COMPUTED), not for every reader of the table.
 DERIVED = ("nvtx_kernels",)
 # Found on first use from the source; when the source is gone, the answers do without them (the
 # timeline rules judge the whole run and say why) instead of failing.

@@ -179,6 +179,13 @@ class Context:
         )
         return any(r.report_id == report_id for r in rows)
 
+    def unloaded(self, report_id: int, tables: Sequence[str]) -> list[str]:
+        """Those of `tables` whose rows the report still leaves in its source export: a rule's
+        `optional_reads` that could not be loaded (the export moved or changed since ingest)."""
+        from ..ingest import deferred_for
+
+        return [t for t in tables if deferred_for(self.con, {t}, [report_id])]
+
     def report_file(self, report_id: int) -> str:
         for r in self.reports():
             if r.report_id == report_id:

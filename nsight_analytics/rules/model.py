@@ -35,6 +35,8 @@ ACTIVITY_KINDS = frozenset(
         "sync",
         "nvtx",
         "osrt",
+        "mpi",  # nsys' MPI event tables (their blocking calls are host_waits rows, source 'mpi')
+        "cpu_samples",
         "gpu_info",
         "processes",
         "ncu_metrics",
@@ -110,9 +112,11 @@ class Rule:
     report must hold at least one (reports.activity_kinds); no entries: every report. A run
     rule's needs are met by the union of its ranks' reports' activity kinds. `order`
     places it in `nsa rules` (then the id). `queries` and `reads` say what must be
-    materialised before it runs (the queries' `-- reads` lines, plus `reads`). The check
-    function's docstring is the rule's documentation: its first paragraph the summary, its
-    `Fix:` paragraph the advice.
+    materialised before it runs (the queries' `-- reads` lines, plus `reads`); `optional_reads`,
+    which of those tables it can do without: when their rows are still in a source export that is
+    gone, it runs on what the workspace holds (`Context.unloaded` says what is missing) instead
+    of being skipped. The check function's docstring is the rule's documentation: its first
+    paragraph the summary, its `Fix:` paragraph the advice.
     """
 
     id: str
@@ -124,6 +128,7 @@ class Rule:
     queries: tuple[str, ...] = ()  # the library queries the check runs (ctx.query, ctx.query_df)
     reads: tuple[str, ...] = ()  # canonical tables it reads outside them (ctx.steady: steps)
     scope: str = "report"  # what check's id is: a report ("report") or a run ("run")
+    optional_reads: tuple[str, ...] = ()  # of the tables above, those it can judge without
 
     @property
     def thresholds(self) -> tuple[str, ...]:
@@ -166,6 +171,7 @@ def rule(
     thresholds: tuple[Threshold, ...] = (),
     queries: tuple[str, ...] = (),
     reads: tuple[str, ...] = (),
+    optional_reads: tuple[str, ...] = (),
     order: int = 1000,
     scope: str = "report",
 ) -> Callable[[CheckFn], Rule]:
@@ -173,7 +179,8 @@ def rule(
 
     `needs`: activity kinds the report must hold, one per entry; an entry that is a set is
     satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
-    runs; `reads`: canonical tables it reads otherwise. `scope`: "report" (check(ctx,
+    runs; `reads`: canonical tables it reads otherwise; `optional_reads`: of those two, the
+    tables it can judge without (it then says so). `scope`: "report" (check(ctx,
     report_id), once per report) or "run" (check(ctx, run_id), once per run).
     """
     groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
@@ -189,7 +196,7 @@ def rule(
     def declare(fn: CheckFn) -> Rule:
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {rule_id} needs a docstring: the anti-pattern and the fix")
-        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads, scope)
+        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads, scope, optional_reads)
 
     return declare
 

@@ -32,8 +32,8 @@ CREATE OR REPLACE MACRO nsa_gpu_activity(nsa_rid) AS TABLE
 -- nsa_steady(nsa_rid): where the steady state of each report that has steps (table `steps`)
 -- begins: report_id, start_ns (the first steady step starts; everything before is start-up, and
 -- the steady state runs from here to the end of the capture), end_ns (the last step ends), steps
--- (all steps of the longest series), steady_steps, first_step / last_step (0-based positions) and source ('nvtx' or
--- 'kernels'). Reports without steps have no row: their queries fall back to the whole span.
+-- (all steps of the longest series), steady_steps, first_step / last_step (0-based positions) and source ('nvtx',
+-- 'graphs' or 'kernels'). Reports without steps have no row: their queries fall back to the whole span.
 -- steps / steady_steps count one series (the longest): a report holding several processes (a job
 -- captured in one report) has a series per process, each the same loop.
 CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE

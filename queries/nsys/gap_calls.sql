@@ -1,9 +1,10 @@
 -- What host threads did inside given time intervals: per report and CUDA API call, the call
 -- time that falls inside the intervals, each call clipped to them. The intervals come as three
--- lists of equal length (thread_ids, starts_ns, ends_ns), e.g. GPU idle gaps from `gaps` and
--- the thread that launched the work after each (launch_global_tid): the gpu-idle rule asks what
--- the launching threads did in its largest late-launch gaps. Time not covered by any call was
--- spent outside CUDA (host code: Python, data loading, I/O). No rows without intervals.
+-- lists of equal length (thread_ids, starts_ns, ends_ns), e.g. some GPU idle gaps from `gaps`
+-- and the thread that launched the work after each (launch_global_tid). Time not covered by any
+-- call was spent outside CUDA: `gap_host` follows the launching threads through all the idle
+-- time and every traced source (OS runtime, MPI, NVTX, PyTorch-profiler ops and frames, CPU
+-- samples). No rows without intervals.
 -- reads cuda_api
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param thread_ids BIGINT[]: the global thread id (cuda_api.global_tid) of each interval.

@@ -17,9 +17,9 @@
 -- run unrelated GPU work at the same time (everything they launch during the range is counted),
 -- and an outer range on a worker thread takes in the main thread's launches too. Equal columns
 -- mean no other thread of the process launched a kernel while the range was open.
--- Both are computed once per range, the first time a report's NVTX ranges are read (running
--- totals and ASOF joins, linear in ranges + calls), so this query is one aggregation.
--- reads nvtx_ranges
+-- Both are computed once per range, the first time a query that reads them runs (`nvtx_kernels`:
+-- running totals and ASOF joins, linear in ranges + calls), so this query is one aggregation.
+-- reads nvtx_ranges, nvtx_kernels
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).

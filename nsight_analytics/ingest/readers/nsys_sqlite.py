@@ -75,7 +75,7 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
     ) -> LoadResult:
         src, path = handle.src, handle.path
         steps = list(nsys.LOADERS)
-        # Derived columns (the NVTX ranges' kernels) are computed on first use even after --full:
+        # Derived columns (the NVTX ranges' kernels) are computed on first read even after --full:
         # they need no source file, cost seconds at millions of ranges, and UPDATE rows by rowid,
         # which DuckDB does slowly on rows the same transaction inserted.
         defer = defer | set(nsys.DERIVED)
@@ -100,6 +100,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         if progress:
             progress("done", len(steps), len(steps))
         kinds = _activity_kinds(src, rows)
+        if nsys.mpi_waits_sql(src) is not None:  # MPI traced; its calls reach host_waits with the steps
+            kinds.append("mpi")
         if rows.get("memory_events"):
             kinds.append("memory")
         if rows.get("comm_ops"):
@@ -123,8 +125,10 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         wanted = set(tables)
         if "kernels" in wanted:  # the view shows the launch columns kernel_rows may still lack
             wanted.add("kernel_launch")
-        if wanted & {"nvtx_ranges", "nvtx_kernels"}:  # the ranges' kernels come from the API calls
-            wanted |= {"nvtx_ranges", "nvtx_kernels", "cuda_api"}
+        # The ranges' kernels (nvtx_ranges.kernels & co.) only for what names them (schema.COMPUTED):
+        # working them out at 5M ranges costs more than copying the ranges. From the API calls.
+        if "nvtx_kernels" in wanted:
+            wanted |= {"nvtx_ranges", "cuda_api"}
         if "host_waits" in wanted:  # found with the steps, in one scan of the NVTX ranges
             wanted.add("steps")
         return [t for t in nsys.LOADERS if t in wanted]  # kernels and cuda_api before what derives from them

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from .. import host_activity
 from ..context import Context, steady_evidence, steady_scope
 from ..model import GPU_ACTIVITY, Finding, Threshold, rule
 from ..units import count, dur, pct, plural
@@ -67,12 +68,18 @@ _SHORT_GAPS_FIX = {
 }
 
 
+# What gap_host reads beyond the GPU timeline and the launch calls: the host detail, which the
+# rule can do without when it was left in an export that is gone (the message says so).
+_HOST_DETAIL = ("nvtx_ranges", "osrt_api", "cpu_samples", "cpu_ops")
+
+
 @rule(
     "gpu-idle",
     order=80,
     needs=(GPU_ACTIVITY,),
-    queries=("utilization", "gaps", "kernel_span", "gap_calls", "graph_launches"),
-    reads=("steps",),
+    queries=("utilization", "gaps", "kernel_span", "gap_host", "graph_launches"),
+    reads=("steps", "processes"),
+    optional_reads=_HOST_DETAIL,
     severities=("warning", "critical"),
     thresholds=(
         Threshold(
@@ -105,6 +112,13 @@ _SHORT_GAPS_FIX = {
             "count",
             "... unless they hold at least this many steady steps: a loop that repeats is judged however fast it is.",
         ),
+        Threshold(
+            "idle_host_lead_share",
+            0.25,
+            "fraction",
+            "A host activity of the launching thread (a sleep, a wait, a synchronising or MPI call, an NVTX "
+            "range, a profiler op) holding at least this share of the idle time leads the finding.",
+        ),
     ),
 )
 def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
@@ -119,7 +133,22 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     Reports without steps are judged over their whole span, less the idle time before each
     device's first kernel, and the finding says so.
 
-    Fix: depends on the dominant cause; the finding says which and what to change.
+    What the host did meanwhile (query `gap_host`): over all the idle time of the window, short
+    gaps between launches included (in a launch-bound loop that is where the time goes), the
+    thread that launched the work ending each gap is followed through its CUDA API, OS runtime and
+    MPI calls, NVTX ranges, PyTorch-profiler ops and Python frames and CPU samples. When one of
+    them holds at least `idle_host_lead_share` of the idle time it leads the title and the first
+    sentence, per step where the report has steps: "the host sleeps (clock_nanosleep) 2 ms of
+    each 2.7 ms step"; the step ranges and the ranges, ops and frames that enclose launches (a
+    `forward` range, the loop's Python frame) do not count, what runs inside the lead (a sleep in
+    a range, the deepest Python frame under an op, CPU samples) or around it is named. Otherwise
+    the finding lists the largest activities, the time no trace covers (host code: Python only
+    for a Python program) and the phase most of the idle time falls in. When NVTX ranges, OS
+    runtime calls or CPU samples were left in an export that has moved since ingest, the rule
+    judges without them and says which are missing.
+
+    Fix: depends on the lead activity and the dominant cause; the finding says which and what to
+    change.
 
     est_savings_ns: the steady-state idle time in gaps of the dominant cause (gaps >=
     idle_gap_min_ns), the most that removing that cause can give back; the largest device's value
@@ -170,10 +199,23 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         "idle_by_cause_ns": {str(k): int(v) for k, v in by_cause},
         **steady_evidence(window),
     }
+    # what the launching thread did in all the idle time of the window, short gaps included
+    host = host_activity.host_time(ctx.query("gap_host", rid, top_n=_HOST_TOP))
+    found = host_activity.lead(host, ctx["idle_host_lead_share"]) if host else None
+    step_ns = span / devices / steps if steps else 0.0
+    per_gpu_idle = idle / devices
+    gap_text = f"{count(len(steady))} gaps of at least {dur(ctx['idle_gap_min_ns'])} hold {dur(gap_total)}."
     message = (
-        f"{scope[0].upper()}{scope[1:]}, the GPU was idle {dur(idle)} of {dur(span)}{where} ({pct(share)}); "
-        f"{count(len(steady))} gaps of at least {dur(ctx['idle_gap_min_ns'])} hold {dur(gap_total)}."
+        f"{scope[0].upper()}{scope[1:]}, the GPU was idle {dur(idle)} of {dur(span)}{where} ({pct(share)})"
     )
+    if found and host:
+        describe = host_activity.describe(found, host, steps, step_ns, per_gpu_idle)
+        message += f": the thread that launches its work {describe}. {gap_text[0].upper()}{gap_text[1:]}"
+        ev["host_lead"] = _lead_evidence(found, host, steps)
+    else:
+        message += f"; {gap_text}"
+    if host:
+        ev.update(host_idle_ns=host.idle_ns, host_untraced_ns=host.untraced_ns)
     savings = None
     graphs = bool(ctx.query("graph_launches", rid))
     short = idle - gap_total >= 0.5 * idle  # most of the idle time lies in short gaps
@@ -212,8 +254,6 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
                     + (f", mostly {top[0][0]}" if top else "")
                     + "."
                 )
-        if cause == "late_launch":
-            message += _host_calls_in(ctx, rid, cause_gaps)
         recommendation = _CAUSE_FIX.get(cause, _CAUSE_FIX["unknown"]).format(detail=detail_name)
         if graphs:  # no advice to capture graphs to a program that does
             recommendation = recommendation.replace(
@@ -227,6 +267,19 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
                 f"{_SHORT_GAPS_FIX[graphs]} The longer gaps: {recommendation[0].lower()}{recommendation[1:]}"
             )
     message += short_text
+    if found:
+        recommendation = _with_lead(
+            found, ev.get("dominant_cause"), ev.get("dominant_detail"), recommendation
+        )
+    if host and not found:
+        message += host_activity.summary(host, _is_python(ctx, rid, gaps))
+    missing = ctx.unloaded(rid, _HOST_DETAIL)
+    if missing:
+        message += (
+            f" Host detail missing: {', '.join(missing)} stayed in {ctx.report_file(rid)} at ingest, and "
+            "that file has moved or changed since (`nsa ingest --replace --full FILE` brings it in)."
+        )
+        ev["host_detail_missing"] = missing
     if window is not None:
         message += f" Start-up before step {window.first_step} is not counted (see the startup rule)."
     elif startup_ns:
@@ -236,42 +289,63 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
             "--capture-range=cudaProfilerApi around the loop)."
         )
     title = f"GPU idle {pct(share)} of the {'steady state' if window is not None else 'run'}{where}"
-    if short:
+    if found:
+        lead_ns = found.act.in_gaps_ns / devices
+        title += (
+            f": the host {found.act.doing()} {host_activity.amount(lead_ns, steps, step_ns, per_gpu_idle)}"
+        )
+    elif short:
         title += ", mostly in short gaps between the host's launches"
     elif "dominant_cause" in ev:
         title += f", mostly {ev['dominant_cause'].replace('_', ' ')}"
     return [Finding("gpu-idle", severity, rid, title, message, recommendation, ev, savings)]
 
 
-# What the launching threads did during the largest late-launch gaps (query gap_calls).
-_HOST_GAPS = 20
+# gap_host rows per report, device and source: enough for the chain of Python frames under an op.
+_HOST_TOP = 100
 
 
-def _host_calls_in(ctx: Context, rid: int, gaps: Any) -> str:
-    """' In the N largest of these gaps the launching thread spent X in A, Y in B ...; the rest
-    outside CUDA calls.' ('' when no launching thread is known)."""
-    top = sorted((g for g in gaps if g.launch_global_tid is not None), key=lambda g: -g.gap_ns)[:_HOST_GAPS]
-    if not top:
-        return ""
-    calls = ctx.query(
-        "gap_calls",
+def _lead_evidence(found: host_activity.Lead, host: host_activity.HostTime, steps: int) -> dict[str, Any]:
+    a = found.act
+
+    def name(x: host_activity.Activity | None) -> str | None:
+        return None if x is None else x.name
+
+    return {
+        "source": a.source,
+        "name": a.name,
+        "in_gaps_ns": a.in_gaps_ns,
+        "idle_share": a.in_gaps_ns / host.idle_ns,
+        "per_step_ns": a.in_gaps_ns / host.devices / steps if steps else None,
+        "inner": name(found.inner),
+        "outer": name(found.outer),
+        "code": name(found.code),
+        "second": name(found.second),
+    }
+
+
+def _with_lead(found: host_activity.Lead, cause: str | None, detail: str | None, cause_fix: str) -> str:
+    """The lead's fix; then the gaps' dominant cause's, unless the lead is that cause (its wait or
+    call) or explains it (a late launch is the host busy in the lead)."""
+    lead_fix = host_activity.fix(found)
+    names = {name for _, name in found.related()} | ({found.second.name} if found.second else set())
+    if cause is None or cause == "late_launch" or detail in names:
+        return lead_fix
+    return f"{lead_fix} The gaps' dominant cause: {cause_fix[0].lower()}{cause_fix[1:]}"
+
+
+def _is_python(ctx: Context, rid: int, gaps: Any) -> bool:
+    """Is the program a Python one: a PyTorch-profiler trace, or a process named python* that
+    launched the work after the gaps."""
+    if any(r.format == "kineto" for r in ctx.reports() if r.report_id == rid):
+        return True
+    pids = {g.pid for g in gaps if g.pid is not None}
+    procs = ctx.sql(
+        "gpu_idle_processes",
+        "SELECT report_id, pid, name FROM processes WHERE $rid IS NULL OR report_id = $rid",
         rid,
-        thread_ids=[int(g.launch_global_tid) for g in top],
-        starts_ns=[int(g.gap_start_ns) for g in top],
-        ends_ns=[int(g.gap_end_ns) for g in top],
-        top_n=3,
     )
-    total = sum(int(g.gap_ns) for g in top)
-    parts = [f"{dur(r.in_gaps_ns)} in {r.name}" for r in calls if r.in_gaps_ns >= 0.05 * total]
-    which = f"the {len(top)} largest of these gaps" if len(gaps) > len(top) else "these gaps"
-    if not parts:
-        return f" In {which} ({dur(total)}) the launching thread was outside CUDA calls (host code: Python, data, I/O)."
-    rest = total - sum(int(r.in_gaps_ns) for r in calls)
-    return (
-        f" In {which} ({dur(total)}) the launching thread spent "
-        + ", ".join(parts)
-        + f"; {dur(max(0, rest))} outside CUDA calls."
-    )
+    return any(p.pid in pids and str(p.name or "").lower().startswith("python") for p in procs)
 
 
 def _has_cause(cause: Any, gap: Any) -> bool:

@@ -1,0 +1,397 @@
+-- What the host did while the GPU idled: per report, device and host activity, the time the
+-- thread that launched the work ending each idle gap spent in that activity inside the gap.
+-- The gaps are the window's idle intervals at least min_gap_ns long (default: every one, however
+-- short: the gaps between launches are where a launch-bound loop loses its time), the window
+-- being the steady state (gaps whose midpoint lies after the first steady step, as `gaps` places
+-- them) or, for reports without steps, everything after the device's first kernel. The
+-- launching thread is the thread of the CUDA API call with the activity's report_id, pid and
+-- correlation_id. Activities, by source:
+--   cuda    CUDA API calls (cuda_api);
+--   osrt    OS runtime calls (osrt_api: sleeps, waits, reads, writes, ioctl...);
+--   mpi     the blocking MPI calls of nsys' MPI trace (host_waits with source 'mpi');
+--   nvtx    NVTX ranges by base_name; a PyTorch-profiler trace's ranges are left out (they are
+--           its cpu_ops again);
+--   cpu_op  PyTorch-profiler ops and record_function ranges (cpu_ops cpu_op, user_annotation);
+--   python  PyTorch-profiler Python frames (cpu_ops python_function, `with_stack=True`);
+--   sample  CPU samples (cpu_samples), by function, each worth one sampling period: the 10th
+--           percentile of the intervals between a report's consecutive samples on one thread
+--           (a thread is sampled while it runs).
+-- The ranges that are the steps (table steps: `step N`, ProfilerStep#N) are left out.
+-- Each activity is clipped to the gaps of its own thread. in_gaps_ns merges the nested instances
+-- of one name (recursion), so it never counts a moment twice for a name, and leaves out the
+-- ranges, ops and frames that enclose two or more GPU launches (kernel, graph, copy or memset
+-- launch calls) of their thread: ProfilerStep#N, a `forward` range, the Python frame of the loop
+-- hold idle time only because they hold the whole step. Ranges, ops and frames nest, each source
+-- on its own (a Python frame may start inside an op and end after it); self_ns is the time the
+-- name was the innermost activity of its source, enclosing instances included, so within a
+-- source nothing counts twice and the self_ns of its names add up to at most attributed_ns (for
+-- samples: those in no traced activity). Across sources activities overlap (a sleep inside a
+-- range): parent_* name the NVTX range or profiler op open just before an instance starts (the
+-- innermost, another name), the one that holds most of its time. Linear: the gaps in one sorted
+-- pass, the clipping by ASOF joins against the running total of gap time per thread (a second
+-- only for activities that span a gap's start), the nesting by one sorted sweep per thread and
+-- source over the activities that overlap the gaps.
+-- reads cpu_ops, cpu_samples, cuda_api, graph_executions, host_waits, kernel_names, kernel_rows, memcpy, memset, nvtx_ranges, osrt_api, steps
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
+-- param top_n INTEGER = 20: keep the N names with the most in_gaps_ns and the N with the most self_ns per report, device and source; all when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id of the gaps.
+-- col source VARCHAR: cuda, osrt, mpi, nvtx, cpu_op, python or sample.
+-- col name VARCHAR: call, range, op or frame name (`file.py(line): function` for Python frames); the sampled function (else its address).
+-- col in_gaps_ns BIGINT: time the launching threads spent in it inside the gaps, instances enclosing two or more GPU launches left out (ns).
+-- col self_ns BIGINT: time inside the gaps when it was the innermost activity of its source, all instances; calls: in_gaps_ns; samples: those in no traced activity (ns).
+-- col instances BIGINT: its calls, ranges, frames or samples that overlap the gaps, enclosing ones included.
+-- col depth INTEGER: activities of its source enclosing its outermost instance in the gaps; 0 for none and for calls.
+-- col parent_source VARCHAR: nvtx or cpu_op: the source of the range or op around it that holds most of its time in the gaps; NULL when none.
+-- col parent_name VARCHAR: that activity's name.
+-- col parent_ns BIGINT: the part of in_gaps_ns spent inside that range or op (ns).
+-- col idle_ns BIGINT: the device's idle time in the window's gaps (ns).
+-- col attributed_ns BIGINT: the part of idle_ns whose launching thread is known (ns).
+-- col traced_ns BIGINT: the part of attributed_ns the launching thread spent in a traced activity (enclosing ones left out); the rest is host code no source traced (ns).
+-- col gaps BIGINT: the device's gaps in the window.
+WITH
+act AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns,
+           max(end_ns) OVER (
+               PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ) AS prev_end
+    FROM nsa_gpu_activity($report_id)
+),
+first_kernel AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, min(start_ns) AS first_ns
+    FROM kernel_rows
+    WHERE $report_id IS NULL OR report_id = $report_id
+    GROUP BY ALL
+),
+gap AS (
+    SELECT a.report_id, a.dev, a.pid, a.correlation_id, a.prev_end AS gap_start_ns, a.start_ns AS gap_end_ns
+    FROM act AS a
+    LEFT JOIN nsa_steady($report_id) AS s USING (report_id)
+    LEFT JOIN first_kernel AS f USING (report_id, dev)
+    WHERE a.start_ns - a.prev_end >= greatest($min_gap_ns, 1)
+        AND CASE
+            WHEN s.report_id IS NOT NULL THEN a.prev_end + (a.start_ns - a.prev_end) // 2 >= s.start_ns
+            ELSE a.start_ns > f.first_ns
+        END
+),
+totals AS (
+    SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns, count(*) AS gaps
+    FROM gap
+    GROUP BY ALL
+),
+-- the thread of the call that launched the work ending each gap
+launch AS (
+    SELECT g.report_id, g.dev, g.gap_start_ns, any_value(g.gap_end_ns) AS gap_end_ns,
+           arg_min(c.global_tid, c.start_ns) AS global_tid
+    FROM gap AS g
+    JOIN cuda_api AS c ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.global_tid IS NOT NULL
+    GROUP BY g.report_id, g.dev, g.gap_start_ns
+),
+-- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus
+-- the part of that gap before t
+cum AS (
+    SELECT report_id, dev, global_tid, gap_start_ns, gap_end_ns,
+           coalesce(sum(gap_end_ns - gap_start_ns) OVER w, 0) AS before_ns,
+           lead(gap_start_ns) OVER (PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns) AS next_start_ns
+    FROM launch
+    WINDOW w AS (
+        PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
+),
+attributed AS (
+    SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS attributed_ns FROM cum GROUP BY ALL
+),
+threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
+-- the activities of the launching threads, narrow for the sorts (names are joined back to the
+-- few that overlap the gaps): src 0 cuda, 1 osrt, 5 mpi (calls, flat), 2 nvtx, 3 cpu_op, 4 python
+-- (they nest); row = rowid
+host AS (
+    SELECT report_id, global_tid, start_ns, end_ns, 0 AS src, rowid AS row FROM cuda_api
+    WHERE $report_id IS NULL OR report_id = $report_id
+    UNION ALL
+    SELECT report_id, global_tid, start_ns, end_ns, 1 AS src, rowid AS row FROM osrt_api
+    WHERE $report_id IS NULL OR report_id = $report_id
+    UNION ALL
+    SELECT report_id, global_tid, start_ns, end_ns, 5 AS src, rowid AS row FROM host_waits
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND source = 'mpi'
+    UNION ALL
+    SELECT n.report_id, n.global_tid, n.start_ns, n.end_ns, 2 AS src, n.rowid AS row
+    FROM nvtx_ranges AS n
+    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
+        ON s.report_id = n.report_id AND s.series = n.global_tid AND s.start_ns = n.start_ns AND s.end_ns = n.end_ns
+    WHERE ($report_id IS NULL OR n.report_id = $report_id) AND n.end_ns IS NOT NULL
+        AND n.report_id NOT IN (SELECT DISTINCT report_id FROM cpu_ops)
+    UNION ALL
+    SELECT o.report_id, o.global_tid, o.start_ns, o.end_ns,
+           CASE WHEN o.category = 'python_function' THEN 4 ELSE 3 END AS src, o.rowid AS row
+    FROM cpu_ops AS o
+    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
+        ON s.report_id = o.report_id AND s.series = o.global_tid AND s.start_ns = o.start_ns AND s.end_ns = o.end_ns
+    WHERE $report_id IS NULL OR o.report_id = $report_id
+),
+-- G at each activity's start; at its end too when it ends before the next gap starts (most do)
+at_start AS (
+    SELECT h.report_id, t.dev, h.global_tid, h.src, h.row, h.start_ns, h.end_ns,
+           coalesce(a.before_ns + least(greatest(h.start_ns - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g_start,
+           CASE
+               WHEN a.gap_start_ns IS NOT NULL AND h.end_ns < coalesce(a.next_start_ns, 9223372036854775807)
+                   THEN a.before_ns + least(greatest(h.end_ns - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns)
+           END AS g_end_near
+    FROM host AS h
+    JOIN threads AS t USING (report_id, global_tid)
+    ASOF LEFT JOIN cum AS a
+        ON a.report_id = h.report_id AND a.dev = t.dev AND a.global_tid = h.global_tid AND h.start_ns >= a.gap_start_ns
+    WHERE h.end_ns >= h.start_ns
+),
+-- the rest (an activity that starts before the first gap or spans a gap's start): G at its end
+at_end AS (
+    SELECT x.report_id, x.dev, x.global_tid, x.src, x.row, x.start_ns, x.end_ns, x.g_start,
+           coalesce(b.before_ns + least(greatest(x.end_ns - b.gap_start_ns, 0), b.gap_end_ns - b.gap_start_ns), 0) AS g_end
+    FROM (SELECT * FROM at_start WHERE g_end_near IS NULL) AS x
+    ASOF LEFT JOIN cum AS b
+        ON b.report_id = x.report_id AND b.dev = x.dev AND b.global_tid = x.global_tid AND x.end_ns >= b.gap_start_ns
+),
+overlapping AS (
+    SELECT report_id, dev, global_tid, src, row, start_ns, end_ns, g_start, g_end_near AS g_end
+    FROM at_start
+    WHERE g_end_near > g_start
+    UNION ALL
+    SELECT * FROM at_end WHERE g_end > g_start
+),
+-- the launching threads' calls that put work on the GPU (kernel, graph, copy and memset
+-- launches), numbered in time per thread
+calls AS (
+    SELECT c.report_id, c.global_tid, c.start_ns,
+           row_number() OVER (PARTITION BY c.report_id, c.global_tid ORDER BY c.start_ns) AS n
+    FROM cuda_api AS c
+    SEMI JOIN (SELECT DISTINCT report_id, global_tid FROM threads) AS t
+        ON t.report_id = c.report_id AND t.global_tid = c.global_tid
+    WHERE ($report_id IS NULL OR c.report_id = $report_id)
+        AND (contains(c.name, 'Launch') OR contains(c.name, 'Memcpy') OR contains(c.name, 'Memset'))
+        AND NOT contains(c.name, 'HostFunc')
+),
+-- the names of the few activities that overlap the gaps
+named AS (
+    SELECT x.*, 'cuda' AS source, c.name FROM overlapping AS x JOIN cuda_api AS c ON c.rowid = x.row WHERE x.src = 0
+    UNION ALL
+    SELECT x.*, 'osrt' AS source, o.name FROM overlapping AS x JOIN osrt_api AS o ON o.rowid = x.row WHERE x.src = 1
+    UNION ALL
+    SELECT x.*, 'mpi' AS source, w.name FROM overlapping AS x JOIN host_waits AS w ON w.rowid = x.row WHERE x.src = 5
+    UNION ALL
+    SELECT x.*, 'nvtx' AS source, coalesce(n.base_name, n.name) AS name
+    FROM overlapping AS x JOIN nvtx_ranges AS n ON n.rowid = x.row WHERE x.src = 2
+    UNION ALL
+    SELECT x.*, CASE WHEN x.src = 4 THEN 'python' ELSE 'cpu_op' END AS source, p.name
+    FROM overlapping AS x JOIN cpu_ops AS p ON p.rowid = x.row WHERE x.src IN (3, 4)
+),
+-- whether a range, op or frame encloses two or more launches (calls never count as enclosing)
+inside AS (
+    SELECT x.*, x.src IN (2, 3, 4) AND coalesce(e.n, 0) - coalesce(s.n, 0) >= 2 AS encloses
+    FROM named AS x
+    ASOF LEFT JOIN calls AS e ON e.report_id = x.report_id AND e.global_tid = x.global_tid AND x.end_ns >= e.start_ns
+    ASOF LEFT JOIN calls AS s ON s.report_id = x.report_id AND s.global_tid = x.global_tid AND x.start_ns > s.start_ns
+),
+-- in_gaps_ns: the instances that enclose no launches, the nested instances of one name merged
+-- (from G at the latest end before an instance, where it overlaps that one)
+kept AS (
+    SELECT *,
+           max(end_ns) OVER w AS prev_end,
+           arg_max(g_end, end_ns) OVER w AS g_prev_end
+    FROM inside
+    WHERE src IN (2, 3, 4) AND NOT encloses
+    WINDOW w AS (
+        PARTITION BY report_id, dev, global_tid, src, name ORDER BY start_ns, end_ns DESC, row
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
+),
+merged AS (
+    SELECT report_id, dev, source, name,
+           sum(CASE
+               WHEN prev_end IS NULL OR start_ns >= prev_end THEN g_end - g_start
+               WHEN end_ns <= prev_end THEN 0
+               ELSE g_end - g_prev_end
+           END) AS in_gaps_ns
+    FROM kept
+    GROUP BY ALL
+),
+-- the nesting, per thread and source (the activities of one source nest properly; across sources
+-- they need not: a Python frame may start inside an op and end after it): one sweep over starts
+-- (+1) and ends (-1), ends before starts at the same time, outer starts before inner ones, inner
+-- ends before outer ones; calls (cuda, osrt, mpi) do not nest
+events AS (
+    SELECT report_id, dev, global_tid, src, source, name, start_ns AS t, 1 AS step, -end_ns AS tie, row AS key,
+           g_start AS g
+    FROM inside
+    WHERE src IN (2, 3, 4)
+    UNION ALL
+    SELECT report_id, dev, global_tid, src, source, name, end_ns AS t, -1 AS step, -start_ns AS tie, -row AS key,
+           g_end AS g
+    FROM inside
+    WHERE src IN (2, 3, 4)
+),
+sweep AS (
+    SELECT *,
+           sum(step) OVER w AS open_after,
+           row_number() OVER w AS seq,
+           lead(g) OVER w AS g_next
+    FROM events
+    WINDOW w AS (PARTITION BY report_id, dev, global_tid, src ORDER BY t, step, tie, key)
+),
+starts AS (
+    SELECT report_id, dev, global_tid, src, source, name, seq, open_after - 1 AS depth
+    FROM sweep
+    WHERE step = 1
+),
+-- after each event, the innermost open activity of the source: the latest to start at the depth
+-- still open (NULL when none is)
+innermost AS (
+    SELECT s.report_id, s.dev, s.global_tid, s.src, s.t, s.seq, s.g, s.g_next, o.source, o.name
+    FROM sweep AS s
+    ASOF LEFT JOIN starts AS o
+        ON o.report_id = s.report_id AND o.dev = s.dev AND o.global_tid = s.global_tid AND o.src = s.src
+        AND o.depth = s.open_after - 1 AND s.seq >= o.seq
+),
+self AS (
+    SELECT report_id, dev, source, name, sum(g_next - g) AS self_ns
+    FROM innermost
+    WHERE name IS NOT NULL AND g_next > g
+    GROUP BY ALL
+    UNION ALL
+    SELECT report_id, dev, source, name, sum(g_end - g_start) FROM inside WHERE src IN (0, 1, 5) GROUP BY ALL
+),
+shape AS (
+    SELECT report_id, dev, source, name, count(*) AS instances, min(depth) AS depth FROM starts GROUP BY ALL
+    UNION ALL
+    SELECT report_id, dev, source, name, count(*), 0 FROM inside WHERE src IN (0, 1, 5) GROUP BY ALL
+),
+-- the union of every source's activities (enclosing ones left out): the part of the gaps the
+-- thread spent in one of them
+cover_sweep AS (
+    SELECT report_id, dev, global_tid, t, g, step,
+           sum(step) OVER w AS open_after,
+           row_number() OVER w AS seq,
+           lead(g) OVER w AS g_next
+    FROM (
+        SELECT report_id, dev, global_tid, start_ns AS t, 1 AS step, g_start AS g FROM inside WHERE NOT encloses
+        UNION ALL
+        SELECT report_id, dev, global_tid, end_ns AS t, -1 AS step, g_end AS g FROM inside WHERE NOT encloses
+    )
+    WINDOW w AS (PARTITION BY report_id, dev, global_tid ORDER BY t, step DESC)
+),
+covered AS (
+    SELECT report_id, dev, sum(g_next - g) AS traced_ns
+    FROM cover_sweep
+    WHERE open_after > 0 AND g_next > g
+    GROUP BY ALL
+),
+-- the parent: the innermost NVTX range or profiler op open just before an activity starts (its own
+-- source's parent for a range or op), summed over the instances in in_gaps_ns
+named_open AS (
+    SELECT * FROM innermost
+    WHERE src IN (2, 3)
+    QUALIFY row_number() OVER (PARTITION BY report_id, dev, global_tid, t ORDER BY src DESC, seq DESC) = 1
+),
+parents AS (
+    SELECT k.report_id, k.dev, k.source, k.name, o.source AS parent_source, o.name AS parent_name,
+           sum(k.g_end - k.g_start) AS parent_ns
+    FROM (SELECT * FROM inside WHERE NOT encloses) AS k
+    ASOF JOIN named_open AS o
+        ON o.report_id = k.report_id AND o.dev = k.dev AND o.global_tid = k.global_tid AND k.start_ns > o.t
+    WHERE o.name IS NOT NULL AND (o.source <> k.source OR o.name <> k.name)
+    GROUP BY ALL
+),
+top_parent AS (
+    SELECT *
+    FROM parents
+    QUALIFY row_number() OVER (
+        PARTITION BY report_id, dev, source, name ORDER BY parent_ns DESC, parent_source, parent_name
+    ) = 1
+),
+-- CPU samples of the launching threads inside the gaps, per function (the innermost named frame,
+-- else the leaf address), each worth one sampling period: the 10th percentile of the intervals
+-- between a report's consecutive samples on one thread (a thread is sampled while it runs)
+period AS (
+    SELECT report_id, quantile_disc(d, 0.1) AS period_ns
+    FROM (
+        SELECT report_id, ts_ns - lag(ts_ns) OVER (PARTITION BY report_id, global_tid ORDER BY ts_ns) AS d
+        FROM cpu_samples
+        WHERE $report_id IS NULL OR report_id = $report_id
+    )
+    WHERE d > 0
+    GROUP BY ALL
+),
+sampled AS (
+    SELECT x.report_id, t.dev, x.global_tid, x.ts_ns, coalesce(x.function, x.leaf, '(no backtrace)') AS name
+    FROM cpu_samples AS x
+    JOIN threads AS t USING (report_id, global_tid)
+    ASOF JOIN cum AS c
+        ON c.report_id = x.report_id AND c.dev = t.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.gap_start_ns
+    WHERE ($report_id IS NULL OR x.report_id = $report_id) AND x.ts_ns < c.gap_end_ns
+),
+sample_parents AS (
+    SELECT x.report_id, x.dev, 'sample' AS source, x.name, o.source AS parent_source, o.name AS parent_name,
+           count(*) AS samples
+    FROM sampled AS x
+    ASOF JOIN named_open AS o
+        ON o.report_id = x.report_id AND o.dev = x.dev AND o.global_tid = x.global_tid AND x.ts_ns >= o.t
+    WHERE o.name IS NOT NULL
+    GROUP BY x.report_id, x.dev, x.name, o.source, o.name
+    QUALIFY row_number() OVER (
+        PARTITION BY x.report_id, x.dev, x.name ORDER BY count(*) DESC, o.source, o.name
+    ) = 1
+),
+sample_names AS (
+    SELECT x.report_id, x.dev, 'sample' AS source, x.name, count(*) * any_value(p.period_ns) AS in_gaps_ns,
+           count(*) FILTER (WHERE coalesce(c.open_after, 0) = 0) * any_value(p.period_ns) AS untraced_ns,
+           count(*) AS instances, any_value(p.period_ns) AS period_ns
+    FROM sampled AS x
+    JOIN period AS p USING (report_id)
+    ASOF LEFT JOIN (
+        SELECT * FROM cover_sweep
+        QUALIFY row_number() OVER (PARTITION BY report_id, dev, global_tid, t ORDER BY seq DESC) = 1
+    ) AS c
+        ON c.report_id = x.report_id AND c.dev = x.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.t
+    GROUP BY ALL
+),
+per_name AS (
+    SELECT sh.report_id, sh.dev, sh.source, sh.name,
+           CASE WHEN sh.source IN ('cuda', 'osrt', 'mpi') THEN f.self_ns ELSE coalesce(m.in_gaps_ns, 0) END AS in_gaps_ns,
+           coalesce(f.self_ns, 0) AS self_ns, sh.instances, sh.depth, tp.parent_source, tp.parent_name, tp.parent_ns
+    FROM shape AS sh
+    LEFT JOIN merged AS m USING (report_id, dev, source, name)
+    LEFT JOIN self AS f USING (report_id, dev, source, name)
+    LEFT JOIN top_parent AS tp USING (report_id, dev, source, name)
+    UNION ALL
+    SELECT n.report_id, n.dev, n.source, n.name, n.in_gaps_ns, n.untraced_ns, n.instances, 0, sp.parent_source,
+           sp.parent_name, sp.samples * n.period_ns
+    FROM sample_names AS n
+    LEFT JOIN sample_parents AS sp USING (report_id, dev, source, name)
+)
+SELECT
+    p.report_id,
+    CAST(nullif(p.dev, -1) AS INTEGER) AS device_id,
+    p.source,
+    p.name,
+    CAST(p.in_gaps_ns AS BIGINT) AS in_gaps_ns,
+    CAST(p.self_ns AS BIGINT) AS self_ns,
+    CAST(p.instances AS BIGINT) AS instances,
+    CAST(p.depth AS INTEGER) AS depth,
+    p.parent_source,
+    p.parent_name,
+    CAST(p.parent_ns AS BIGINT) AS parent_ns,
+    CAST(t.idle_ns AS BIGINT) AS idle_ns,
+    CAST(a.attributed_ns AS BIGINT) AS attributed_ns,
+    CAST(coalesce(c.traced_ns, 0) AS BIGINT) AS traced_ns,
+    CAST(t.gaps AS BIGINT) AS gaps
+FROM per_name AS p
+JOIN totals AS t USING (report_id, dev)
+JOIN attributed AS a USING (report_id, dev)
+LEFT JOIN covered AS c USING (report_id, dev)
+QUALIFY $top_n IS NULL
+    OR row_number() OVER (PARTITION BY p.report_id, p.dev, p.source ORDER BY p.in_gaps_ns DESC, p.name) <= $top_n
+    OR row_number() OVER (PARTITION BY p.report_id, p.dev, p.source ORDER BY p.self_ns DESC, p.name) <= $top_n
+ORDER BY p.report_id, p.dev, p.source, p.in_gaps_ns DESC, p.self_ns DESC, p.name
