@@ -89,12 +89,12 @@ def test_utilization_matches_interval_arithmetic(workspace, seed: int) -> None:
         def union(*tables: str, mine=mine) -> int:
             return union_within([(s, e) for t, _, s, e in mine if t in tables])
 
-        kernel, copy = union("kernels", "graph_executions"), union("memcpy")
-        kc = union("kernels", "graph_executions", "memcpy")
+        # memsets are memory operations: copy busy is the union of memcpys and memsets
+        kernel, copy = union("kernels", "graph_executions"), union("memcpy", "memset")
         busy = union("kernels", "memcpy", "memset", "graph_executions")
         span = max(e for *_, e in mine) - min(s for _, _, s, _ in mine)
         expected.append(
-            (1, dev, "run", span, kernel, copy, busy, span - busy, kc - kernel, union("graph_executions"))
+            (1, dev, "run", span, kernel, copy, busy, span - busy, busy - kernel, union("graph_executions"))
         )
     assert _rows(workspace, "utilization") == expected
 
@@ -180,8 +180,9 @@ def test_utilization_h2d_heavy(nsys_real_workspace) -> None:
         pinned_h2d = q("CUPTI_ACTIVITY_KIND_MEMCPY", "AND copyKind = 1 AND srcKind = 1")
         everything = kern + cp + ms
         span = max(e for _, e in everything) - min(s for s, _ in everything)
-        k_busy, c_busy, any_busy = _length(_merge(kern)), _length(_merge(cp)), _length(_merge(everything))
-        copy_only = _length(_merge(kern + cp)) - k_busy
+        # memsets are memory operations: copy busy is the union of memcpys and memsets
+        k_busy, any_busy = _length(_merge(kern)), _length(_merge(everything))
+        c_busy, copy_only = _length(_merge(cp + ms)), any_busy - k_busy
         assert rows[dev][2:] == ("run", span, k_busy, c_busy, any_busy, span - any_busy, copy_only, 0)
         h2d = _length(_merge(pinned_h2d))
         assert copies[dev][8] == h2d

@@ -204,16 +204,13 @@ def utilization_section(run: list[dict[str, Any]], phases: list[dict[str, Any]])
     rows = run + phases
     if not rows:
         return section("utilization", "Utilization", None, "No GPU activity in this report.")
+    # busy = kernels + copies only (memcpys and memsets while no kernel ran): the bars add up to the span
     items = [
-        (
-            f"GPU {r['device_id']} · {r['phase']}",
-            [r["kernel_busy_ns"], r["copy_only_ns"], r["any_busy_ns"] - r["kernel_busy_ns"] - r["copy_only_ns"],
-             r["idle_ns"]],
-        )
+        (f"GPU {r['device_id']} · {r['phase']}", [r["kernel_busy_ns"], r["copy_only_ns"], r["idle_ns"]])
         for r in rows
-    ]  # fmt: skip
-    chart = svg.hbars(items, ["kernels", "copies only", "other busy", "idle"], "utilization",
-                      colors=("#4e79a7", "#f28e2b", "#b07aa1", "#dddddd"))  # fmt: skip
+    ]
+    chart = svg.hbars(items, ["kernels", "copies only", "idle"], "utilization",
+                      colors=("#4e79a7", "#f28e2b", "#dddddd"))  # fmt: skip
     cols: list[Col] = [("device_id", "GPU", fmt_text), ("phase", "phase", fmt_text), ("span_ns", "span", fmt_ns),
                        ("kernel_busy_ns", "kernel busy", fmt_ns), ("copy_busy_ns", "copy busy", fmt_ns),
                        ("copy_only_ns", "copy only", fmt_ns), ("idle_ns", "idle", fmt_ns)]  # fmt: skip

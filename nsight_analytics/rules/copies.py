@@ -80,3 +80,17 @@ def pinning_savings(copies: Iterable[Any]) -> tuple[dict[int, int], dict[str, fl
         saved = max(0.0, r.total_ns - r.bytes / gbps)
         per_device[r.device_id] = per_device.get(r.device_id, 0) + int(saved)
     return per_device, rates
+
+
+def direction_savings(rows: Iterable[Any]) -> dict[int, int]:
+    """Per device (copy_directions rows): what running HtoD and DtoH side by side would save.
+
+    At most the smaller direction's busy time less the time the two directions already ran
+    together (the most that can still be hidden), and no more than the time the copies were held
+    back by stream order alone (serialised_ns): copies that depend on each other, or that the
+    host issued late, gain nothing from a second stream."""
+    out: dict[int, int] = {}
+    for r in rows:
+        room = min(r.htod_busy_ns, r.dtoh_busy_ns) - r.both_busy_ns
+        out[r.device_id] = int(max(0, min(r.serialised_ns, room)))
+    return out

@@ -1,11 +1,14 @@
 -- GPU busy and idle time per report and device, from interval unions (overlapping work, e.g.
 -- concurrent streams, is counted once). span_ns runs from the first start to the last end of
 -- any kernel, memcpy, memset or CUDA graph execution on the device; any_busy_ns is the union of
--- all of them (memsets count as busy); idle_ns = span_ns - any_busy_ns; copy_only_ns is memcpy
--- time during which no kernel ran (union of kernels and copies minus the kernel union), i.e.
--- copies not hidden behind compute. A graph execution traced as one row counts as kernel time
--- (graph_busy_ns says how much of it there was). Computed in one sorted pass per device
--- (running max of earlier ends).
+-- all of them; idle_ns = span_ns - any_busy_ns. GPU work is kernels (a graph execution traced as
+-- one row counts as kernel time; graph_busy_ns says how much of it there was) or memory
+-- operations: memcpys and memsets, as nsys' own GPU MemOps summary groups them (a memset is a
+-- fill that the driver runs on a copy engine or as an internal kernel, depending on its size; it
+-- is traced as a memset either way). copy_busy_ns is the union of the memory operations and
+-- copy_only_ns the part of it during which no kernel ran (any_busy_ns - kernel_busy_ns), i.e.
+-- copies not hidden behind compute; so any_busy_ns = kernel_busy_ns + copy_only_ns. Computed in
+-- one sorted pass per device (running max of earlier ends).
 -- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
 -- first steady step (nsa_steady) to its last GPU activity: activities are clipped to that window
 -- and span_ns is its length; with 'startup', over the time before it. Reports without steps keep
@@ -18,10 +21,10 @@
 -- col phase VARCHAR: the part of the report measured: 'run' (whole span), 'steady' or 'startup'.
 -- col span_ns BIGINT: first start to last end of GPU activity on the device, or the window's length (ns).
 -- col kernel_busy_ns BIGINT: time at least one kernel or CUDA graph execution ran (ns).
--- col copy_busy_ns BIGINT: time at least one memcpy ran (ns).
+-- col copy_busy_ns BIGINT: time at least one memcpy or memset ran (ns).
 -- col any_busy_ns BIGINT: time any kernel, memcpy, memset or graph execution ran (ns).
 -- col idle_ns BIGINT: span_ns - any_busy_ns: nothing ran (ns).
--- col copy_only_ns BIGINT: a memcpy ran and no kernel did (ns).
+-- col copy_only_ns BIGINT: a memcpy or memset ran and no kernel did: any_busy_ns - kernel_busy_ns (ns).
 -- col graph_busy_ns BIGINT: time at least one CUDA graph execution (traced as one row) ran (ns).
 WITH win AS (
     SELECT
@@ -51,16 +54,13 @@ a AS (
         we,
         windowed,
         CASE WHEN kind IN ('kernel', 'graph') THEN end_ns END AS k_end,
-        CASE WHEN kind = 'memcpy' THEN end_ns END AS c_end,
-        CASE WHEN kind = 'graph' THEN end_ns END AS g_end,
-        CASE WHEN kind <> 'memset' THEN end_ns END AS kc_end
+        CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END AS c_end,
+        CASE WHEN kind = 'graph' THEN end_ns END AS g_end
     FROM x
     WHERE end_ns >= start_ns
 ),
--- Three running maxima, not four: the latest earlier end among kernels and copies is the larger
--- of the two (greatest skips NULLs). Rows are ordered by start only: rows starting together add
--- max(their ends) - start to a union in any order, and a sort on one key is cheaper (1.31M rows:
--- 0.26 s -> 0.20 s on 2 cores).
+-- Rows are ordered by start only: rows starting together add max(their ends) - start to a union
+-- in any order, and a sort on one key is cheaper (1.31M rows: 0.26 s -> 0.20 s on 2 cores).
 w AS (
     SELECT
         *,
@@ -83,8 +83,6 @@ d AS (
         coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE k_end IS NOT NULL), 0) AS kernel_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE c_end IS NOT NULL), 0) AS copy_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, g_prev)) FILTER (WHERE g_end IS NOT NULL), 0) AS graph_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, greatest(k_prev, c_prev))) FILTER (WHERE kc_end IS NOT NULL), 0)
-            AS kc_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, all_prev)), 0) AS any_busy_ns
     FROM w
     GROUP BY ALL
@@ -98,7 +96,7 @@ SELECT
     CAST(copy_busy_ns AS BIGINT) AS copy_busy_ns,
     CAST(any_busy_ns AS BIGINT) AS any_busy_ns,
     CAST(span_ns - any_busy_ns AS BIGINT) AS idle_ns,
-    CAST(kc_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns,
+    CAST(any_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns,
     CAST(graph_busy_ns AS BIGINT) AS graph_busy_ns
 FROM d
 ORDER BY report_id, device_id

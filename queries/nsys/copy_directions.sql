@@ -1,0 +1,185 @@
+-- Host<->device copies per report and device by direction: how long HtoD and DtoH copies ran,
+-- how long the two directions ran at the same time, and how much of the copy time was
+-- serialised by stream order alone. A GPU copies each direction on its own copy engine (nsys'
+-- TARGET_INFO_GPU.asyncEngines: 2 or more on every data-center GPU), so an upload and a download
+-- can run side by side, but only when they are on different streams.
+-- serialised_ns is the union of the intervals in which a copy ran while the next activity on its
+-- stream (same report, device, process and stream) was a copy the other way that had already been
+-- issued: its launch call (the cuda_api row with the same report_id, pid and correlation_id) had
+-- returned. That copy waited only for the stream's order; on a stream of its own it could have
+-- run alongside. Any other GPU work in between (kernel, memset, graph, DtoD copy) breaks the pair:
+-- in upload, compute, download the download waits for the compute, not only for the stream. A
+-- copy issued after the one before it ended (a synchronous cudaMemcpy, a host that blocks on
+-- pageable memory) or without a launch call is not serialised. Busy times are unions (overlaps
+-- counted once), in one sorted pass per device (running max of earlier ends).
+-- With phase 'steady' ('startup'), reports that have steps (table `steps`) count only the copies
+-- starting at or after (before) their first steady step (nsa_steady), as memcpy_summary does, and
+-- the serialised time of those copies; reports without steps keep all their copies (column phase
+-- says 'run').
+-- reads cuda_api, graph_executions, kernel_rows, memcpy, memset, steps
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id.
+-- col phase VARCHAR: the part of the report measured: 'run' (whole span), 'steady' or 'startup'.
+-- col htod_busy_ns BIGINT: time at least one HtoD copy ran (ns).
+-- col dtoh_busy_ns BIGINT: time at least one DtoH copy ran (ns).
+-- col both_busy_ns BIGINT: time an HtoD and a DtoH copy ran at the same time (ns).
+-- col serialised_ns BIGINT: time a copy ran while the next copy on its stream, in the other direction, was already issued (ns).
+-- col htod_copies BIGINT: HtoD copies.
+-- col dtoh_copies BIGINT: DtoH copies.
+-- col copy_streams BIGINT: streams (process, stream id) that ran HtoD or DtoH copies.
+-- col shared_streams BIGINT: streams that ran copies of both directions.
+-- col stream_id BIGINT: the stream with the most serialised time (NULL when none).
+WITH win AS (
+    SELECT report_id, start_ns AS steady_ns FROM nsa_steady($report_id) WHERE $phase IN ('steady', 'startup')
+),
+c AS (
+    SELECT
+        m.report_id, m.device_id, m.pid, m.stream_id, m.correlation_id, m.direction, m.start_ns, m.end_ns,
+        w.report_id IS NOT NULL AS windowed,
+        w.steady_ns IS NULL OR (m.start_ns >= w.steady_ns) = ($phase = 'steady') AS in_win
+    FROM memcpy AS m
+    LEFT JOIN win AS w USING (report_id)
+    WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.direction IN ('HtoD', 'DtoH')
+        AND m.start_ns IS NOT NULL AND m.end_ns >= m.start_ns
+),
+-- when each copy's launch call returned: a hash table of the copies, not of the calls
+issued AS (
+    SELECT a.report_id, a.pid, a.correlation_id, min(a.end_ns) AS issued_ns
+    FROM cuda_api AS a
+    SEMI JOIN c ON c.report_id = a.report_id AND c.pid = a.pid AND c.correlation_id = a.correlation_id
+    WHERE ($report_id IS NULL OR a.report_id = $report_id)
+    GROUP BY ALL
+),
+-- the other GPU work on the streams that copy (it breaks a pair), found with a hash table of the
+-- copies' streams
+streams_used AS (SELECT DISTINCT report_id, device_id, pid, stream_id FROM c),
+other AS (
+    SELECT o.report_id, o.device_id, o.pid, o.stream_id, o.start_ns, o.end_ns
+    FROM (
+        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM kernel_rows
+        WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM memset
+        WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM graph_executions
+        WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM memcpy
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND coalesce(direction, '') NOT IN ('HtoD', 'DtoH')
+    ) AS o
+    SEMI JOIN streams_used AS u
+        ON u.report_id = o.report_id AND u.device_id = o.device_id AND u.pid = o.pid AND u.stream_id = o.stream_id
+    WHERE o.start_ns IS NOT NULL AND o.end_ns >= o.start_ns
+),
+-- each copy with the activity before it on its stream, all of them in order (the first copy of
+-- the window may have waited for one before it)
+seq AS (
+    SELECT
+        *,
+        lag(direction) OVER s AS prev_dir,
+        lag(start_ns) OVER s AS prev_start,
+        lag(end_ns) OVER s AS prev_end,
+        lag(in_win) OVER s AS prev_in
+    FROM (
+        SELECT c.report_id, c.device_id, c.pid, c.stream_id, c.direction, c.start_ns, c.end_ns, c.in_win, i.issued_ns
+        FROM c
+        LEFT JOIN issued AS i USING (report_id, pid, correlation_id)
+        UNION ALL
+        SELECT report_id, device_id, pid, stream_id, NULL, start_ns, end_ns, false, NULL
+        FROM other
+    )
+    WINDOW s AS (PARTITION BY report_id, device_id, pid, stream_id ORDER BY start_ns, end_ns)
+),
+-- the earlier copy (one of the window's) ran while the later one, going the other way, was
+-- issued and waiting
+ser AS (
+    SELECT report_id, device_id, pid, stream_id, lo, hi
+    FROM (
+        SELECT *, greatest(prev_start, issued_ns) AS lo, least(prev_end, start_ns) AS hi
+        FROM seq
+        WHERE prev_dir <> direction AND prev_in AND issued_ns IS NOT NULL
+    )
+    WHERE hi > lo
+),
+ser_dev AS (
+    SELECT
+        report_id,
+        device_id,
+        sum(nsa_union_ns(hi, lo, prev_hi)) AS serialised_ns
+    FROM (
+        SELECT *, max(hi) OVER (
+            PARTITION BY report_id, device_id ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS prev_hi
+        FROM ser
+    )
+    GROUP BY ALL
+),
+ser_top AS (
+    -- copies on one stream never overlap, so a plain sum is that stream's serialised time
+    SELECT report_id, device_id, arg_max(stream_id, ns) AS stream_id
+    FROM (SELECT report_id, device_id, pid, stream_id, sum(hi - lo) AS ns FROM ser GROUP BY ALL)
+    GROUP BY ALL
+),
+a AS (
+    SELECT
+        report_id, device_id, pid, stream_id, direction, windowed, start_ns, end_ns,
+        CASE WHEN direction = 'HtoD' THEN end_ns END AS h_end,
+        CASE WHEN direction = 'DtoH' THEN end_ns END AS d_end
+    FROM c
+    WHERE in_win
+),
+w AS (
+    SELECT
+        *,
+        max(h_end) OVER prev AS h_prev,
+        max(d_end) OVER prev AS d_prev,
+        max(end_ns) OVER prev AS all_prev
+    FROM a
+    WINDOW prev AS (
+        PARTITION BY report_id, device_id ORDER BY start_ns
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
+),
+d AS (
+    SELECT
+        report_id,
+        device_id,
+        any_value(windowed) AS windowed,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, h_prev)) FILTER (WHERE h_end IS NOT NULL), 0) AS htod_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, d_prev)) FILTER (WHERE d_end IS NOT NULL), 0) AS dtoh_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, all_prev)), 0) AS any_busy_ns,
+        count(*) FILTER (WHERE direction = 'HtoD') AS htod_copies,
+        count(*) FILTER (WHERE direction = 'DtoH') AS dtoh_copies
+    FROM w
+    GROUP BY ALL
+),
+streams AS (
+    SELECT
+        report_id,
+        device_id,
+        count(*) AS copy_streams,
+        count(*) FILTER (WHERE directions = 2) AS shared_streams
+    FROM (SELECT report_id, device_id, pid, stream_id, count(DISTINCT direction) AS directions FROM a GROUP BY ALL)
+    GROUP BY ALL
+)
+SELECT
+    d.report_id,
+    d.device_id,
+    CASE WHEN d.windowed THEN $phase ELSE 'run' END AS phase,
+    CAST(d.htod_busy_ns AS BIGINT) AS htod_busy_ns,
+    CAST(d.dtoh_busy_ns AS BIGINT) AS dtoh_busy_ns,
+    CAST(d.htod_busy_ns + d.dtoh_busy_ns - d.any_busy_ns AS BIGINT) AS both_busy_ns,
+    CAST(coalesce(s.serialised_ns, 0) AS BIGINT) AS serialised_ns,
+    CAST(d.htod_copies AS BIGINT) AS htod_copies,
+    CAST(d.dtoh_copies AS BIGINT) AS dtoh_copies,
+    CAST(st.copy_streams AS BIGINT) AS copy_streams,
+    CAST(st.shared_streams AS BIGINT) AS shared_streams,
+    CAST(t.stream_id AS BIGINT) AS stream_id
+FROM d
+LEFT JOIN ser_dev AS s ON s.report_id = d.report_id AND s.device_id IS NOT DISTINCT FROM d.device_id
+LEFT JOIN ser_top AS t ON t.report_id = d.report_id AND t.device_id IS NOT DISTINCT FROM d.device_id
+LEFT JOIN streams AS st ON st.report_id = d.report_id AND st.device_id IS NOT DISTINCT FROM d.device_id
+ORDER BY d.report_id, d.device_id
