@@ -1,6 +1,6 @@
 """`nsa diff`: verdicts on real before/after pairs, the attribution adding up, the CI gate's exit
-codes both ways, baselines, the JSON round trip, and the 'not comparable' cases on fixtures built
-by code. Expected step times are computed here with plain SQL on the SQLite exports (sqlite3)
+codes both ways, baselines, the JSON round trip, and the 'not comparable' and 'inconclusive' cases
+on fixtures built by code. Expected step times are computed here with plain SQL on the SQLite exports (sqlite3)
 or from the rows a fixture wrote, never taken from nsa's output."""
 
 from __future__ import annotations
@@ -391,6 +391,69 @@ def test_h100x2_change_is_a_regression(tmp_path) -> None:
     con.close()
 
 
+def test_graph_loop_steps_are_host_ranges(tmp_path) -> None:
+    """Steps from a replayed CUDA graph (no NVTX: launch call to launch call) are host ranges like
+    NVTX steps: the step time runs from the GPU start of one replay to the next, and the parts add
+    up to it, the host's 2 ms sleep per step as GPU idle time."""
+    path = DATA / "busy" / "nsys" / "h100_nsys2025.3_graph_loop_sleep.sqlite.gz"
+    if not path.exists():
+        pytest.skip(f"capture not available: {path} (fixtures/captures/capture_busy.sh makes it)")
+    con = nsa.connect(tmp_path / "g.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    d = nsa.diff(con, rid, rid, with_findings=False)
+    if d.a.steps_source != "graphs":  # pragma: no cover - graph steps are another module's
+        pytest.skip(f"steps found from {d.a.steps_source}, not from the graph launches")
+    db = sqlite3.connect(unpacked(path, tmp_path))
+    starts = [r[0] for r in db.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE ORDER BY start")]
+    db.close()
+    replays = [b - a for a, b in itertools.pairwise(starts)][1:]  # the first step is warm-up
+    assert d.verdict == "no significant change", d.reason
+    assert len(d.a.step_ns) == len(starts) - 1
+    assert d.a.median_step_ns == pytest.approx(statistics.median(replays), rel=0.005)
+    kinds = {p.name: p.a_ns for p in d.attribution.by_cause}
+    assert kinds["GPU idle (waiting for work)"] > 0.8 * d.a.mean_step_ns
+    assert sum(kinds.values()) == pytest.approx(d.a.mean_step_ns, rel=1e-9)
+    assert_adds_up(d)
+    con.close()
+
+
+def test_precision_change_is_the_same_program(tmp_path) -> None:
+    """FP32 -> bf16 autocast (busy_train.py): every GEMM, attention and elementwise kernel changes
+    its name and casts are added, so few names match (plain SQL below), yet it is the same program
+    with other kernels, not a different one: compared, with a note."""
+    folder = DATA / "busy" / "nsys"
+    fp32, bf16 = (
+        folder / "h100_nsys2025.3_busy_train_fp32.sqlite.gz",
+        folder / "h100_nsys2025.3_busy_train_bf16.sqlite.gz",
+    )
+    for path in (fp32, bf16):
+        if not path.exists():
+            pytest.skip(f"capture not available: {path} (fixtures/captures/capture_busy.sh makes it)")
+    shares = []
+    for path in (fp32, bf16):
+        db = sqlite3.connect(unpacked(path, tmp_path))
+        rows = db.execute(
+            """SELECT s.value, sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+               JOIN StringIds s ON s.id = k.demangledName GROUP BY 1"""
+        ).fetchall()
+        db.close()
+        total = sum(t for _, t in rows)
+        shares.append({name: t / total for name, t in rows})
+    overlap = sum(min(v, shares[1].get(k, 0.0)) for k, v in shares[0].items())
+    assert overlap < 0.3  # under the name test's bar
+    con = nsa.connect(tmp_path / "p.duckdb")
+    d = nsa.diff(con, str(fp32), str(bf16), with_findings=False)
+    program = next(c for c in d.checks if c.name == "program")
+    assert program.ok and program.warning, program.detail
+    assert "the same program with other kernels" in program.detail
+    before = periods(nvtx_step_starts(unpacked(fp32, tmp_path)))
+    after = periods(nvtx_step_starts(unpacked(bf16, tmp_path)))
+    assert d.a.median_step_ns == pytest.approx(statistics.median(before), rel=0.005)
+    assert d.b.median_step_ns == pytest.approx(statistics.median(after), rel=0.005)
+    assert d.verdict == "improvement", d.reason
+    con.close()
+
+
 def test_kernel_names_meet_across_nsys_and_kineto(con, train) -> None:
     """The same program under nsys and under the PyTorch profiler: every kernel name of one
     finds its spelling in the other."""
@@ -523,13 +586,25 @@ def test_a_real_but_small_shift_is_under_the_noise_floor(loops) -> None:
     assert nsa.api.diff_gate(strict, 0.2).failed and not nsa.api.diff_gate(strict, 1).failed
 
 
-def test_too_few_steps_is_not_comparable(loops) -> None:
+def test_too_few_steps_is_inconclusive(loops) -> None:
+    """3 steps a side: no result can reach 95% confidence (the least p-value is 2/20). The sides
+    compare, the test cannot decide: inconclusive, with the change and the steps that would tell
+    (every step of B beats every step of A: P(B > A) = 0, and Noether's sample size is
+    (z.975 + z.8)^2 / (3 * 0.5^2) = 10.5 steps in all, 6 a side)."""
     con, make = loops
-    a, _ = make("a", 3)
-    b, _ = make("b", 3, fused=True)
+    a, ans_a = make("a", 3)
+    b, ans_b = make("b", 3, fused=True)
     d = nsa.diff(con, a, b, with_findings=False)
-    assert d.verdict == "not comparable"
-    assert d.reason.startswith("too few steps: with 3 and 3 steady steps no result can reach 95% confidence")
+    assert d.verdict == "inconclusive", d.reason
+    assert d.comparable and d.step_change.ci_ns is None
+    assert d.step_change.estimate_ns == pytest.approx(ans_b["step_ns"] - ans_a["step_ns"], rel=0.01)
+    assert "with 3 and 3 steady steps no result can reach 95% confidence" in d.reason
+    assert d.step_change.superiority == 0 and d.step_change.steps_needed == 6
+    assert d.reason.endswith("capture about 6 steady steps a side.")
+    note = next(c for c in d.checks if c.name == "steps" and c.warning)
+    assert note.ok and note.warning and note.detail.startswith("too few steps")
+    assert not nsa.api.diff_gate(d, 5).failed  # no regression shown
+    assert nsa.api.diff_gate(d, 5, fail_inconclusive=True).failed  # nor ruled out
 
 
 def test_different_gpu_is_not_comparable(loops) -> None:

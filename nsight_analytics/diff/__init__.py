@@ -6,7 +6,9 @@
     d.attribution.by_phase              # where the mean step time change came from
 
 `timeline` finds each report's GPU-side step times and splits the steps' GPU time by phase and
-kind; `stats` is the Mann-Whitney / Hodges-Lehmann statistic; `compare` runs the checks, the
+kind; `host` splits each step's host time by the step thread's ops (PyTorch profiler traces), with
+the GPU idle time under them; `stats` is the Mann-Whitney / Hodges-Lehmann statistic (and how many
+steps would resolve a change); `verdict` words the verdict; `compare` runs the checks, the
 verdict and the attribution; `runs` compares two runs (`compare_runs`: one world size rank by
 rank, two as a scaling); `findings` pairs the rules' findings of the two sides; `baselines`
 stores named baselines in the workspace. The facade (`api.diff`) loads the tables `READS` names
@@ -32,6 +34,7 @@ READS = frozenset(
         "memset",
         "graph_executions",
         "cuda_api",
+        "cpu_ops",
         "nvtx_ranges",
         "gpus",
         "memory_events",

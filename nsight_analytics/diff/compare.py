@@ -5,7 +5,9 @@ enough steady steps that noise cannot pass for a change. The checks say plainly 
 those fails ('not comparable'); otherwise the step-time shift and its confidence interval
 (`stats.shift`) decide, and a shift inside the noise floor is 'no significant change' even
 when the interval excludes zero (two runs of one program on one GPU differ by about a
-percent: clocks, temperature, neighbours).
+percent: clocks, temperature, neighbours); an interval that holds zero and changes beyond
+the floor is 'inconclusive' (`verdict` words it: the size of the change, the spread, and how
+many steps would tell).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Any
 import duckdb
 
 from .. import params, queries
-from ..rules.units import dur, plural
+from ..rules.units import plural
 from . import stats
 from .findings import finding_changes, side_findings
-from .model import Attribution, Check, Diff, KernelChange, Metric, Part, Side, StepChange
+from .host import attribute_host_ops, host_steps
+from .host import merge as merge_host
+from .model import Attribution, Check, Diff, KernelChange, Metric, Part, Side
 from .timeline import Charges, Timeline, align_mean, align_numbers, gpu_steps
+from .verdict import outlier_note, signed, step_change, too_few, verdict
 
 CONFIDENCE = 0.95
 # A step-time change smaller than this share of A's median step is noise, whatever its CI.
@@ -30,9 +35,15 @@ NOISE_FLOOR = 0.02
 # Programs whose kernel-time mixes overlap less than this (sum over kernels of the smaller of
 # the two shares) are not the same program.
 MIN_PROGRAM_OVERLAP = 0.3
+# Kernels both sides run per step about as often as each other (within this factor), by kind
+# (`nsa_kernel_class`: GEMM, attention, elementwise...), holding at least MIN_CLASS_MATCH of
+# each side's kernel time: the same program with other kernels (bf16 autocast renames every
+# GEMM and adds casts), though few kernel names match.
+CLASS_COUNT_FACTOR = 2.0
+MIN_CLASS_MATCH = 0.7
 # Share of the step time in NVTX phases only one side names above which the diff warns.
 MAX_UNLIKE_PHASES = 0.1
-# Attribution lines listed by phase; the rest is the remainder.
+# Attribution lines listed by phase (and host ops); the rest is the remainder.
 TOP_PHASES = 8
 
 CAUSE_NAMES = {
@@ -79,13 +90,19 @@ def compare(
     checks = _checks(con, side_a, side_b, ch_a, ch_b)
     change = None
     if side_a.step_ns and side_b.step_ns:
-        change = _step_change(stats.shift(side_a.step_ns, side_b.step_ns, confidence), side_a)
+        shift = stats.shift(side_a.step_ns, side_b.step_ns, confidence)
+        change = step_change(shift, side_a, side_b, noise_floor)
         if change.ci_ns is None:
-            checks.append(_too_few(side_a, side_b, stats.shift(side_a.step_ns, side_b.step_ns, confidence)))
-    verdict, reason = _verdict(checks, change, side_a, side_b, noise_floor)
-    result = Diff(side_a, side_b, checks, verdict, reason, noise_floor, change)
+            checks.append(too_few(side_a, side_b, shift))
+    verdict_, reason = verdict(checks, change, side_a, side_b, noise_floor)
+    result = Diff(side_a, side_b, checks, verdict_, reason, noise_floor, change)
     if side_a.step_ns and side_b.step_ns:
         result.attribution = _attribution(ch_a, ch_b)
+        host_a = merge_host([host_steps(con, rid) for rid in a])
+        host_b = merge_host([host_steps(con, rid) for rid in b])
+        if host_a and host_b:
+            attribute_host_ops(result.attribution, host_a, host_b, TOP_PHASES)
+        result.attribution.summary += outlier_note(side_a, side_b, noise_floor, bool(host_a and host_b))
     result.kernels = _kernels(ch_a, ch_b)
     result.metrics = _metrics(side_a, side_b, ch_a, ch_b)
     if with_findings:
@@ -224,20 +241,74 @@ def _checks(con: duckdb.DuckDBPyConnection, a: Side, b: Side, ch_a: Charges, ch_
     if sa and sb:
         overlap = sum(min(v, sb.get(k, 0.0)) for k, v in sa.items())
         same = overlap >= MIN_PROGRAM_OVERLAP
-        detail = (
-            f"{overlap:.0%} of the kernel time is in kernels both run"
-            + (
-                ""
-                if same
-                else f" (under {MIN_PROGRAM_OVERLAP:.0%}): a different program, not a change to one"
+        kinds = None if same else _class_match(con, ch_a, ch_b)
+        if kinds is not None and kinds >= MIN_CLASS_MATCH:
+            out.append(
+                Check(
+                    "program",
+                    True,
+                    f"{overlap:.0%} of the kernel time is in kernels both run, but {kinds:.0%} of it is in "
+                    "kinds of kernels (GEMM, attention, elementwise...) both run about as often per step: "
+                    "the same program with other kernels (a precision or library change); compare by phase "
+                    "and cause, the kernels one by one differ.",
+                    warning=True,
+                )
             )
-            + "."
-        )
-        out.append(Check("program", same, detail))
+        else:
+            detail = (
+                f"{overlap:.0%} of the kernel time is in kernels both run"
+                + (
+                    ""
+                    if same
+                    else f" (under {MIN_PROGRAM_OVERLAP:.0%}): a different program, not a change to one"
+                )
+                + "."
+            )
+            out.append(Check("program", same, detail))
     phases = _phase_check(ch_a, ch_b)
     if phases is not None:
         out.append(phases)
     return out
+
+
+def _class_match(con: duckdb.DuckDBPyConnection, a: Charges, b: Charges) -> float | None:
+    """The share of the kernel time (the smaller of A's and B's) in kernel classes both sides
+    launch about as often per step (within CLASS_COUNT_FACTOR); None without the class macro."""
+    names = {**a.kernel_names, **b.kernel_names}
+    keys = sorted(names)
+    try:
+        rows = params.execute(
+            con,
+            "SELECT k, nsa_kernel_class(n) FROM (SELECT unnest($keys) AS k, unnest($names) AS n)",
+            {"keys": keys, "names": [names[k] for k in keys]},
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    kind = {str(k): str(c) for k, c in rows}
+
+    def by_class(c: Charges) -> tuple[dict[str, float], dict[str, float]]:
+        time: dict[str, float] = defaultdict(float)
+        count: dict[str, float] = defaultdict(float)
+        for k, v in c.kernel_ns.items():
+            time[kind.get(k, "other")] += v
+        for k, v in c.kernel_count.items():
+            count[kind.get(k, "other")] += v
+        return time, count
+
+    (ta, ca), (tb, cb) = by_class(a), by_class(b)
+
+    def held(time: dict[str, float], mine: dict[str, float], other: dict[str, float]) -> float:
+        total = sum(time.values())
+        alike = sum(
+            v
+            for k, v in time.items()
+            if mine.get(k)
+            and other.get(k)
+            and 1 / CLASS_COUNT_FACTOR <= other[k] / mine[k] <= CLASS_COUNT_FACTOR
+        )
+        return alike / total if total else 0.0
+
+    return min(held(ta, ca, cb), held(tb, cb, ca))
 
 
 def _phase_check(a: Charges, b: Charges) -> Check | None:
@@ -299,66 +370,6 @@ def gpu_text(gpus: list[str]) -> str:
     return ", ".join(f"{n}x {g}" for g, n in sorted(counts.items()))
 
 
-def _too_few(a: Side, b: Side, s: stats.Shift) -> Check:
-    return Check(
-        "steps",
-        False,
-        f"too few steps: with {len(a.step_ns)} and {len(b.step_ns)} steady steps no result can reach "
-        f"{s.confidence:.0%} confidence (the smallest possible p-value is {s.min_p:.2g}); capture more "
-        "steps (at least 4 on each side).",
-    )
-
-
-def _step_change(s: stats.Shift, a: Side) -> StepChange:
-    base = a.median_step_ns or 1.0
-    method = "exact" if s.exact else "normal approximation"
-    return StepChange(
-        statistic=f"Mann-Whitney U ({method}), Hodges-Lehmann shift of the GPU step times",
-        estimate_ns=s.estimate,
-        ci_ns=list(s.ci) if s.ci else None,
-        relative=s.estimate / base,
-        ci_relative=[s.ci[0] / base, s.ci[1] / base] if s.ci else None,
-        p_value=s.p_value,
-        confidence=s.confidence,
-    )
-
-
-def _signed(ns: float) -> str:
-    return ("+" if ns > 0 else "-" if ns < 0 else "") + dur(abs(ns))
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
-def _verdict(
-    checks: list[Check], change: StepChange | None, a: Side, b: Side, floor: float
-) -> tuple[str, str]:
-    failed = [c.detail for c in checks if not c.ok and not c.warning]
-    if failed or change is None or change.ci_ns is None or change.ci_relative is None:
-        return "not comparable", " ".join(failed) or "no step times to compare."
-    lo, hi = change.ci_ns
-    rlo, rhi = change.ci_relative
-    what = (
-        f"median GPU step {dur(a.median_step_ns)} -> {dur(b.median_step_ns)}: shift {_signed(change.estimate_ns)} "
-        f"({_pct(change.relative)}), {change.confidence:.0%} CI {_signed(lo)} .. {_signed(hi)} "
-        f"({_pct(rlo)} .. {_pct(rhi)}), Mann-Whitney p = {change.p_value:.2g}"
-    )
-    if any(c.name == "tool" and c.warning for c in checks):
-        what += " (different profilers: part of it may be theirs)"
-    if lo <= 0 <= hi:
-        return "no significant change", f"{what}; the interval includes zero."
-    if abs(change.relative) < floor:
-        return (
-            "no significant change",
-            (
-                f"{what}; the shift is real but under the {floor:.0%} noise floor (two runs of one "
-                "program on one GPU differ this much)."
-            ),
-        )
-    return ("improvement" if hi < 0 else "regression"), what + "."
-
-
 def _attribution(a: Charges, b: Charges) -> Attribution:
     total = b.step_ns - a.step_ns
     phases = sorted({p for p, _ in a.by_part} | {p for p, _ in b.by_part})
@@ -398,7 +409,7 @@ def _phase_detail(phase: str, pa: dict[str, float], pb: dict[str, float], a: Cha
     for cause in sorted(set(pa) | set(pb)):
         d = pb.get(cause, 0.0) - pa.get(cause, 0.0)
         if abs(d) >= 1000:
-            bits.append(f"{CAUSE_NAMES.get(cause, cause)} {_signed(d)}")
+            bits.append(f"{CAUSE_NAMES.get(cause, cause)} {signed(d)}")
     idle = pb.get("idle", 0.0) - pa.get("idle", 0.0)
     if dk <= -0.2 * max(na, 1.0) and idle < 0:
         bits.append("launch overhead")

@@ -7,6 +7,13 @@ idle, exposed copy time per step, memory peak, energy per step): their relative 
 compared with the threshold as it is. A diff that is not comparable passes the gate (exit 0)
 but says so: there is no regression to measure between a run and a different program.
 
+An inconclusive step time (the interval holds zero and changes beyond the noise floor: too few
+steps, or outliers) has shown no regression, so it passes by default, and the gate line says
+whether a regression beyond the threshold is ruled out and how many steps would tell. With
+`fail_inconclusive` (`--fail-on-inconclusive`) the gate asks for the opposite proof: it fails
+unless the interval's upper end is within the threshold, so a build passes only when a
+regression beyond it is ruled out.
+
 A scaling comparison (two runs of different world sizes) has no before and after to regress:
 its gate fails when the scaling efficiency is below (100 - threshold)% (`--fail-on-regression
 20`: below 80%), the share of ideal scaling the larger run must keep.
@@ -17,19 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import QueryError
+from ..names import GATE_METRICS
 from .model import Diff
-
-# Metrics the gate can watch; lower is better for each.
-GATE_METRICS = (
-    "step_time",
-    "mean_step_time",
-    "gpu_busy",
-    "gpu_idle",
-    "exposed_copy",
-    "kernels_per_step",
-    "memory_peak",
-    "energy_per_step",
-)
 
 
 @dataclass
@@ -40,9 +36,10 @@ class Gate:
     message: str
 
 
-def gate(d: Diff, threshold_pct: float, metric: str = "step_time") -> Gate:
+def gate(d: Diff, threshold_pct: float, metric: str = "step_time", fail_inconclusive: bool = False) -> Gate:
     """Did B regress `metric` beyond `threshold_pct` percent of A (with confidence, for the
-    step time)?"""
+    step time)? An inconclusive step time fails only with `fail_inconclusive`, and then only
+    when a regression beyond the threshold is not ruled out (module doc)."""
     if metric not in GATE_METRICS:
         raise QueryError(f"the gate cannot watch {metric!r}; choose one of {', '.join(GATE_METRICS)}.")
     limit = threshold_pct / 100
@@ -52,6 +49,8 @@ def gate(d: Diff, threshold_pct: float, metric: str = "step_time") -> Gate:
         return Gate(metric, threshold_pct, False, "gate not applied: A and B are the same run.")
     if d.scaling is not None:
         return _scaling_gate(d, threshold_pct, metric)
+    if metric == "step_time" and d.verdict == "inconclusive" and d.step_change is not None:
+        return _inconclusive_gate(d, threshold_pct, fail_inconclusive)
     if metric == "step_time" and d.step_change is not None and d.step_change.ci_relative is not None:
         lo, hi = d.step_change.ci_relative
         failed = lo > limit
@@ -76,6 +75,38 @@ def gate(d: Diff, threshold_pct: float, metric: str = "step_time") -> Gate:
         failed,
         f"gate {'FAILED' if failed else 'passed'}: {metric} {m.relative * 100:+.1f}% "
         f"({'above' if failed else 'within'} +{threshold_pct:g}%).",
+    )
+
+
+def _inconclusive_gate(d: Diff, threshold_pct: float, fail_inconclusive: bool) -> Gate:
+    c = d.step_change
+    assert c is not None
+    limit = threshold_pct / 100
+    steps = f"{len(d.a.step_ns)} vs {len(d.b.step_ns)} steps"
+    if c.ci_relative is not None:
+        lo, hi = c.ci_relative
+        interval = f"{c.confidence:.0%} CI {lo * 100:+.1f}% .. {hi * 100:+.1f}%"
+        ruled_out = hi <= limit
+    else:
+        interval = f"no {c.confidence:.0%} interval"
+        ruled_out = False
+    failed = fail_inconclusive and not ruled_out
+    more = f"; about {c.steps_needed} steady steps a side would tell" if c.steps_needed else ""
+    if ruled_out:
+        tail = f"a regression beyond +{threshold_pct:g}% is ruled out."
+    elif fail_inconclusive:
+        tail = f"a regression beyond +{threshold_pct:g}% is not ruled out (--fail-on-inconclusive){more}."
+    else:
+        tail = (
+            f"no regression shown, but one beyond +{threshold_pct:g}% is not ruled out{more} "
+            "(--fail-on-inconclusive fails here)."
+        )
+    return Gate(
+        "step_time",
+        threshold_pct,
+        failed,
+        f"gate {'FAILED' if failed else 'passed'}: inconclusive: step time {c.relative * 100:+.1f}% "
+        f"({interval}, {steps}): {tail}",
     )
 
 

@@ -8,8 +8,17 @@ import types
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-# 'scaling': two runs of different world sizes, compared as a scaling (`Diff.scaling`).
-VERDICTS = ("improvement", "regression", "no significant change", "not comparable", "scaling")
+# 'inconclusive': comparable, but the steps cannot tell a change beyond the noise floor from
+# none (too few, or too spread); 'scaling': two runs of different world sizes, compared as a
+# scaling (`Diff.scaling`).
+VERDICTS = (
+    "improvement",
+    "regression",
+    "no significant change",
+    "inconclusive",
+    "not comparable",
+    "scaling",
+)
 
 
 @dataclass
@@ -55,6 +64,10 @@ class StepChange:
     ci_relative: list[float] | None
     p_value: float
     confidence: float
+    # P(a step of B is longer than a step of A), ties counted half: 0.5 is no change
+    superiority: float | None = None
+    # steady steps a side that would resolve a change of this size at this spread (`stats.steps_needed`)
+    steps_needed: int | None = None
 
 
 @dataclass
@@ -69,16 +82,43 @@ class Part:
 
 
 @dataclass
+class HostOpChange:
+    """A host op of the step's thread (`cpu_ops`: outermost in the step range, by name; see
+    `nsight_analytics.diff.host`) per steady step in A and B: its host time and the GPU idle time
+    under it, medians over the steps, the means, and its time in each step."""
+
+    name: str
+    a_ns: float  # median host time per step
+    b_ns: float
+    delta_ns: float
+    a_idle_ns: float  # median GPU idle time under it per step
+    b_idle_ns: float
+    idle_delta_ns: float
+    a_mean_ns: float
+    b_mean_ns: float
+    a_steps_ns: list[float] = field(default_factory=list)  # host time in each step (host_steps order)
+    b_steps_ns: list[float] = field(default_factory=list)
+
+
+@dataclass
 class Attribution:
     """Where the mean step time change came from: `by_phase` (NVTX range) and `by_cause`
     (kernel time, exposed copies, GPU idle...) each add up to `total_ns`: the parts listed plus
-    `remainder_ns` (the parts too small to list)."""
+    `remainder_ns` (the parts too small to list). `by_host_op`: what the step's thread ran on the
+    host (PyTorch profiler traces), medians per step; `summary` says in words what moved, and
+    when outlier steps make the mean (the parts) and the median (the verdict) disagree."""
 
     total_ns: float
     by_phase: list[Part]
     phase_remainder_ns: float
     by_cause: list[Part]
     cause_remainder_ns: float
+    by_host_op: list[HostOpChange] = field(default_factory=list)
+    a_host_steps: list[int] = field(default_factory=list)  # step numbers of the per-step lists
+    b_host_steps: list[int] = field(default_factory=list)
+    a_host_idle_ns: list[float] = field(default_factory=list)  # GPU idle in each host step range
+    b_host_idle_ns: list[float] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
 
 
 @dataclass

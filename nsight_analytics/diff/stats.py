@@ -13,6 +13,7 @@ random, so the same inputs always give the same interval.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +22,8 @@ from typing import Any
 # Above this many pairs (n * m) the normal approximation replaces the exact distribution.
 EXACT_LIMIT = 40_000
 _Z_975 = 1.959963984540054  # standard normal quantile for a 95% two-sided interval
+# The chance that a capture of `steps_needed` steps resolves a change like the one seen.
+POWER = 0.8
 
 
 @dataclass(frozen=True)
@@ -116,3 +119,66 @@ def shift(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> S
         k = math.floor(mean - _z(confidence) * sd) - 1
     ci = None if k < 0 else (float(diffs[k]), float(diffs[n * m - 1 - k]))
     return Shift(estimate, ci, confidence, p, u, n, m, min_p, exact)
+
+
+def _quantile(p: float) -> float:
+    """The standard normal quantile at `p` (bisection on the CDF: no scipy)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _normal_cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def superiority(s: Shift) -> float:
+    """P(a value of B exceeds a value of A), ties counted half: U / (n m). 0.5 is no change."""
+    return s.u / (s.n_a * s.n_b)
+
+
+def steps_needed(
+    a: Sequence[float],
+    b: Sequence[float],
+    s: Shift,
+    floor: float,
+    power: float = POWER,
+) -> int | None:
+    """Steps a side for the test to resolve a change like this one, at this spread.
+
+    A shift of at least `floor` (in the samples' unit) is to be told from no change: Noether's
+    sample size for the Mann-Whitney test, from the observed P(B > A) (`superiority`, which
+    carries the spread and the outliers: a third of B's steps far slower than A's weakens a
+    large median shift), for `power` at the shift's confidence. A smaller shift is to be told
+    from the noise floor: the interval must fit between the shift and the floor (at least half
+    the floor), and the Hodges-Lehmann estimate's spread is about pi/3 sigma^2 (1/n + 1/m) for
+    steps of standard deviation sigma (pooled; the exact interval of a few steps is their whole
+    range, so its width says little about more steps). None when no number of steps would (B
+    above A exactly as often as below), or without two steps on a side to measure a spread."""
+    if abs(s.estimate) >= floor:
+        p = superiority(s)
+        if abs(p - 0.5) < 1e-9:
+            return None
+        z = _z(s.confidence) + _quantile(power)
+        total = z**2 / (3 * (p - 0.5) ** 2)  # Noether (1987), equal sides
+        return max(4, math.ceil(total / 2))
+    sigma = pooled_sd(a, b)
+    if sigma is None or floor <= 0:
+        return None
+    target = max(floor - abs(s.estimate), floor / 2)
+    return max(4, math.ceil(2 * (math.pi / 3) * (_z(s.confidence) * sigma / target) ** 2))
+
+
+def pooled_sd(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """The steps' standard deviation, pooled over the sides that have two steps or more."""
+    spreads = [statistics.variance(x) for x in (a, b) if len(x) > 1]
+    return math.sqrt(statistics.fmean(spreads)) if spreads else None
+
+
+def slow_outliers(xs: Sequence[float]) -> list[int]:
+    """Positions of values far above the rest: beyond the median by more than five scaled
+    median absolute deviations and a quarter of the median (a slow step, not jitter)."""
+    if len(xs) < 3:
+        return []
+    med = statistics.median(xs)
+    mad = 1.4826 * statistics.median(abs(x - med) for x in xs)
+    limit = med + max(5 * mad, 0.25 * abs(med))
+    return [i for i, x in enumerate(xs) if x > limit]

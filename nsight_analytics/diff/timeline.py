@@ -6,10 +6,11 @@ it lasts longer. A step's GPU time is taken instead from the work launched in it
 activity (kernels, copies, memsets, graph replays) whose launching CUDA API call starts inside
 the step range (any thread of the range's process, as `nvtx_ranges.process_kernels` counts),
 and the step time is the period from the first GPU start of that work to the first GPU start
-of the next step's (the last step, which has no next one: until its work ends on the GPU or
-its range ends on the host, whichever is later). Their sum over the steady steps is the GPU
+of the next step's (the last step, which has no next one: as long as its work on the GPU or
+its range on the host, whichever is longer). Their sum over the steady steps is the GPU
 timeline those steps occupied: busy time and the idle time the host left between them.
-Kernel-pattern steps (`steps.source = 'kernels'`) are GPU times already.
+Steps from a replayed CUDA graph (`steps.source = 'graphs'`: launch call to launch call) are
+host ranges too; kernel-pattern steps (`'kernels'`) are GPU times already.
 
 The window the steady steps occupy is then split exactly: every instant of each GPU's
 timeline is busy (charged to the activity that covered it first: a copy under a running kernel
@@ -36,6 +37,11 @@ OUTSIDE_STEPS = "(outside steps)"
 STEP_BODY = "(step, outside sub-ranges)"
 NO_RANGE = "(no NVTX range)"
 
+# Step sources whose steps are host ranges (`steps.source`): NVTX / ProfilerStep ranges, and the
+# launch-to-launch periods of a replayed CUDA graph; their work is what the process launched
+# inside them. Kernel-pattern steps ('kernels') are GPU periods already.
+HOST_RANGES = ("nvtx", "graphs")
+
 STEPS_SQL = """
 SELECT series, pid, device_id, step, number, name, source, start_ns, end_ns, steady
 FROM steps WHERE report_id = $rid ORDER BY series, step
@@ -45,19 +51,26 @@ FROM steps WHERE report_id = $rid ORDER BY series, step
 # `micro_batch 1`, are one phase: numbers that follow a letter stay (`h2d`, `conv2d`).
 PHASE_LABEL = r"regexp_replace({col}, '(^|[^A-Za-z0-9])[0-9]+', '\1N', 'g')"
 
-# GPU activity with the time its launch call started (NULL without cuda_api: then the GPU
-# start stands in) and the thread that launched it.
+# GPU activity with the time its launch call started and the thread that launched it. A
+# process without CUDA API records has the GPU start stand in for the launch; in one with them,
+# work whose launch is not recorded was launched before the capture (a PyTorch profiler's
+# first active step opens with the warm-up step's last kernels still running): no launch time,
+# so it belongs to no step.
 _ACTIVITY = """
 launch AS (
     SELECT pid, correlation_id, min(start_ns) AS launch_ns, arg_min(global_tid, start_ns) AS launch_tid
     FROM cuda_api WHERE report_id = $rid AND correlation_id IS NOT NULL GROUP BY ALL
 ),
+launching AS (SELECT DISTINCT pid FROM launch),
 act AS (
     SELECT a.device_id, a.pid, a.start_ns, a.end_ns, a.kind, a.label,
            CASE WHEN a.kind = 'kernel' THEN nsa_kernel_key(a.label) END AS kernel_key,
-           coalesce(l.launch_ns, a.start_ns) AS launch_ns, l.launch_tid
+           CASE WHEN l.launch_ns IS NOT NULL THEN l.launch_ns
+                WHEN p.pid IS NULL THEN a.start_ns END AS launch_ns,
+           l.launch_tid
     FROM nsa_gpu_activity($rid) AS a
     LEFT JOIN launch AS l USING (pid, correlation_id)
+    LEFT JOIN launching AS p ON p.pid = a.pid
 ),
 s AS (SELECT series, pid, device_id, step, start_ns, end_ns FROM steps WHERE report_id = $rid),
 -- the outermost NVTX ranges of each thread
@@ -150,7 +163,7 @@ def gpu_steps(con: duckdb.DuckDBPyConnection, rid: int) -> Timeline:
     if not steps:
         return Timeline(rid, None, [], [], [], 0, 0, Charges())
     source = str(steps[0][6])
-    acts = _rows(con, NVTX_ACTIVITY_SQL if source == "nvtx" else KERNEL_ACTIVITY_SQL, rid)
+    acts = _rows(con, NVTX_ACTIVITY_SQL if source in HOST_RANGES else KERNEL_ACTIVITY_SQL, rid)
     by_series: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for s in steps:
         by_series[int(s[0])].append(s)
@@ -205,7 +218,8 @@ def _series(
     numbers; returns how many GPU timelines it charged. The steady steps follow each other
     (warm-up comes first), so their periods tile one window."""
     info = {int(s[3]): s for s in steps}
-    if source == "nvtx":
+    ends: tuple[int, int, int] | None = None  # (end of the captured last step, series, step)
+    if source in HOST_RANGES:
         pid = steps[0][1]
         mine = [a for a in acts if a[3] == pid]
         first: dict[int, int] = {}
@@ -222,10 +236,15 @@ def _series(
             if info[i][9] and first[j] > first[i]
         ]
         if order and info[order[-1]][9]:
-            # the last step has no next one: it lasts until its work ends on the GPU or its
-            # range ends on the host (a host-bound step), whichever is later
+            # the last step has no next one: it lasts as long as its work on the GPU (first
+            # start to last end) or its range on the host (a host-bound step), whichever is
+            # longer. A period holds the host time before the next step's first GPU work (a
+            # DataLoader fetch at the top of the step range); the last one's own stands in
+            # for its successor's, which was not captured.
             i = order[-1]
-            periods.append((i, max(last[i], int(info[i][8])) - first[i]))
+            host_ns = int(info[i][8]) - int(info[i][7])
+            periods.append((i, max(last[i] - first[i], host_ns)))
+            ends = (max(last[i], int(info[i][8])), series, i)
     else:
         dev = steps[0][2]
         mine = [a for a in acts if a[2] == dev]
@@ -236,7 +255,7 @@ def _series(
         return 0
     for i, ns in periods:
         run[0].append(float(ns))
-        run[1].append(float(info[i][8] - info[i][7]) if source == "nvtx" else float(ns))
+        run[1].append(float(info[i][8] - info[i][7]) if source in HOST_RANGES else float(ns))
         number = info[i][4]
         run[2].append(int(number) if number is not None else i)
     lo = first[periods[0][0]]
@@ -244,13 +263,26 @@ def _series(
     out.windows.append((lo, hi))
     n = len(periods)
     devices = sorted({a[2] for a in mine if a[4] < hi and a[5] > lo}, key=lambda d: (d is None, d or 0))
+    # the stand-in for the next step's host time, past the last step's end: charged as the
+    # last step's own host time before its first GPU work was
+    tail = ends if ends is not None and ends[0] < hi and ends[2] == periods[-1][0] else None
     for dev in devices:
-        _charge(out.charges, [a for a in mine if a[2] == dev], lo, hi, n, source)
+        _charge(out.charges, [a for a in mine if a[2] == dev], lo, hi, n, source, tail)
     return len(devices)
 
 
-def _charge(c: Charges, acts: list[tuple[Any, ...]], lo: int, hi: int, steps: int, source: str) -> None:
-    """Split [lo, hi) of one GPU's timeline between its activities (module doc), per step."""
+def _charge(
+    c: Charges,
+    acts: list[tuple[Any, ...]],
+    lo: int,
+    hi: int,
+    steps: int,
+    source: str,
+    tail: tuple[int, int, int] | None = None,
+) -> None:
+    """Split [lo, hi) of one GPU's timeline between its activities (module doc), per step;
+    `tail` (from, series, step): the idle time from `from` on stands for the next step's wait,
+    charged to what that step itself waited for, its first GPU work."""
     covered = lo
     ordered = sorted(acts, key=lambda r: (r[4], r[5]))
     for a in ordered:
@@ -273,17 +305,23 @@ def _charge(c: Charges, acts: list[tuple[Any, ...]], lo: int, hi: int, steps: in
             c.phase_kernels[phase] += 1 / steps
     if covered < hi:
         # the GPU waits for the next step's first work; after the last step, for its host tail
+        end = hi
+        if tail is not None:
+            head = next((a for a in ordered if a[0] == tail[1] and a[1] == tail[2]), None)
+            if head is not None:
+                end = max(covered, tail[0])
+                c.by_part[(_phase(head, source), "idle")] += (hi - end) / steps
         after = next((a for a in ordered if a[4] >= hi and a[1] is not None), None)
         before = [a for a in ordered if lo <= a[4] < hi]
-        tail = after or (before[-1] if before else None)
-        phase = _phase(tail, source) if tail is not None else OUTSIDE_STEPS
-        c.by_part[(phase, "idle")] += (hi - covered) / steps
+        last = after or (before[-1] if before else None)
+        phase = _phase(last, source) if last is not None else OUTSIDE_STEPS
+        c.by_part[(phase, "idle")] += (end - covered) / steps
 
 
 def _phase(a: tuple[Any, ...], source: str) -> str:
     if a[9] is not None:
         return str(a[9])
-    if source == "nvtx":
+    if source in HOST_RANGES:
         return OUTSIDE_STEPS if a[1] is None else STEP_BODY
     return NO_RANGE
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..diff.gate import Gate
-from ..diff.model import Diff, Metric, Part, Side
+from ..diff.model import Attribution, Diff, HostOpChange, Metric, Part, Side
 from ..rules.units import dur as _dur
 from ..rules.units import size
 from . import diff_runs
@@ -77,11 +77,12 @@ def headline(d: Diff) -> str:
     c = d.step_change
     if c is None or not d.comparable:
         return head
-    ci = c.ci_relative or [0.0, 0.0]
-    return (
-        f"{head}: GPU step time {c.relative * 100:+.1f}% ({signed(c.estimate_ns)}, "
-        f"{c.confidence:.0%} CI {ci[0] * 100:+.1f}% .. {ci[1] * 100:+.1f}%)"
+    ci = (
+        f"{c.confidence:.0%} CI {c.ci_relative[0] * 100:+.1f}% .. {c.ci_relative[1] * 100:+.1f}%"
+        if c.ci_relative
+        else f"{len(d.a.step_ns)} vs {len(d.b.step_ns)} steps: no {c.confidence:.0%} CI"
     )
+    return f"{head}: GPU step time {c.relative * 100:+.1f}% ({signed(c.estimate_ns)}, {ci})"
 
 
 def _side_lines(d: Diff) -> list[str]:
@@ -144,6 +145,24 @@ def _parts(parts: list[Part], remainder: float, total: float, title: str) -> lis
     return out
 
 
+def _host_ops(a: Attribution) -> list[str]:
+    """The host ops of the step's thread, medians per step: host time, and the change of the
+    GPU idle time under them."""
+    rows = [["by host op (medians per step)", "A", "B", "change", "GPU idle"]]
+    for o in a.by_host_op:
+        rows.append([o.name, dur(o.a_ns), dur(o.b_ns), signed(o.delta_ns), signed(o.idle_delta_ns)])
+    return _grid(rows)
+
+
+def _host_records(ops: list[HostOpChange]) -> list[dict[str, Any]]:
+    return [
+        {"host op": o.name, "A (median)": dur(o.a_ns), "B (median)": dur(o.b_ns), "change": signed(o.delta_ns),
+         "GPU idle under it": f"{dur(o.a_idle_ns)} -> {dur(o.b_idle_ns)} ({signed(o.idle_delta_ns)})",
+         "mean A -> B": f"{dur(o.a_mean_ns)} -> {dur(o.b_mean_ns)}"}
+        for o in ops
+    ]  # fmt: skip
+
+
 def _kernel_rows(d: Diff, top: int) -> list[list[str]]:
     """The kernels that changed most; a name starts with `+` when added, `-` when removed."""
     ks = d.kernels[:top]
@@ -192,9 +211,13 @@ def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
             "",
             f"Where the step time went (mean GPU step {dur(d.a.mean_step_ns)} -> {dur(d.b.mean_step_ns)})",
         ]
+        for line in a.summary:
+            out += _wrap(line, 2)
         out += _parts(a.by_phase, a.phase_remainder_ns, a.total_ns, "by phase (NVTX range)")
         out += [""]
         out += _parts(a.by_cause, a.cause_remainder_ns, a.total_ns, "by cause")
+        if a.by_host_op:
+            out += ["", *_host_ops(a)]
     out += diff_runs.text_sections(d, _grid, _wrap)
     if d.metrics:
         out += ["", "Per steady step"]
@@ -263,6 +286,8 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
     a = d.attribution
     if a is not None:
         out += ["<details open><summary>Where the step time went</summary>", ""]
+        if a.summary:
+            out += [" ".join(a.summary), ""]
         rows = [
             {
                 "phase": p.name,
@@ -280,7 +305,10 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
             {"cause": p.name, "A": dur(p.a_ns), "B": dur(p.b_ns), "change": signed(p.delta_ns)}
             for p in a.by_cause
         ]
-        out += [_md_table(causes), "</details>", ""]
+        out += [_md_table(causes)]
+        if a.by_host_op:
+            out.append(_md_table(_host_records(a.by_host_op)))
+        out += ["</details>", ""]
     if d.kernels:
         out += [f"<details><summary>Kernels: {_counts(d)}</summary>", ""]
         rows_k = _kernel_rows(d, top)

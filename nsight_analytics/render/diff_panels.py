@@ -1,6 +1,7 @@
 """The report page's diff view, from `Diff.to_dict()`: the verdict and its checks, the steady
 step-time distributions of A and B, the attribution waterfalls (by cause and by NVTX
-phase), the kernels that changed, the metrics and the findings that came or went."""
+phase) and the host ops of the step's thread, the kernels that changed, the metrics and the
+findings that came or went."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def _verdict(d: dict[str, Any]) -> str:
         change = (
             f"<p>Step time change (B − A, {escape(sc['statistic'])}): <b>{fmt_ns(sc['estimate_ns'])}</b> "
             f"({_rel(sc['relative'])}), {sc['confidence'] * 100:.0f} % interval {fmt_ns(ci[0])} … {fmt_ns(ci[1])}, "
-            f"p = {sc['p_value']:.3g}</p>"
-        )
+            f"p = {sc['p_value']:.3g}"
+            + (f"; about {sc['steps_needed']} steady steps a side would resolve it"
+               if d["verdict"] == "inconclusive" and sc.get("steps_needed") else "")
+            + "</p>"
+        )  # fmt: skip
     cols: list[Col] = [("name", "check", fmt_text), ("ok", "ok", fmt_text), ("detail", "detail", fmt_text)]
     return (
         f'<p class="verdict" data-verdict="{escape(d["verdict"])}"><b>{escape(d["verdict"])}</b>: '
@@ -69,7 +73,7 @@ def _steps(d: dict[str, Any]) -> str | None:
 def _attribution(att: dict[str, Any] | None) -> str | None:
     if not att:
         return None
-    out = []
+    out = ["".join(f"<p>{escape(line)}</p>" for line in att.get("summary", []))]
     for key, rest, title in (("by_cause", "cause_remainder_ns", "By cause"),
                              ("by_phase", "phase_remainder_ns", "By NVTX phase")):  # fmt: skip
         parts = [(p["name"], p["delta_ns"]) for p in att.get(key, [])]
@@ -80,6 +84,15 @@ def _attribution(att: dict[str, Any] | None) -> str | None:
             cols: list[Col] = [("name", "part", fmt_text), ("a_ns", "A", fmt_ns), ("b_ns", "B", fmt_ns),
                                ("delta_ns", "B − A", fmt_ns), ("detail", "detail", fmt_text)]  # fmt: skip
             out.append(table(att.get(key, []), cols, f"attribution_{key}"))
+    if att.get("by_host_op"):
+        cols = [("name", "host op", fmt_text), ("a_ns", "A (median)", fmt_ns), ("b_ns", "B (median)", fmt_ns),
+                ("delta_ns", "B − A", fmt_ns), ("idle_delta_ns", "GPU idle under it, B − A", fmt_ns),
+                ("a_mean_ns", "A (mean)", fmt_ns), ("b_mean_ns", "B (mean)", fmt_ns)]  # fmt: skip
+        out.append(
+            "<h3>By host op of the step's thread (medians per step)</h3>"
+            + svg.waterfall([(o["name"], o["delta_ns"]) for o in att["by_host_op"]], "host ops")
+            + table(att["by_host_op"], cols, "attribution_by_host_op")
+        )
     return "".join(out) or None
 
 
