@@ -388,32 +388,41 @@ def parse_assignments(pairs: Iterable[str], option: str, example: str) -> dict[s
     return parse(list(pairs), option, example)
 
 
-def rules_reads(only: Iterable[str] | None = None, activity_kinds: Iterable[str] | None = None) -> set[str]:
+def rules_reads(
+    only: Iterable[str] | None = None,
+    activity_kinds: Iterable[str] | None = None,
+    optional: bool = True,
+) -> set[str]:
     """The canonical tables the rules read: the union of what their queries declare
     (`-- reads`) and the tables each rule declares it reads outside them (`Rule.reads`); with
-    `activity_kinds`, only the rules that run on a report holding that data."""
+    `activity_kinds`, only the rules that run on a report holding that data; without
+    `optional`, only what some rule cannot judge without (less its `Rule.optional_reads`)."""
     needs: set[str] = set()
     for r in rules():
         if only is not None and r.id not in set(only):
             continue
         if activity_kinds is not None and not r.runs_on(tuple(activity_kinds)):
             continue
-        needs |= set(r.reads)
+        mine = set(r.reads)
         for name in r.queries:
-            needs |= queries.get(name).tables()
+            mine |= queries.get(name).tables()
+        needs |= mine if optional else mine - set(r.optional_reads)
     return needs
 
 
 def _rule_reads_by_report(
     con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
-) -> dict[frozenset[str], list[int]]:
-    """{tables: report ids}: per report, what the rules that will run on it read (a rule on
-    GPU metrics does not need the NVTX ranges of a report without GPU metrics)."""
+) -> dict[tuple[frozenset[str], frozenset[str]], list[int]]:
+    """{(tables needed, tables wanted): report ids}: per report, what the rules that will run on
+    it cannot judge without, and all they read (a rule on GPU metrics does not need the NVTX
+    ranges of a report without GPU metrics)."""
     rows = con.execute("SELECT report_id, activity_kinds FROM reports ORDER BY report_id").fetchall()
-    groups: dict[frozenset[str], list[int]] = {}
+    groups: dict[tuple[frozenset[str], frozenset[str]], list[int]] = {}
     for rid, kinds in rows:
         if report_id is None or rid == report_id:
-            groups.setdefault(frozenset(rules_reads(only, kinds or ())), []).append(int(rid))
+            needed = frozenset(rules_reads(only, kinds or (), optional=False))
+            wanted = frozenset(rules_reads(only, kinds or ()))
+            groups.setdefault((needed, wanted), []).append(int(rid))
     return groups
 
 
@@ -421,16 +430,31 @@ def _materialise_for_rules(
     con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
 ) -> set[tuple[int, str]]:
     """Load what the rules read; returns the (report, rule) pairs that cannot run because data
-    they read was left in a source file that is gone (each said in a warning): the other rules
-    still judge the report."""
+    they need was left in a source file that is gone (each said in a warning): the other rules
+    still judge the report. Tables the rules can do without (`Rule.optional_reads`) are loaded
+    where their source is still there; where not, a warning says so and the rules run without."""
     cannot: set[tuple[int, str]] = set()
-    for tables, rids in _rule_reads_by_report(con, report_id, only).items():
+    for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
         try:
-            materialise(con, tables, rids)
+            materialise(con, needed, rids)
         except SourceGoneError:
             for rid in rids:
                 cannot |= _rules_one_by_one(con, rid, only)
+        if wanted - needed:
+            _materialise_optional(con, wanted - needed, rids)
     return cannot
+
+
+def _materialise_optional(con: duckdb.DuckDBPyConnection, tables: frozenset[str], rids: list[int]) -> None:
+    """Load what rules can do without, report by report where a source is gone."""
+    try:
+        materialise(con, tables, rids)
+    except SourceGoneError:
+        for rid in rids:
+            try:
+                materialise(con, tables, [rid])
+            except SourceGoneError as exc:
+                log.warning("%s Until then, the rules judge report %s without it.", exc, rid)
 
 
 def _rules_one_by_one(
@@ -444,7 +468,7 @@ def _rules_one_by_one(
         if (only is not None and r.id not in set(only)) or not r.runs_on(tuple(kinds or ())):
             continue
         try:
-            materialise(con, rules_reads([r.id]), [rid])
+            materialise(con, rules_reads([r.id], optional=False), [rid])
         except SourceGoneError as exc:
             log.warning("%s not run on report %s: %s", r.id, rid, exc)
             cannot.add((rid, r.id))
@@ -461,8 +485,8 @@ def findings_reader(
         db,
         lambda con: require_reports(con, [report_id]),
         lambda con: any(
-            deferred_for(con, tables, rids)
-            for tables, rids in _rule_reads_by_report(con, report_id, only).items()
+            deferred_for(con, wanted, rids)
+            for (_, wanted), rids in _rule_reads_by_report(con, report_id, only).items()
         ),
         lambda con: _materialise_for_rules(con, report_id, only),
     )
@@ -496,12 +520,14 @@ def summary(
     con: duckdb.DuckDBPyConnection, report_id: int | None = None, top: int = 5
 ) -> list[dict[str, Any]]:
     """One screen per report: the GPU timeline's span, busy and idle time per device (whole
-    capture, and the steady state when steps were found), the `top` kernels by GPU time and the
-    copies by direction (whole capture; `nsa query` for the rest).
+    capture, and the steady state when steps were found), the kernel time by class and math
+    precision (`kernel_classes`: the steady state when steps were found), the `top` kernels by GPU
+    time and the copies by direction (whole capture; `nsa query` for the rest).
     Plain data in base units (ns, bytes), one dict per report."""
     require_reports(con, [report_id])
     util = _by_report(query(con, "utilization", report_id=report_id))
     steady = _by_report(query(con, "utilization", report_id=report_id, phase="steady"))
+    classes = _by_report(query(con, "kernel_classes", report_id=report_id, phase="steady"))
     kernels = _by_report(query(con, "kernel_summary", report_id=report_id))
     copies = _by_report(query(con, "memcpy_summary", report_id=report_id))
     wanted = "" if report_id is None else f" WHERE report_id = {int(report_id)}"
@@ -518,6 +544,8 @@ def summary(
             "devices": util.get(rid, []),
             # the same from the first steady step on, for reports whose steps were found
             "steady": [d for d in steady.get(rid, []) if d["phase"] == "steady"],
+            # per device, class, math and fused: the steady state's ('steady') or the run's ('run')
+            "kernel_classes": classes.get(rid, []),
             "top_kernels": kernels.get(rid, [])[:top],
             "kernel_count": sum(k["instances"] for k in kernels.get(rid, [])),
             "copies": sorted(copies.get(rid, []), key=lambda c: -c["total_ns"]),
@@ -755,11 +783,14 @@ def diff_reports(con: duckdb.DuckDBPyConnection, side: Any) -> list[int]:
     return ids
 
 
-def diff_gate(result: Diff, threshold_pct: float, metric: str = "step_time") -> Gate:
-    """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT."""
+def diff_gate(
+    result: Diff, threshold_pct: float, metric: str = "step_time", fail_inconclusive: bool = False
+) -> Gate:
+    """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT;
+    with `fail_inconclusive`, also when an inconclusive step time does not rule that out."""
     from .diff import gate
 
-    return gate(result, threshold_pct, metric)
+    return gate(result, threshold_pct, metric, fail_inconclusive)
 
 
 def save_baseline(con: duckdb.DuckDBPyConnection, name: str, side: Any) -> list[int]:

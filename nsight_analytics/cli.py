@@ -1,7 +1,9 @@
 """`nsa`: a thin click layer over the facade (`api`) and the renderers (`render`).
 
 Nothing below this module imports click; this module imports nothing below the facade
-(pyproject.toml's import-linter contract, run by tests/test_layers.py).
+(pyproject.toml's import-linter contract, run by tests/test_layers.py). The facade, and DuckDB
+with it, is imported inside the commands that use it: `nsa --help`, `nsa --version` and usage
+errors answer without loading either (tests/test_cli_startup.py).
 """
 
 from __future__ import annotations
@@ -16,14 +18,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import duckdb
 
-from . import api, render
+from . import render
 from .errors import NsaError, WorkspaceError
+from .names import ENV_DB, GATE_METRICS
 from .timing import timed
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from . import api
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +46,10 @@ class NsaClickError(click.ClickException):
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--db",
-        envvar=api.ENV_DB,
+        envvar=ENV_DB,
         type=click.Path(dir_okay=False),
         default=None,
-        help=f"Workspace file (default ./nsa.duckdb, or ${api.ENV_DB}).",
+        help=f"Workspace file (default ./nsa.duckdb, or ${ENV_DB}).",
     )(f)
 
 
@@ -89,7 +96,13 @@ def errors() -> Iterator[None]:
         yield
     except NsaError as exc:
         raise NsaClickError(str(exc)) from exc
-    except duckdb.Error as exc:
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        import duckdb  # loaded already by the command that raised it, if DuckDB did
+
+        if not isinstance(exc, duckdb.Error):
+            raise
         raise NsaClickError(str(exc).strip().splitlines()[0]) from exc
 
 
@@ -157,6 +170,8 @@ def _progress(quiet: bool) -> tuple[Any, Callable[[str, int, int], None] | None]
 
 
 def _describe(r: api.IngestResult) -> str:
+    from . import api
+
     if r.status == "unchanged":
         return f"{r.path.name}: already in the workspace as report {r.report_id} (same content); use --replace to re-ingest."
     counts = ", ".join(f"{v:,} {k}" for k, v in r.rows.items() if v)
@@ -206,6 +221,12 @@ def ingest(
     the files say so (PyTorch profiler traces with distributedInfo, names differing by a rank
     number such as out_rank0 / out_rank1, one nsys report of several GPU processes).
     """
+    if len(files) == 1 and not Path(files[0]).expanduser().exists():  # said before DuckDB loads
+        raise NsaClickError(f"{Path(files[0]).expanduser()}: no such file.")
+    import duckdb
+
+    from . import api
+
     failed: list[str] = []
     ingested: list[int] = []
     with errors():
@@ -254,6 +275,8 @@ def ingest(
 
 
 def _describe_run(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    from . import api
+
     row = api.runs(con).filter(f"run_id = {int(run_id)}").fetchone()
     assert row is not None
     _, name, world, seen, _, source, clock, unc, report_ids = row
@@ -278,6 +301,8 @@ def _ingest_one(
     quiet: bool,
     timezone: str | None = None,
 ) -> api.IngestResult:
+    from . import api
+
     bar, update = _progress(quiet)
     if bar:
         bar.start()
@@ -297,6 +322,8 @@ def _ingest_one(
 @output_option
 def reports(db: str | None, fmt: str, output_path: str | None) -> None:
     """List the reports in the workspace."""
+    from . import api
+
     with errors():
         con = api.reader(db)
         emit(render.render(render.Result.of(api.reports(con)), fmt, "reports"), output_path)
@@ -315,6 +342,8 @@ def runs(
     show_ranks: bool, run: str | None, db: str | None, fmt: str, wide: bool, output_path: str | None
 ) -> None:
     """List the runs: name, world size, ranks held, how ranks were found and clocks aligned."""
+    from . import api
+
     with errors():
         con = api.reader(db)
         if show_ranks or run is not None:
@@ -347,6 +376,8 @@ def summary(
     screen for a multi-GPU run: per rank its steady step, compute, communication and the part
     exposed, GPU idle, time waiting in collectives and lateness; the matched collectives; the
     scaling against other world sizes of the same program."""
+    from . import api
+
     with errors():
         if run is not None:
             if report_id is not None:
@@ -392,6 +423,8 @@ def sql(
     canonical tables belong to nsa (a `DELETE FROM reports` would leave the report's rows in
     every other table): statements that write to them are refused unless --allow-writes is given.
     """
+    from . import api
+
     with errors():
         if not allow_writes:
             api.refuse_canonical_writes(statement)  # before the workspace is opened
@@ -432,6 +465,8 @@ def query(
     Parameters and the report are checked before anything runs: a wrong one exits 2 and leaves
     the workspace as it was.
     """
+    from . import api
+
     with errors():
         if list_ or not name:
             # machines get the whole text; `docs/queries.md` has it for people
@@ -463,6 +498,8 @@ def query(
 
 def _query_list(full: bool) -> render.Result:
     """One row per library query; a table shows the first sentence of each contract's text."""
+    from . import api
+
     rows = []
     for q in api.library():
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
@@ -479,6 +516,8 @@ def _query_list(full: bool) -> render.Result:
 @output_option
 def schema_cmd(fmt: str, output_path: str | None) -> None:
     """Print the canonical tables: columns, types, units, meaning (markdown: docs/schema.md)."""
+    from . import api
+
     emit(render.render_schema(api.schema_tables(), fmt), output_path)
 
 
@@ -492,6 +531,8 @@ def demo_input() -> Path:
 )
 def demo(db: str | None) -> None:
     """Ingest the bundled demo export (a real H100 capture) and show what nsa finds in it."""
+    from . import api
+
     with errors(), tempfile.TemporaryDirectory() as tmp:
         path = Path(db) if db else Path(tmp) / "demo.duckdb"
         con = api.connect(path)
@@ -557,6 +598,8 @@ def report(
         nsa report --diff before.sqlite after.sqlite -o diff.html
         nsa report --run 1 -o run1.html
     """
+    from . import api
+
     with errors():
         if sum(x is not None for x in (report_id, diff_sides, run)) > 1:
             raise NsaClickError("give one of --report, --diff and --run.")
@@ -621,6 +664,8 @@ def findings(
         [small-kernel-storm]
         small_kernel_ns = 5000
     """
+    from . import api
+
     with errors():
         config = api.rules_config(config_path, sets)
         if run is not None and report_id is not None:
@@ -645,6 +690,8 @@ def findings(
 @output_option
 def rules_cmd(fmt: str, output_path: str | None) -> None:
     """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
+    from . import api
+
     emit(render.render_rules(api.rules(), api.thresholds(), fmt), output_path)
 
 
@@ -668,12 +715,18 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
     "runs of two world sizes: when the scaling efficiency is below (100 - PCT)%.",
 )  # fmt: skip
 @click.option(
-    "--metric", default="step_time", show_default=True, type=click.Choice(api.diff_gate_metrics()),
+    "--metric", default="step_time", show_default=True, type=click.Choice(GATE_METRICS),
     help="What --fail-on-regression watches (the step time is judged with its confidence interval).",
 )  # fmt: skip
 @click.option(
+    "--fail-on-inconclusive", is_flag=True,
+    help="With --fail-on-regression: also fail an inconclusive step time (too few or too spread "
+    "steps) that does not rule out a regression beyond PCT.",
+)  # fmt: skip
+@click.option(
     "--noise-floor", "floor_pct", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="PCT",
-    help="Step-time shifts under PCT percent are called 'no significant change'.",
+    help="Step-time shifts under PCT percent are noise; 'no significant change' needs the interval "
+    "inside +-PCT (else 'inconclusive').",
 )  # fmt: skip
 @click.option("--no-findings", is_flag=True, help="Skip running the rules on both sides.")
 @click.option(
@@ -689,6 +742,7 @@ def diff(
     runs: bool,
     fail_pct: float | None,
     metric: str,
+    fail_on_inconclusive: bool,
     floor_pct: float,
     no_findings: bool,
     fmt: str,
@@ -711,12 +765,16 @@ def diff(
     """
     if save and not baseline:
         raise NsaClickError("--save stores a baseline: give its name with --baseline NAME.")
+    if fail_on_inconclusive and fail_pct is None:
+        raise NsaClickError("--fail-on-inconclusive changes the gate: give it with --fail-on-regression PCT.")
     if runs and baseline:
         raise NsaClickError("--baseline stores and compares reports; with --run give two runs: --run A B.")
     wanted = 1 if baseline else 2
     if len(sides) != wanted:
         usage = "--baseline NAME [--save] REPORT" if baseline else "A B"
         raise NsaClickError(f"nsa diff takes {usage}: got {len(sides)} argument(s).")
+    from . import api
+
     with errors():
         ids_only = runs or (not save and all(api.is_report_ids(s) for s in sides))
         # report ids or runs only: read-only, beside other readers (deferred tables stored first)
@@ -735,7 +793,11 @@ def diff(
                 result = api.diff(
                     con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings, runs=runs
                 )
-            gate = api.diff_gate(result, fail_pct, metric) if fail_pct is not None else None
+            gate = (
+                api.diff_gate(result, fail_pct, metric, fail_on_inconclusive)
+                if fail_pct is not None
+                else None
+            )
         finally:
             con.close()
         emit(render.render_diff(result, fmt, gate), output_path)

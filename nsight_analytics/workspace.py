@@ -19,11 +19,11 @@ import duckdb
 
 from . import schema
 from .errors import WorkspaceError
+from .names import ENV_DB
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DB = "nsa.duckdb"
-ENV_DB = "NSA_DB"
 
 
 def resolve_db_path(db: str | os.PathLike[str] | None = None) -> Path:

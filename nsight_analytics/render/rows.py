@@ -17,11 +17,12 @@ import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import duckdb
+from typing import TYPE_CHECKING, Any
 
 from ..rules.units import dur, size
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def rate(gb_per_s: float) -> str:
