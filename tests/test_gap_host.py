@@ -208,6 +208,31 @@ def test_graph_loop_leads_with_the_sleep(unpack, tmp_path: Path) -> None:
     assert f.recommendation.startswith("The launching thread sleeps (clock_nanosleep)")
 
 
+def test_no_loop_module_loading_in_the_gaps_is_not_a_saving(unpack, tmp_path: Path) -> None:
+    """gemm_pair.py runs four rounds of two GEMMs: no steps, and much of its idle time is the host
+    loading GPU code (cuLibraryLoadData). That time is start-up: the saving leaves it out."""
+    db, path = unpack(BUSY / "nsys" / "h100_nsys2025.3_gemm_pair.sqlite.gz")
+    acts = nsys_activity(db)
+    first = min(s for s, _, _ in acts)
+    gaps = idle_gaps(acts, first)
+    thread_of = nsys_threads(db)
+    tid = main_thread(thread_of, gaps)
+    loads = db.execute(
+        'SELECT r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId '
+        "WHERE (n.value LIKE 'cuLibraryLoad%' OR n.value LIKE 'cuModuleLoad%') AND r.globalTid = ?",
+        (tid,),
+    ).fetchall()
+    loading = overlap(loads, on_thread(gaps, thread_of, tid))
+    long_gaps = sum(e - s for s, e, _ in gaps if e - s >= 100_000)
+    assert loading > 0.1 * long_gaps  # the capture loads code while the GPU waits
+
+    f = idle_finding(path, tmp_path)
+    assert f.evidence["phase"] == "run"
+    assert f.evidence["startup_loading_ns"] == pytest.approx(loading, rel=0.01)
+    assert f.est_savings_ns == pytest.approx(long_gaps - loading, rel=0.01)
+    assert "Not counted as a saving (start-up)" in f.message
+
+
 def test_loop_with_a_sleep_per_step(unpack, tmp_path: Path) -> None:
     db, path = unpack(DATA / "h100_nsys2025.3_sync_loop_before.sqlite.gz")
     start, steps = steady_start(nvtx_steps(db, "step "))

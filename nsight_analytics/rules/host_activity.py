@@ -122,6 +122,14 @@ class HostTime:
     def untraced_ns(self) -> int:
         return max(0, self.attributed_ns - self.traced_ns)
 
+    def loading_ns(self) -> int:
+        """Time the launching threads spent loading GPU code (cuModuleLoad*, cuLibraryLoad*) in
+        the gaps, per GPU: start-up work wherever it happens."""
+        total = sum(
+            a.in_gaps_ns for a in self.activities.values() if a.source == "cuda" and _LOADS.search(a.name)
+        )
+        return int(total / max(1, self.devices))
+
     def get(self, key: tuple[str, str] | None) -> Activity | None:
         return None if key is None else self.activities.get(key)
 
@@ -375,8 +383,10 @@ def fix(found: Lead) -> str:
         )
     if doing.startswith("loads GPU code"):
         return (
-            f"Modules are still being loaded ({n}) in the steady state: warm every kernel up before the "
-            "loop, or load modules eagerly (CUDA_MODULE_LOADING=EAGER)."
+            f"Modules are being loaded ({n}) while the GPU waits: start-up work. In a loop's steady state, "
+            "warm every kernel up before the loop or load modules eagerly (CUDA_MODULE_LOADING=EAGER); in a "
+            "capture without a loop, profile the loop instead (`nsys profile --delay`, or "
+            "--capture-range=cudaProfilerApi around a few steps)."
         )
     if doing.startswith("issues launches"):
         return (

@@ -153,7 +153,9 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     est_savings_ns: the steady-state idle time in gaps of the dominant cause (gaps >=
     idle_gap_min_ns), the most that removing that cause can give back; the largest device's value
     when several GPUs run side by side. None when the dominant cause is `unknown` (no honest fix
-    to estimate). Severity follows the steady-state idle share.
+    to estimate). Without steps, the time the launching thread spent loading GPU code
+    (cuModuleLoad*, cuLibraryLoad*) inside the gaps is start-up too and is left out. Severity
+    follows the steady-state idle share.
     """
     util = ctx.query("utilization", rid, phase="steady")
     if not util:
@@ -267,6 +269,10 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
                 f"{_SHORT_GAPS_FIX[graphs]} The longer gaps: {recommendation[0].lower()}{recommendation[1:]}"
             )
     message += short_text
+    loading = host.loading_ns() if host and window is None else 0
+    if savings is not None and loading:  # no steps: module loading inside the gaps is start-up too
+        savings = max(0, savings - loading)
+        ev["startup_loading_ns"] = loading
     if found:
         recommendation = _with_lead(
             found, ev.get("dominant_cause"), ev.get("dominant_detail"), recommendation
@@ -282,12 +288,15 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
         ev["host_detail_missing"] = missing
     if window is not None:
         message += f" Start-up before step {window.first_step} is not counted (see the startup rule)."
-    elif startup_ns:
-        message += f" Not counted: {dur(startup_ns)} idle before the first kernel (start-up)."
-        recommendation += (
-            " To profile only the steady state, start the capture later (`nsys profile --delay`, or "
-            "--capture-range=cudaProfilerApi around the loop)."
-        )
+    elif startup_ns or loading:
+        parts = [f"{dur(startup_ns)} idle before the first kernel"] if startup_ns else []
+        parts += [f"{dur(loading)} of the gaps the host spent loading GPU code"] if loading else []
+        message += f" Not counted as a saving (start-up): {' and '.join(parts)}."
+        if "--capture-range" not in recommendation:
+            recommendation += (
+                " To profile only the steady state, start the capture later (`nsys profile --delay`, or "
+                "--capture-range=cudaProfilerApi around the loop)."
+            )
     title = f"GPU idle {pct(share)} of the {'steady state' if window is not None else 'run'}{where}"
     if found:
         lead_ns = found.act.in_gaps_ns / devices
