@@ -21,6 +21,7 @@ FP32_ATTENTION = (
 ADD = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, std::array<char *, (unsigned long)3>>(int, T2, T3)"
 SUM = "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>(T3)"
 TRITON = "triton_poi_fused_add_mul_relu_0"
+FLASH = "void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, cutlass::bfloat16_t>>(Flash_fwd_params)"
 
 
 def _rounds(parts: list[tuple[str, int]], gap: int = 0, cc: str | None = "9.0") -> dict[str, list[dict]]:
@@ -105,6 +106,12 @@ KERNEL_MIX_CASES: list[dict[str, Any]] = [
         "rules": RULES,
         "rows": _rounds([(ADD, 5 * MS), (SUM, 2 * MS), (BF16, 3 * MS)], gap=40 * MS),
         "expect": [("unfused-elementwise", "info")],
+    },
+    {
+        "id": "unfused-elementwise: an LLM step, elementwise work ahead of the GEMMs, flash attention beside",
+        "rules": RULES,
+        "rows": _rounds([(ADD, 3 * MS), (SUM, 12 * MS // 10), (BF16, 35 * MS // 10), (FLASH, 23 * MS // 10)]),
+        "expect": [("unfused-elementwise", "warning")],
     },
     {
         "id": "unfused-elementwise silent: GEMMs take more than the elementwise work",

@@ -9,6 +9,9 @@ from ..kernel_mix import CLASS_WORDS, FUSIBLE, MATRIX, MIN_SPAN_SHARE, Device, d
 from ..model import Finding, Threshold, rule, severity_for
 from ..units import count, dur, pct
 
+# What the unfused work is weighed against: the GEMMs and convolutions.
+GEMM_CONV = ("gemm", "conv")
+
 
 @rule(
     "unfused-elementwise",
@@ -24,7 +27,7 @@ from ..units import count, dur, pct
             0.40,
             "fraction",
             "unfused-elementwise fires when eager elementwise, copy/cast, reduction, norm and softmax kernels hold "
-            "this share of the judged window's kernel time (and more than GEMMs, attention and convolutions).",
+            "this share of the judged window's kernel time (and more than GEMMs and convolutions).",
         ),
         Threshold(
             "unfused_span_warning",
@@ -51,8 +54,9 @@ def unfused_elementwise(ctx: Context, rid: int) -> list[Finding]:
     output to device memory, so a chain of k ops moves its tensors k times where one fused
     kernel moves them once; on LLM and vision training steps this memory traffic outweighs the
     GEMMs. Silent when such kernels hold less than unfused_share of the kernel time of the
-    judged window (the steady state; the whole run without steps), no more than the GEMMs,
-    attention and convolutions do, or less than kernel_mix_min_span_share of the window's span
+    judged window (the steady state; the whole run without steps), no more than the GEMMs and
+    convolutions do (attention is left out of that comparison: an LLM step whose elementwise
+    work outweighs its GEMMs is unfused whatever its attention takes), or less than kernel_mix_min_span_share of the window's span
     (a mostly idle GPU); the finding names the GPU with the most such time. The
     launch gaps between many short kernels are small-kernel-storm's (idle time); this finding
     counts the kernels' own busy time, so the two estimates do not overlap.
@@ -78,8 +82,8 @@ def unfused_elementwise(ctx: Context, rid: int) -> list[Finding]:
     best: tuple[float, Device] | None = None
     for d in devices(ctx, rid):
         unfused = _unfused_ns(d)
-        matrix = sum(int(r.kernel_ns) for r in d.rows if r.kernel_class in MATRIX)
-        if unfused / d.kernel_ns < ctx["unfused_share"] or unfused <= matrix:
+        gemms = sum(int(r.kernel_ns) for r in d.rows if r.kernel_class in GEMM_CONV)
+        if unfused / d.kernel_ns < ctx["unfused_share"] or unfused <= gemms:
             continue
         if d.busy(unfused) < ctx["kernel_mix_min_span_share"] * d.span_ns:
             continue  # a mostly idle GPU: its few kernels are not where the time goes
@@ -115,7 +119,7 @@ def unfused_elementwise(ctx: Context, rid: int) -> list[Finding]:
     lead = (
         "Most of the GPU's kernel time is unfused elementwise work"
         if share >= 0.5
-        else "More of the GPU's kernel time goes to unfused elementwise work than to matrix math"
+        else "More of the GPU's kernel time goes to unfused elementwise work than to GEMMs"
     )
     message = (
         f"{lead}: {pct(share)} of the kernel time ({dur(unfused_ns)} of {dur(d.kernel_ns)}) {scope} on GPU "
