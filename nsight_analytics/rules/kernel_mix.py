@@ -7,6 +7,7 @@ from typing import Any
 
 from .context import Context
 from .model import Threshold
+from .units import clip, pct
 
 # Matrix math, the work tensor cores exist for (nsa_kernel_class).
 MATRIX = ("gemm", "attention", "conv")
@@ -58,6 +59,17 @@ class Device:
             return float(ns)
         return ns * self.kernel_busy_ns / self.kernel_ns
 
+    def idle_note(self) -> str:
+        """' No kernel runs X% of that span: ...' when kernels leave at least half the window
+        idle (faster kernels then wait for the host), else ''."""
+        idle = 1 - self.kernel_busy_ns / self.span_ns if self.span_ns else 0.0
+        if idle < 0.5:
+            return ""
+        return (
+            f" No kernel runs {pct(idle)} of that span: while the host sets the pace, faster kernels shorten "
+            "the step only once that idle time is gone (gpu-idle)."
+        )
+
 
 def devices(ctx: Context, rid: int) -> list[Device]:
     """The report's devices with kernels in the judged window: the steady state when the report
@@ -76,5 +88,4 @@ def devices(ctx: Context, rid: int) -> list[Device]:
 
 def short(name: str, width: int = 60) -> str:
     """A kernel name without a leading `void `, cut to `width` characters."""
-    name = name.removeprefix("void ")
-    return name if len(name) <= width else name[: width - 3] + "..."
+    return clip(name.removeprefix("void "), width)

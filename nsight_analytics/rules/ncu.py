@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from .context import Context
 from .model import Threshold
-from .units import dur, pct
+from .units import clip, dur, pct
 
 if TYPE_CHECKING:  # pandas is imported when an ncu rule runs, not when the rules are loaded
     import pandas as pd
@@ -89,7 +89,7 @@ def stake(row: pd.Series) -> tuple[str, dict[str, object]]:
 
 
 def short(name: str, width: int = 90) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+    return clip(name, width)
 
 
 def launch_weights(ctx: Context, rid: int) -> pd.DataFrame:

@@ -40,6 +40,11 @@ def pct(fraction: float | None) -> str:
     return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
 
 
+def clip(text: str, width: int) -> str:
+    """`text` cut to `width` characters, the cut marked with `...`."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def count(n: float) -> str:
     return f"{int(n):,}"
 

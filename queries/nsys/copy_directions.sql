@@ -16,7 +16,7 @@
 -- starting at or after (before) their first steady step (nsa_steady), as memcpy_summary does, and
 -- the serialised time of those copies; reports without steps keep all their copies (column phase
 -- says 'run').
--- reads cuda_api, graph_executions, kernel_rows, memcpy, memset, steps
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
@@ -57,22 +57,10 @@ issued AS (
 streams_used AS (SELECT DISTINCT report_id, device_id, pid, stream_id FROM c),
 other AS (
     SELECT o.report_id, o.device_id, o.pid, o.stream_id, o.start_ns, o.end_ns
-    FROM (
-        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM kernel_rows
-        WHERE $report_id IS NULL OR report_id = $report_id
-        UNION ALL
-        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM memset
-        WHERE $report_id IS NULL OR report_id = $report_id
-        UNION ALL
-        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM graph_executions
-        WHERE $report_id IS NULL OR report_id = $report_id
-        UNION ALL
-        SELECT report_id, device_id, pid, stream_id, start_ns, end_ns FROM memcpy
-        WHERE ($report_id IS NULL OR report_id = $report_id) AND coalesce(direction, '') NOT IN ('HtoD', 'DtoH')
-    ) AS o
+    FROM nsa_gpu_activity($report_id) AS o
     SEMI JOIN streams_used AS u
         ON u.report_id = o.report_id AND u.device_id = o.device_id AND u.pid = o.pid AND u.stream_id = o.stream_id
-    WHERE o.start_ns IS NOT NULL AND o.end_ns >= o.start_ns
+    WHERE NOT (o.kind = 'memcpy' AND o.label IN ('memcpy HtoD', 'memcpy DtoH'))
 ),
 -- each copy with the activity before it on its stream, all of them in order (the first copy of
 -- the window may have waited for one before it)

@@ -145,12 +145,7 @@ def fp32_matmul(ctx: Context, rid: int) -> list[Finding]:
         f" Counting a {speedup:g}x speed-up (an H100 ran the same training step's GEMMs 4.7x faster in TF32 and "
         f"11.5x in bf16, its attention 6x in bf16) gives back about {dur(savings)}."
     )
-    idle = 1 - d.kernel_busy_ns / d.span_ns if d.span_ns else 0.0
-    if idle >= 0.5:
-        message += (
-            f" No kernel runs {pct(idle)} of that span: while the host sets the pace, faster kernels shorten "
-            "the step only once that idle time is gone (gpu-idle)."
-        )
+    message += d.idle_note()
     recommendation = _recommendation(by_class)
     title = f"{pct(share)} of GPU kernel time is FP32 matmul without TF32/bf16 tensor cores" + (
         f" (led by {short(str(ranked[0].top_name), 50)})" if ranked else ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..context import Context, steady_evidence
 from ..model import Finding, Threshold, rule, severity_for
-from ..units import count, dur, pct, plural
+from ..units import clip, count, dur, pct, plural
 
 
 @rule(
@@ -101,7 +101,7 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     severity = severity_for(gap_share, ctx["storm_gap_share_warning"], ctx["storm_gap_share_critical"])
     top = ctx.query("small_kernel_names", rid, max_kernel_ns=int(small))[: int(ctx["top_kernels"])]
     named = "; ".join(
-        f"{_short(r.short_name)} x{count(r.launches)} (avg {dur(r.avg_ns)}"
+        f"{clip(r.short_name, 50)} x{count(r.launches)} (avg {dur(r.avg_ns)}"
         + (f", {r.variants} template variants)" if r.variants > 1 else ")")
         for r in top
     )
@@ -196,7 +196,3 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
             None if not storms else savings,
         )
     ]
-
-
-def _short(name: str, width: int = 50) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."

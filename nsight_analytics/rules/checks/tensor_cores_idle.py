@@ -8,7 +8,7 @@ from ..context import Context, steady_evidence, steady_scope
 from ..gpu_metrics import kernel_math, window_text
 from ..kernel_mix import MATRIX
 from ..model import Finding, Threshold, rule
-from ..units import dur, pct
+from ..units import clip, dur, pct
 
 _FP32_FIX = (
     "The matrix multiplies run in plain FP32 ({names}), which tensor cores do not execute: "
@@ -94,7 +94,7 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
     ranked = sorted(by_precision.items(), key=lambda kv: -kv[1])
     fp32_ns = by_precision.get("fp32", 0)
     top = sorted(gemms, key=lambda r: -int(r.kernel_ns))[:3]
-    names = "; ".join(_short(str(r.name)) for r in top)
+    names = "; ".join(clip(str(r.name), 70) for r in top)
     s = summary[0]
     where = window_text(int(s.start_ns), int(s.end_ns))
     sc = steady_scope(window, ctx.steps_unknown(rid))
@@ -105,7 +105,7 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
         f"({s.average:.1f}% over the whole {scope} span, peak sample {s.peak:.0f}%). By precision, from the "
         "kernel names: " + ", ".join(f"{p} {dur(ns)}" for p, ns in ranked) + f". Largest: {names}."
     )
-    largest = f"the largest: {_short(str(top[0].name), 60)}"
+    largest = f"the largest: {clip(str(top[0].name), 60)}"
     fp32 = fp32_ns >= gemm_ns / 2
     recommendation = (_FP32_FIX if fp32 else _SHAPE_FIX).format(names=largest)
     ev: dict[str, Any] = {
@@ -142,7 +142,3 @@ def tensor_cores_idle(ctx: Context, rid: int) -> list[Finding]:
             "tensor-cores-idle", "warning", rid, title, message, recommendation, ev, None, same_saving_as=same
         )
     ]
-
-
-def _short(name: str, width: int = 70) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."

@@ -137,12 +137,7 @@ def unfused_elementwise(ctx: Context, rid: int) -> list[Finding]:
         f" The largest kernel: {short(top_name, 100)} ({dur(top_ns)}). Fusing them counts on "
         f"{pct(float(ctx['unfused_fusion_gain']))} of that time: about {dur(savings)}."
     )
-    idle = 1 - d.kernel_busy_ns / d.span_ns if d.span_ns else 0.0
-    if idle >= 0.5:
-        message += (
-            f" No kernel runs {pct(idle)} of that span: while the host sets the pace, faster kernels shorten "
-            "the step only once that idle time is gone (gpu-idle)."
-        )
+    message += d.idle_note()
     recommendation = _recommendation(
         by_class,
         compiled=fused_ns > 0,
