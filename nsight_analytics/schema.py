@@ -111,7 +111,7 @@ TABLES: tuple[Table, ...] = (
                 "",
                 "Activity kinds with at least one row: kernel, memcpy, memset, cuda_api, "
                 "graph (CUDA graph executions or events), sync, nvtx, osrt, mpi (nsys' MPI event "
-                "tables), cpu_samples, gpu_info, processes, ncu_metrics, ncu_rules, gpu_metrics, "
+                "tables), cpu_samples, stacks (call stacks, `stack_events`), gpu_info, processes, ncu_metrics, ncu_rules, gpu_metrics, "
                 "memory (memory_events), power (power_samples), comm (comm_ops).",
             ),
             _c("has_kernels", "BOOLEAN", "", "The export holds kernel records."),
@@ -524,6 +524,115 @@ TABLES: tuple[Table, ...] = (
                 "",
                 "The backtrace's frames, leaf first (symbols or addresses, as `leaf`); NULL when the "
                 "sample has none.",
+            ),
+        ),
+        "nsys",
+    ),
+    # --- call stacks: stack_frames, stacks, stack_events ---
+    Table(
+        "stack_frames",
+        "The frames of a report's call stacks, each once (native, kernel and Python frames in one "
+        "table): nsys backtraces (SAMPLING_CALLCHAINS, CUDA_CALLCHAINS, OSRT_CALLCHAINS), nsys Python "
+        "frames (`--python-sampling`, `--python-backtrace=cuda`: NVTX extended payloads, exported "
+        "with `--include-blobs=true`) and PyTorch-profiler `python_function` events "
+        "(`with_stack=True`). Copied on first use.",
+        (
+            RID,
+            _c("frame_id", "BIGINT", "", "The frame's id in its report; joins `stacks.frame_id`."),
+            _c(
+                "kind",
+                "VARCHAR",
+                "",
+                "'python' (a Python frame), 'native' (a user-mode machine-code frame) or 'kernel' "
+                "(an operating-system kernel frame of a CPU sample).",
+            ),
+            _c(
+                "function",
+                "VARCHAR",
+                "",
+                "Function name: a Python function (`load_batch`, `<module>`), a symbol, an address "
+                "where nsys could not resolve one (0x7fc4e38ac2ec), or a Kineto built-in "
+                "(`<built-in method mul_ of Tensor object at 0x...>`).",
+            ),
+            _c(
+                "file",
+                "VARCHAR",
+                "",
+                "Python source file as the capture gives it (nsys: absolute; Kineto: relative to "
+                "its sys.path entry, `torch/nn/modules/module.py`); NULL for native frames.",
+            ),
+            _c("line", "INTEGER", "", "Line in `file` (Python frames); NULL otherwise."),
+            _c("module", "VARCHAR", "", "Binary or library of a native frame (/usr/lib/.../libc.so.6)."),
+            _c(
+                "user",
+                "BOOLEAN",
+                "",
+                "The program's own code, not a library: false for Python files under site-packages / "
+                "dist-packages, the standard library, built-ins and known packages (torch, numpy, "
+                "transformers...); for native frames in system and vendor libraries (/usr, /lib, "
+                "CUDA, libpython, libtorch), the kernel and nsys' injection libraries.",
+            ),
+        ),
+        "nsys",
+    ),
+    Table(
+        "stacks",
+        "Call stacks as lists of frames, each distinct list once per report: one row per stack "
+        "and depth. Copied on first use with `stack_frames`.",
+        (
+            RID,
+            _c("stack_id", "BIGINT", "", "The stack's id in its report; joins `stack_events.stack_id`."),
+            _c("depth", "INTEGER", "", "Position in the stack: 0 the innermost frame, callers above."),
+            _c("frame_id", "BIGINT", "", "`stack_frames.frame_id` of the frame at that depth."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "stack_events",
+        "What carried each stack: a CPU or Python sample, a CUDA or OS runtime call with its "
+        "backtrace, a PyTorch-profiler Python frame. Copied on first use with `stack_frames`.",
+        (
+            RID,
+            _c(
+                "source",
+                "VARCHAR",
+                "",
+                "'cpu_sample' (nsys `-s cpu`: native frames), 'python_sample' (nsys "
+                "`--python-sampling`), 'cuda_call' (`--cudabacktrace`: the native stack of a CUDA "
+                "API call), 'python_cuda' (`--python-backtrace=cuda`: its Python stack), "
+                "'osrt_call' (an OS runtime call's backtrace) or 'kineto_python' (a PyTorch "
+                "profiler `python_function` event, its stack the frames enclosing it).",
+            ),
+            _c("start_ns", "BIGINT", "ns", "When the sample was taken, or the call or frame started."),
+            _c(
+                "end_ns",
+                "BIGINT",
+                "ns",
+                "When the call or frame ended; NULL for samples (a sample is an instant).",
+            ),
+            PID,
+            TID,
+            GTID,
+            _c(
+                "stack_id",
+                "BIGINT",
+                "",
+                "`stacks.stack_id`; NULL when the capture kept the event but not its frames (nsys "
+                "Python samples exported without `--include-blobs=true`).",
+            ),
+            _c(
+                "thread_state",
+                "VARCHAR",
+                "",
+                "The thread's state when sampled: 'Running', 'Blocking Wait', 'Uninterruptible' "
+                "(Python samples), 'Running', 'Interruptible'... (CPU samples); NULL for calls.",
+            ),
+            _c(
+                "correlation_id",
+                "BIGINT",
+                "",
+                "cuda_call and python_cuda: the CUDA API call's correlation id, which joins "
+                "`cuda_api` (same pid) and the kernel or copy it launched.",
             ),
         ),
         "nsys",

@@ -276,3 +276,56 @@ def test_launch_columns_full_and_deferred(ws, path: Path, tmp_path: Path) -> Non
     assert _launch_rows(lazy, rid) == expected
     assert "kernel_launch" not in lazy.execute("SELECT deferred_steps FROM reports").fetchone()[0]
     lazy.close()
+
+
+def _domain_export(path: Path, columns: str) -> None:
+    """An NVTX-only export whose domains are named through StringIds (no `text` column): two
+    processes reuse domain id 1 under different names; one range per process and domain, and
+    one in the default domain (0)."""
+    cols = columns.split()
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        db.executemany(
+            "INSERT INTO StringIds VALUES (?, ?)", [(1, "io"), (2, "math"), (3, "load"), (4, "step")]
+        )
+        db.execute(f"CREATE TABLE NVTX_EVENTS ({', '.join(f'{c} INTEGER' for c in cols)})")
+        rows = []
+        for pid, domain_name in ((100, 1), (200, 2)):
+            gtid = (pid << 24) | 7
+            rows += [
+                dict(start=1, end=None, eventType=75, textId=domain_name, globalTid=gtid, domainId=1),
+                dict(start=10, end=20, eventType=59, textId=3, globalTid=gtid, domainId=1),
+                dict(start=30, end=40, eventType=60, textId=4, globalTid=gtid, domainId=0),
+            ]
+        for r in rows:
+            db.execute(f"INSERT INTO NVTX_EVENTS VALUES ({', '.join('?' * len(cols))})", [r[c] for c in cols])
+
+
+@pytest.mark.parametrize(
+    "columns", ["start end eventType textId globalTid domainId", "start end eventType textId domainId"]
+)
+def test_nvtx_domains_by_string_id(tmp_path: Path, columns: str) -> None:
+    path = tmp_path / "domains.sqlite"
+    _domain_export(path, columns)
+    by_thread = "globalTid" in columns
+    # A domain is named by its create event in the same process (or anywhere, without thread ids).
+    pid = "(n.globalTid >> 24) & 16777215" if by_thread else "NULL"
+    same = "AND (d.globalTid >> 24) = (n.globalTid >> 24)" if by_thread else ""
+    expected = Counter(
+        sq(
+            path,
+            f"SELECT s.value, {pid}, (SELECT min(ds.value) FROM NVTX_EVENTS d JOIN StringIds ds ON ds.id = d.textId "
+            f"WHERE d.eventType = 75 AND d.domainId = n.domainId {same}) "
+            "FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (59, 60)",
+        )
+    )
+    if not by_thread:  # one domain id, two create events: either name, the same for every range of it
+        assert {d for _, _, d in expected} == {"io", None}
+    con = nsa.connect(tmp_path / "w.duckdb")
+    nsa.ingest(con, path, defer=())
+    got = Counter(con.execute("SELECT name, pid, domain FROM nvtx_ranges").fetchall())
+    con.close()
+    if by_thread:
+        assert got == expected
+    else:
+        assert sorted((n, d is None) for n, _, d in got) == sorted((n, d is None) for n, _, d in expected)

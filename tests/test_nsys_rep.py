@@ -172,9 +172,12 @@ def test_rows_equal_an_independent_export(capture: Capture, db: Path, only) -> N
     assert res.exit_code == EXIT_OK, res.output
     (processes,) = reference(capture, "SELECT count(*) FROM PROCESSES")[0]
     (osrt,) = reference(capture, "SELECT count(*) FROM OSRT_API")[0]
+    # OS runtime calls nsys kept a backtrace of (callchainId 0 or NULL: none) are the stack events
+    (stacked,) = reference(capture, "SELECT count(*) FROM OSRT_API WHERE callchainId > 0")[0]
+    events = f"{stacked:,} stack_events, " if stacked else ""
     assert (
         res.stdout
-        == f"{REP_GZ.name}: ingested as report 1 (nsys-rep): {osrt:,} osrt_api, {processes:,} processes.\n"
+        == f"{REP_GZ.name}: ingested as report 1 (nsys-rep): {osrt:,} osrt_api, {events}{processes:,} processes.\n"
     )
     con = duckdb.connect(str(db), read_only=True)
     try:

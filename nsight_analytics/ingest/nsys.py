@@ -15,7 +15,7 @@ import duckdb
 
 from .. import params, schema
 from ..errors import InputError
-from . import nsys_gpu_metrics
+from . import nsys_gpu_metrics, stacks
 from .sqlite_source import EXPORT_HINT
 from .steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
 
@@ -382,6 +382,26 @@ def base_name_sql(name: str) -> str:
     return f"CASE WHEN contains({name}, ' = ') THEN {stripped} ELSE {name} END"
 
 
+def _nvtx_domains_sql(src: Source) -> str:
+    """The export's NVTX domains as (domain_id, pid, name): a domain's name is the text of its
+    create event (type 75) in the same process. SQLite picks the few create events out of the
+    table: filtered in DuckDB, every row of NVTX_EVENTS would cross over a second time."""
+    t = NVTX
+    have = src.tables[t]
+    picked = ", ".join(f'"{c}"' if c in have else "NULL" for c in ("domainId", "globalTid", "text", "textId"))
+    create = f'SELECT {picked} FROM "{t}" WHERE eventType = {NVTX_DOMAIN_CREATE}'
+    rows = f"sqlite_query('{src.alias}', {params.literal(create)}) AS d0(domain_id, gtid, text, text_id)"
+    # untyped in SQLite when the export lacks the column: cast after the fact
+    pid = PID_OF.format("CAST(d0.gtid AS BIGINT)") if "globalTid" in have else "NULL"
+    text = "CAST(d0.text AS VARCHAR)" if "text" in have else "NULL"
+    text_id = "ds.value" if "textId" in have else "NULL"
+    join = f" LEFT JOIN {STRINGS} ds ON ds.id = CAST(d0.text_id AS BIGINT)" if "textId" in have else ""
+    return (
+        f"(SELECT CAST(d0.domain_id AS BIGINT) AS domain_id, {pid} AS pid, "
+        f"any_value(coalesce({text}, {text_id})) AS name FROM {rows}{join} GROUP BY ALL)"
+    )
+
+
 def nvtx_ranges_sql(src: Source) -> str | None:
     if not src.has(NVTX):
         return None
@@ -392,17 +412,8 @@ def nvtx_ranges_sql(src: Source) -> str | None:
     domain, djoin = "NULL", ""
     gtid = src.col(t, "globalTid", a)
     if "domainId" in src.tables[t]:
-        # A domain's name is the text of its create event (type 75) in the same process.
-        d_text_id, d_join = _name(src, t, "textId", "d0", "ds")
-        d_text = src.col(t, "text", "d0")
-        d_pid = PID_OF.format('d0."globalTid"') if gtid != "NULL" else "NULL"
-        domains = (
-            f"(SELECT d0.domainId AS domain_id, {d_pid} AS pid, "
-            f"any_value(coalesce({d_text}, {d_text_id})) AS name "
-            f"FROM {src.ref(t)} d0{d_join} WHERE d0.eventType = {NVTX_DOMAIN_CREATE} GROUP BY ALL)"
-        )
         pid_match = f" AND d.pid IS NOT DISTINCT FROM {PID_OF.format(gtid)}" if gtid != "NULL" else ""
-        djoin = f" LEFT JOIN {domains} d ON d.domain_id = {a}.domainId{pid_match}"
+        djoin = f" LEFT JOIN {_nvtx_domains_sql(src)} d ON d.domain_id = {a}.domainId{pid_match}"
         domain = "d.name"
     types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
     cols = {
@@ -744,6 +755,7 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "nvtx_kernels": (nvtx_ranges_sql, "nvtx"),
     "osrt_api": (osrt_api_sql, "osrt"),
     "cpu_samples": (cpu_samples_sql, "cpu_samples"),
+    "stack_events": (stacks.source_sql, "stacks"),  # writes stack_frames, stacks, stack_events
     "gpus": (gpus_sql, "gpu_info"),
     "processes": (processes_sql, "processes"),
     "steps": (marker_ranges_sql, None),  # fills host_waits too
@@ -763,6 +775,7 @@ DEFERRABLE = (
     "nvtx_kernels",
     "osrt_api",
     "cpu_samples",
+    "stack_events",
     "steps",
     "gpu_metrics",
 )
@@ -779,6 +792,7 @@ STEP_WRITES = {
     "kernel_launch": ("kernel_rows",),
     "nvtx_kernels": ("nvtx_ranges",),
     "steps": ("steps", "host_waits"),
+    "stack_events": stacks.TABLES,
 }
 
 
@@ -894,6 +908,8 @@ def load_table(
         return fill_markers(con, src, report_id)
     if table == "gpu_metrics":
         return nsys_gpu_metrics.load(con, src, report_id)
+    if table == "stack_events":
+        return stacks.load(con, src, report_id)
     if table == "kernel_rows":
         sql = kernel_rows_sql(src, launch)
     elif table == "kernel_names":  # after kernel_rows: one row of each name for SQLite to look up

@@ -1,7 +1,7 @@
 """PyTorch profiler traces (Kineto's Chrome trace JSON: `prof.export_chrome_trace`, the
 TensorBoard plugin's `*.pt.trace.json`), torch 1.8 to today, CUDA and ROCm.
 
-The trace is streamed (ingest/kineto_events.py), never loaded whole, into staging tables that
+The trace is streamed (ingest/kineto_events.py, kineto_scan.py), never loaded whole, into staging tables that
 ingest/kineto.py turns into the canonical tables. Nothing is deferred: every row comes out of
 the one pass over the file, so the steps and the ranges' kernels are worked out at ingest.
 """
@@ -9,16 +9,17 @@ the one pass over the file, so the steps and the ranges' kernels are worked out 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import duckdb
 
 from ... import params
 from ...errors import InputError
-from .. import kineto, kineto_events
+from .. import kineto, kineto_events, stacks
 from ..kineto_sniff import is_kineto_trace
 from ..reader import SNIFF_BYTES, LoadResult, Progress, Reader
 
@@ -52,6 +53,9 @@ class Trace:
 
 class KinetoReader(Reader[Trace]):
     name = "kineto"
+    # The call stacks of the Python frames (with_stack=True) are worked out from cpu_ops on first use.
+    deferrable = derived = worked_out = ("stack_events",)
+    step_writes: ClassVar[dict[str, tuple[str, ...]]] = {"stack_events": stacks.TABLES}
 
     def sniff(self, head: bytes) -> bool:
         return is_kineto_trace(head)
@@ -97,7 +101,19 @@ class KinetoReader(Reader[Trace]):
             stager.drop()
         if progress:
             progress("done", 2, 2)
-        return _result(path, report_id, handle.meta, rows)
+        result = _result(path, report_id, handle.meta, rows)
+        if stacks.has_kineto_frames(con, report_id):
+            result.deferred.append("stack_events")
+            result.activity_kinds.append("stacks")
+        return result
+
+    def steps_for(self, tables: Iterable[str]) -> list[str]:
+        return ["stack_events"] if set(tables) & set(stacks.TABLES) else []
+
+    def load_deferred(
+        self, con: duckdb.DuckDBPyConnection, handle: Trace | None, report_id: int, step: str
+    ) -> int:
+        return stacks.load_kineto(con, report_id)
 
 
 def _limit_memory(con: duckdb.DuckDBPyConnection) -> str:

@@ -7,8 +7,10 @@ them. The host-side tables, the launch configuration and the steps can be deferr
 from __future__ import annotations
 
 import logging
+import re
+import sqlite3
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -85,12 +87,16 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
             nsys.prepare_strings(con, src)
             rows: dict[str, int] = {}
             launch = "kernel_launch" not in deferred  # else copied with the kernel rows
-            for i, table in enumerate(steps):
+            copied = [t for t in steps if t not in deferred and t != "kernel_launch"]
+            weights = _progress_weights(path, src, copied) if progress else {}
+            done, total = 0, sum(weights.values())
+            for table in steps:
                 if progress:
-                    progress(table, i, len(steps))
-                if table not in deferred and table != "kernel_launch":
+                    progress(table, done, total)
+                if table in copied:
                     with timed(log, f"ingest {path.name}: {table}"):
                         rows[table] = nsys.load_table(con, src, table, report_id, launch=launch)
+                    done += weights.get(table, 0)
             rows["memory_events"] = nsys_memory.load(con, src, report_id)
             with timed(log, f"ingest {path.name}: comm_ops"):
                 rows["comm_ops"] = comm.load(con, report_id)  # from the kernels just copied
@@ -98,7 +104,7 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         except duckdb.Error as exc:
             raise _read_error(path, exc) from exc
         if progress:
-            progress("done", len(steps), len(steps))
+            progress("done", total, total)
         kinds = _activity_kinds(src, rows)
         if nsys.mpi_waits_sql(src) is not None:  # MPI traced; its calls reach host_waits with the steps
             kinds.append("mpi")
@@ -131,6 +137,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
             wanted |= {"nvtx_ranges", "cuda_api"}
         if "host_waits" in wanted:  # found with the steps, in one scan of the NVTX ranges
             wanted.add("steps")
+        if wanted & set(nsys.STEP_WRITES["stack_events"]):  # frames, stacks and their events: one step
+            wanted.add("stack_events")
         return [t for t in nsys.LOADERS if t in wanted]  # kernels and cuda_api before what derives from them
 
     def load_deferred(
@@ -181,3 +189,22 @@ def _read_error(path: Path, exc: duckdb.Error) -> InputError:
 
 
 READER = NsysSqliteReader()
+
+
+_SOURCE_TABLE = re.compile(r'\bsrc\."(\w+)"')
+_LOOKUPS = frozenset({nsys.STRINGS, "StringIds"})
+
+
+def _progress_weights(path: Path, src: nsys.Source, steps: list[str]) -> dict[str, int]:
+    """The work of each step for the progress bar: the rows of the export's tables its SELECT
+    reads (their largest rowid, which SQLite answers without a scan), at least 1; all 1 when the
+    file cannot be read that way."""
+    reads = {t: set(_SOURCE_TABLE.findall(nsys.LOADERS[t][0](src) or "")) - _LOOKUPS for t in steps}
+    sizes: dict[str, int] = {}
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            for name in set().union(*reads.values()) & set(src.tables):
+                sizes[name] = int(db.execute(f'SELECT coalesce(max(rowid), 0) FROM "{name}"').fetchone()[0])
+    except sqlite3.Error:
+        return dict.fromkeys(steps, 1)
+    return {t: max(1, sum(sizes.get(n, 0) for n in reads[t])) for t in steps}

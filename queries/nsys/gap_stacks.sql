@@ -1,0 +1,243 @@
+-- Which line of code the GPU's idle time waited on: per report, device and stack source, the
+-- call stacks sampled or recorded on the thread that launched the work ending each idle gap,
+-- while the gap lasted, grouped by their innermost user frame (the program's own code, not a
+-- library: stack_frames.user) and the library frame that frame was calling, ranked by the idle
+-- time they explain. The gaps are those of `gap_host`: the steady state's idle intervals at least
+-- min_gap_ns long (gaps whose midpoint lies after the first steady step; for reports without
+-- steps everything after the device's first kernel), the launching thread the thread of the CUDA
+-- API call with the activity's report_id, pid and correlation_id. Stack sources:
+--   python_sample  nsys Python samples (`--python-sampling=true`);
+--   cpu_sample     nsys CPU samples (`-s cpu`): native frames, the user's own for C++ programs;
+--   kineto_python  PyTorch-profiler Python frames (`with_stack=True`), as intervals: at each moment
+--                  the innermost frame open on the thread, whose stack holds its callers.
+-- A gap's time is shared among the samples of a source taken in it (each sample explains
+-- gap_ns / samples of the gap); a frame interval explains its overlap with the gaps (one that
+-- spans several counts with the last in per_gap rows). Where a window has gaps but no stack of
+-- any source on its launching threads, one row with source NULL says why in `note` and which
+-- capture option records them. Linear: the gaps in one sorted pass, samples and frame boundaries
+-- placed in them by ASOF joins per thread, the idle time before a moment by a running sum of gap
+-- time (no join of gaps against samples by range).
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, reports, stack_events, stack_frames, stacks, steps
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
+-- param per_gap BOOLEAN = false: one group of rows per gap (gap_start_ns set) instead of totals over the window.
+-- param top_n INTEGER = 10: keep the N rows that explain the most per report, device, source (and gap); all when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col device_id INTEGER: CUDA device id of the gaps.
+-- col gap_start_ns BIGINT: the gap's start (ns); NULL for totals over the window.
+-- col source VARCHAR: python_sample, cpu_sample or kineto_python; NULL on a note row.
+-- col user_function VARCHAR: the innermost user frame's function (`load_batch`); NULL when the stack has no user frame.
+-- col user_file VARCHAR: its file (Python) or binary (native).
+-- col user_line INTEGER: its line (Python frames; Kineto gives the function's first line).
+-- col library_frame VARCHAR: the frame the user frame was calling (`tensor`, `cudaStreamSynchronize`), or the innermost frame when no user frame; NULL when the user frame is the innermost.
+-- col callers VARCHAR: the user frames calling the user frame, innermost first (`train_step < main < <module>`), of its most frequent stack.
+-- col explained_ns BIGINT: idle time explained by these stacks (ns).
+-- col share DOUBLE: explained_ns / idle_ns.
+-- col events BIGINT: samples or frame intervals counted.
+-- col idle_ns BIGINT: idle time of the window's gaps, or of the gap (ns).
+-- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
+WITH
+act AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns,
+           max(end_ns) OVER (
+               PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ) AS prev_end
+    FROM nsa_gpu_activity($report_id)
+),
+first_kernel AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, min(start_ns) AS first_ns
+    FROM kernel_rows
+    WHERE $report_id IS NULL OR report_id = $report_id
+    GROUP BY ALL
+),
+gap AS (
+    SELECT a.report_id, a.dev, a.pid, a.correlation_id, a.prev_end AS gap_start_ns, a.start_ns AS gap_end_ns
+    FROM act AS a
+    LEFT JOIN nsa_steady($report_id) AS s USING (report_id)
+    LEFT JOIN first_kernel AS f USING (report_id, dev)
+    WHERE a.start_ns - a.prev_end >= greatest($min_gap_ns, 1)
+        AND CASE
+            WHEN s.report_id IS NOT NULL THEN a.prev_end + (a.start_ns - a.prev_end) // 2 >= s.start_ns
+            ELSE a.start_ns > f.first_ns
+        END
+),
+totals AS (
+    SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
+),
+launch AS (
+    SELECT g.report_id, g.dev, g.gap_start_ns, any_value(g.gap_end_ns) AS gap_end_ns,
+           arg_min(c.global_tid, c.start_ns) AS global_tid
+    FROM gap AS g
+    JOIN cuda_api AS c ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.global_tid IS NOT NULL
+    GROUP BY g.report_id, g.dev, g.gap_start_ns
+),
+-- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus the
+-- part of that gap before t
+cum AS (
+    SELECT report_id, dev, global_tid, gap_start_ns, gap_end_ns,
+           coalesce(sum(gap_end_ns - gap_start_ns) OVER (
+               PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ), 0) AS before_ns
+    FROM launch
+),
+threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
+ev AS (
+    SELECT * FROM stack_events
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+        AND source IN ('python_sample', 'cpu_sample', 'kineto_python') AND stack_id IS NOT NULL
+),
+-- samples inside the gaps of their thread, each worth its gap's time over the gap's samples
+sampled AS (
+    SELECT x.report_id, t.dev, x.source, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
+    FROM ev AS x
+    JOIN threads AS t USING (report_id, global_tid)
+    ASOF JOIN cum AS c
+        ON c.report_id = x.report_id AND c.dev = t.dev AND c.global_tid = x.global_tid AND x.start_ns >= c.gap_start_ns
+    WHERE x.end_ns IS NULL AND x.start_ns < c.gap_end_ns
+),
+sample_time AS (
+    SELECT report_id, dev, source, stack_id, gap_start_ns,
+           gap_ns / count(*) OVER (PARTITION BY report_id, dev, source, gap_start_ns) AS ns
+    FROM sampled
+),
+-- frame intervals (they nest on their thread): at each start the frame's own stack holds, at each
+-- end its parent's (the frame one level out that started last before it, by ASOF on depth)
+frames AS (
+    SELECT x.report_id, t.dev, x.source, x.global_tid, x.start_ns, x.end_ns, x.stack_id, d.depth
+    FROM ev AS x
+    JOIN threads AS t USING (report_id, global_tid)
+    JOIN (SELECT report_id, stack_id, max(depth) AS depth FROM stacks GROUP BY ALL) AS d USING (report_id, stack_id)
+    WHERE x.end_ns IS NOT NULL
+),
+-- at one moment, ends before starts, inner ends before outer ones, outer starts before inner ones
+bounds AS (
+    SELECT report_id, dev, source, global_tid, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
+    UNION ALL
+    SELECT f.report_id, f.dev, f.source, f.global_tid, f.end_ns, 0, -f.depth, p.stack_id
+    FROM frames AS f
+    ASOF LEFT JOIN frames AS p
+        ON p.report_id = f.report_id AND p.dev = f.dev AND p.source = f.source AND p.global_tid = f.global_tid
+        AND p.depth = f.depth - 1 AND f.start_ns >= p.start_ns
+),
+segments AS (
+    SELECT *, lead(t) OVER (PARTITION BY report_id, dev, source, global_tid ORDER BY t, step, o) AS t_next
+    FROM bounds
+),
+at_start AS (
+    SELECT s.report_id, s.dev, s.source, s.global_tid, s.stack_id, s.t, s.t_next,
+           coalesce(a.before_ns + least(greatest(s.t - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g0
+    FROM segments AS s
+    ASOF LEFT JOIN cum AS a
+        ON a.report_id = s.report_id AND a.dev = s.dev AND a.global_tid = s.global_tid AND s.t >= a.gap_start_ns
+    WHERE s.stack_id IS NOT NULL AND s.t_next > s.t
+),
+-- G(t_next) - G(t): the segment's time inside the gaps, put in the last gap it overlaps
+interval_time AS (
+    SELECT s.report_id, s.dev, s.source, s.stack_id, a.gap_start_ns,
+           a.before_ns + least(s.t_next - a.gap_start_ns, a.gap_end_ns - a.gap_start_ns) - s.g0 AS ns
+    FROM at_start AS s
+    ASOF JOIN cum AS a
+        ON a.report_id = s.report_id AND a.dev = s.dev AND a.global_tid = s.global_tid AND s.t_next > a.gap_start_ns
+),
+timed AS (
+    SELECT * FROM sample_time
+    UNION ALL
+    SELECT * FROM interval_time WHERE ns > 0
+),
+-- per stack: the innermost user frame, the frame it calls, and its user callers
+used AS (SELECT DISTINCT report_id, stack_id FROM timed),
+framed AS (
+    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind
+    FROM stacks AS s
+    SEMI JOIN used AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
+    JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
+),
+innermost_user AS (
+    SELECT report_id, stack_id, min(depth) AS depth FROM framed WHERE user GROUP BY ALL
+),
+callers AS (
+    SELECT c.report_id, c.stack_id, string_agg(c.function, ' < ' ORDER BY c.depth) AS callers
+    FROM framed AS c
+    JOIN innermost_user AS iu USING (report_id, stack_id)
+    WHERE c.user AND c.depth > iu.depth
+    GROUP BY ALL
+),
+described AS (
+    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.function) AS user_file,
+           uf.line AS user_line, uf.frame_id AS user_frame_id,
+           CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
+               THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,
+           c.callers
+    FROM used AS u
+    LEFT JOIN innermost_user AS iu USING (report_id, stack_id)
+    LEFT JOIN callers AS c USING (report_id, stack_id)
+    LEFT JOIN framed AS uf ON uf.report_id = u.report_id AND uf.stack_id = u.stack_id AND uf.depth = iu.depth
+    LEFT JOIN framed AS lf ON lf.report_id = u.report_id AND lf.stack_id = u.stack_id
+        AND lf.depth = coalesce(iu.depth - 1, 0)
+),
+grouped AS (
+    SELECT t.report_id, t.dev, CASE WHEN $per_gap THEN t.gap_start_ns END AS gap_start_ns, t.source,
+           d.user_function, d.user_file, d.user_line, d.library_frame,
+           arg_max(d.callers, t.ns) AS callers, sum(t.ns) AS explained_ns, count(*) AS events
+    FROM timed AS t
+    JOIN described AS d USING (report_id, stack_id)
+    GROUP BY ALL
+),
+gap_idle AS (
+    SELECT report_id, dev, gap_start_ns, gap_end_ns - gap_start_ns AS idle_ns FROM gap
+),
+ranked AS (
+    SELECT g.*, coalesce(gi.idle_ns, tt.idle_ns) AS idle_ns
+    FROM grouped AS g
+    JOIN totals AS tt USING (report_id, dev)
+    LEFT JOIN gap_idle AS gi USING (report_id, dev, gap_start_ns)
+    QUALIFY $top_n IS NULL OR row_number() OVER (
+        PARTITION BY g.report_id, g.dev, g.gap_start_ns, g.source
+        ORDER BY g.explained_ns DESC, g.user_file, g.user_line, g.library_frame
+    ) <= $top_n
+),
+-- windows with gaps but no stack on their launching threads: say which option records them
+bare AS (
+    SELECT t.report_id, t.dev, t.idle_ns,
+           CASE
+               WHEN EXISTS (SELECT 1 FROM stack_events AS e WHERE e.report_id = t.report_id
+                            AND e.source = 'python_sample' AND e.stack_id IS NULL)
+                   THEN 'nsys recorded Python samples but the export has no frames: export again with '
+                        || '`nsys export --type sqlite --include-blobs=true`'
+               WHEN r.format = 'kineto'
+                   THEN 'no Python frames in this trace: profile with `torch.profiler.profile(with_stack=True)`'
+               WHEN EXISTS (SELECT 1 FROM stack_events AS e WHERE e.report_id = t.report_id
+                            AND e.source IN ('python_sample', 'cpu_sample'))
+                   THEN 'no stacks were sampled on the launching threads during the idle time'
+               ELSE 'no call stacks in this capture: profile with `nsys profile -s cpu --python-sampling=true` '
+                    || '(Python frames) or `-s cpu` (native code)'
+           END AS note
+    FROM totals AS t
+    JOIN reports AS r USING (report_id)
+    ANTI JOIN (SELECT DISTINCT report_id, dev FROM timed) AS x USING (report_id, dev)
+)
+SELECT
+    report_id,
+    CAST(nullif(dev, -1) AS INTEGER) AS device_id,
+    CAST(gap_start_ns AS BIGINT) AS gap_start_ns,
+    source,
+    user_function,
+    user_file,
+    CAST(user_line AS INTEGER) AS user_line,
+    library_frame,
+    callers,
+    CAST(round(explained_ns) AS BIGINT) AS explained_ns,
+    CAST(explained_ns / nullif(idle_ns, 0) AS DOUBLE) AS share,
+    CAST(events AS BIGINT) AS events,
+    CAST(idle_ns AS BIGINT) AS idle_ns,
+    NULL::VARCHAR AS note
+FROM ranked
+UNION ALL
+SELECT report_id, CAST(nullif(dev, -1) AS INTEGER), NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR,
+       NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::DOUBLE, NULL::BIGINT,
+       CAST(idle_ns AS BIGINT), note
+FROM bare
+ORDER BY report_id, device_id, gap_start_ns NULLS FIRST, source NULLS FIRST, explained_ns DESC, user_file, user_line

@@ -1,0 +1,272 @@
+"""Call stacks (stack_frames, stacks, stack_events) and the gap_stacks query, on the stack_loop
+captures of tests/data/stacks/ (fixtures/captures/stack_loop.py, capture_stacks.sh). Expected
+values come from the program's source (ast) and from the exports themselves (sqlite3, JSON)."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import shutil
+import sqlite3
+import struct
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from conftest import ROOT
+from nsight_analytics import api
+
+DATA = ROOT / "tests" / "data" / "stacks"
+PROGRAM = ROOT / "fixtures" / "captures" / "stack_loop.py"
+STACKS = DATA / "nsys" / "h100_nsys2025.3_stack_loop_stacks.sqlite.gz"
+NATIVE = DATA / "nsys" / "h100_nsys2025.3_stack_loop_native.sqlite.gz"
+NOSTACKS = DATA / "nsys" / "h100_nsys2025.3_stack_loop_nostacks.sqlite.gz"
+KINETO = DATA / "kineto" / "h100_torch2.11_stack_loop.json.gz"
+
+
+def _source_lines() -> dict[str, dict[str, object]]:
+    """Per function of stack_loop.py: its def line, its last line and the lines of its calls."""
+    tree = ast.parse(PROGRAM.read_text())
+    out: dict[str, dict[str, object]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            body = {n.lineno for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node}
+            out[node.name] = {"def": node.lineno, "end": node.end_lineno, "body": body}
+    return out
+
+
+def _line_of(function: str, text: str) -> int:
+    """The line of `text` inside `function` of stack_loop.py."""
+    lines = PROGRAM.read_text().splitlines()
+    f = _source_lines()[function]
+    hits = [i + 1 for i in range(int(f["def"]), int(f["end"])) if text in lines[i]]  # type: ignore[call-overload]
+    assert len(hits) == 1, (function, text, hits)
+    return hits[0]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    """A workspace with the four captures; the plain SQLite exports for sqlite3."""
+    tmp = tmp_path_factory.mktemp("stacks")
+    plain = {}
+    for name, gz in (("stacks", STACKS), ("native", NATIVE), ("nostacks", NOSTACKS)):
+        plain[name] = tmp / gz.name.removesuffix(".gz")
+        with gzip.open(gz) as src, plain[name].open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    con = nsa.connect(tmp / "w.duckdb")
+    ids = {name: nsa.ingest(con, path).report_id for name, path in plain.items()}
+    ids["kineto"] = nsa.ingest(con, KINETO).report_id
+    yield con, ids, plain
+    con.close()
+
+
+def _frames(con, rid: int) -> set[tuple[str, int]]:
+    rows = con.execute(
+        "SELECT DISTINCT function, line FROM stack_frames WHERE report_id = ? AND kind = 'python' "
+        "AND ends_with(file, 'stack_loop.py') AND user",
+        [rid],
+    ).fetchall()
+    return {(f, int(line)) for f, line in rows}
+
+
+def test_python_frames_name_the_program_lines(ws) -> None:
+    con, ids, _ = ws
+    api.materialise(con, ["stack_frames"])
+    src = _source_lines()
+    frames = _frames(con, ids["stacks"])
+    # the lines each named function was sampled at, read from the source
+    assert ("busy_python", _line_of("busy_python", "acc += (i * i) % 7")) in frames
+    assert ("scale_params", _line_of("scale_params", "s.mul_(0.999)")) in frames
+    assert ("report_loss", _line_of("report_loss", "loss.item()")) in frames
+    assert ("load_batch", _line_of("load_batch", "busy_python(a.load_ms)")) in frames
+    for function, line in frames:  # every frame of a function lies inside it
+        if function in src:
+            assert line in src[function]["body"], (function, line)  # type: ignore[operator]
+    # Kineto names each function by its first line
+    kineto = _frames(con, ids["kineto"])
+    for name in ("load_batch", "busy_python", "scale_params", "report_loss", "train_step"):
+        assert (name, src[name]["def"]) in kineto
+    # library frames are not the user's
+    assert con.execute(
+        "SELECT count(*) FROM stack_frames WHERE user AND (file LIKE '%site-packages%' OR file LIKE 'torch/%' "
+        "OR starts_with(function, '<built-in') OR module LIKE '%libc.so%' OR module LIKE '%libcuda%')"
+    ).fetchone() == (0,)
+
+
+def test_stack_events_count_what_the_export_holds(ws) -> None:
+    con, ids, plain = ws
+    api.materialise(con, ["stack_events"])
+    db = sqlite3.connect(plain["stacks"])
+    domain = dict(db.execute("SELECT text, domainId FROM NVTX_EVENTS WHERE eventType = 75").fetchall())
+    expected = {
+        "cpu_sample": db.execute("SELECT count(*) FROM COMPOSITE_EVENTS").fetchone()[0],
+        "cuda_call": db.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE callchainId IS NOT NULL"
+        ).fetchone()[0],
+        "python_sample": db.execute(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ?",
+            [domain["Python Periodic Sampling"]],
+        ).fetchone()[0],
+        "python_cuda": db.execute(
+            "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ?",
+            [domain["Python Backtrace on CUDA"]],
+        ).fetchone()[0],
+    }
+    got = dict(
+        con.execute(
+            "SELECT source, count(stack_id) FROM stack_events WHERE report_id = ? GROUP BY source",
+            [ids["stacks"]],
+        ).fetchall()
+    )
+    assert {k: got.get(k) for k in expected} == expected
+    # the Python samples whose innermost frame is busy_python, decoded here from the payloads (header
+    # of 32 bytes, state u64 + u32, count u32, then frames of {function id, file id, line})
+    strings = dict(db.execute("SELECT id, value FROM StringIds").fetchall())
+    busy = 0
+    for (blob,) in db.execute(
+        "SELECT binaryData FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ?",
+        [domain["Python Periodic Sampling"]],
+    ):
+        n = struct.unpack_from("<I", blob, 32 + 12)[0]
+        if n and strings[struct.unpack_from("<Q", blob, 32 + 16)[0]] == "busy_python":
+            busy += 1
+    assert busy > 100
+    row = con.execute(
+        "SELECT count(*) FROM stack_events e JOIN stacks s USING (report_id, stack_id) "
+        "JOIN stack_frames f USING (report_id, frame_id) WHERE e.report_id = ? AND e.source = 'python_sample' "
+        "AND s.depth = 0 AND f.function = 'busy_python'",
+        [ids["stacks"]],
+    ).fetchone()
+    assert row == (busy,)
+    assert con.execute(
+        "SELECT count(*) FROM stack_events WHERE report_id = ? AND source NOT IN ('osrt_call')",
+        [ids["nostacks"]],
+    ).fetchone() == (0,)
+
+
+def test_cuda_call_stacks_join_their_launches(ws) -> None:
+    """Each Python backtrace on CUDA names its call by correlation id; the ones from scale_params are
+    the kernel launches inside the `scale` NVTX ranges (the export's own range join)."""
+    con, ids, plain = ws
+    api.materialise(con, ["stack_events", "cuda_api"])
+    rid = ids["stacks"]
+    unjoined = con.execute(
+        "SELECT count(*) FROM stack_events e ANTI JOIN cuda_api c ON c.report_id = e.report_id "
+        "AND c.pid = e.pid AND c.correlation_id = e.correlation_id "
+        "WHERE e.report_id = ? AND e.source IN ('cuda_call', 'python_cuda')",
+        [rid],
+    ).fetchone()
+    assert unjoined == (0,)
+    launches = con.execute(
+        "SELECT count(DISTINCT e.correlation_id) FROM stack_events e JOIN stacks s USING (report_id, stack_id) "
+        "JOIN stack_frames f USING (report_id, frame_id) "
+        "JOIN cuda_api c ON c.report_id = e.report_id AND c.pid = e.pid AND c.correlation_id = e.correlation_id "
+        "WHERE e.report_id = ? AND e.source = 'python_cuda' AND f.function = 'scale_params' "
+        "AND c.name = 'cudaLaunchKernel'",
+        [rid],
+    ).fetchone()[0]
+    db = sqlite3.connect(plain["stacks"])
+    expected = db.execute(
+        "SELECT count(DISTINCT r.correlationId) FROM NVTX_EVENTS n JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        'ON r.globalTid = n.globalTid AND r.start BETWEEN n.start AND n."end" '
+        "JOIN StringIds s ON s.id = r.nameId WHERE n.eventType = 59 AND n.text = 'scale' "
+        "AND s.value = 'cudaLaunchKernel' AND r.callchainId IS NOT NULL"
+    ).fetchone()[0]
+    assert launches == expected > 0
+
+
+def _load_ranges(db: sqlite3.Connection) -> list[tuple[int, int]]:
+    return db.execute(
+        "SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 AND text = 'load'"
+    ).fetchall()
+
+
+def test_gap_stacks_names_load_batch_nsys(ws) -> None:
+    con, ids, _ = ws
+    rows = nsa.query(con, "gap_stacks", report_id=ids["stacks"]).fetchall()
+    cols = [c.name for c in nsa.queries.get("gap_stacks").columns]
+    python = [dict(zip(cols, r)) for r in rows if r[cols.index("source")] == "python_sample"]
+    top = python[0]
+    assert (top["user_function"], top["user_line"]) == (
+        "busy_python",
+        _line_of("busy_python", "acc += (i * i)"),
+    )
+    assert top["callers"].startswith("load_batch < train_step")
+    assert top["user_file"].endswith("stack_loop.py")
+    # load_batch and what it calls explain most of the idle time the samples explain
+    by_function = {}
+    for r in python:
+        by_function[r["user_function"]] = by_function.get(r["user_function"], 0) + r["explained_ns"]
+    explained = sum(by_function.values())
+    assert by_function["busy_python"] + by_function["load_batch"] > 0.7 * explained
+    # per gap, the samples of a gap share its whole time
+    per_gap = nsa.query(con, "gap_stacks", report_id=ids["stacks"], per_gap=True, top_n=None).fetchall()
+    sums: dict[int, list[int]] = {}
+    for r in per_gap:
+        d = dict(zip(cols, r))
+        if d["source"] == "python_sample":
+            sums.setdefault(d["gap_start_ns"], [0, d["idle_ns"]])[0] += d["explained_ns"]
+    assert sums and all(abs(got - idle) <= 1 for got, idle in sums.values())
+
+
+def test_gap_stacks_names_load_batch_kineto(ws) -> None:
+    con, ids, _ = ws
+    rows = nsa.query(con, "gap_stacks", report_id=ids["kineto"], top_n=None).fetchall()
+    cols = [c.name for c in nsa.queries.get("gap_stacks").columns]
+    rows = [dict(zip(cols, r)) for r in rows]
+    top = rows[0]
+    assert top["source"] == "kineto_python"
+    assert (top["user_function"], top["user_line"]) == ("busy_python", _source_lines()["busy_python"]["def"])
+    assert top["callers"].startswith("load_batch < train_step")
+    # busy_python calls nothing: its time in the gaps is at most its events' time, and at least
+    # that of the steps after the first (the steady state starts at the first or second step)
+    with gzip.open(KINETO) as fh:
+        events = json.load(fh)["traceEvents"]
+    busy = sorted(
+        (e["ts"], e["dur"])
+        for e in events
+        if e.get("cat") == "python_function" and e["name"].endswith(": busy_python")
+    )
+    total_ns = sum(d for _, d in busy) * 1000
+    assert sum(d for _, d in busy[1:]) * 1000 * 0.95 <= top["explained_ns"] <= total_ns * 1.001
+    assert sum(r["explained_ns"] for r in rows) <= top["idle_ns"] + len(rows)
+
+
+def test_gap_stacks_says_which_option_records_stacks(ws, tmp_path: Path) -> None:
+    con, ids, plain = ws
+    rows = nsa.query(con, "gap_stacks", report_id=ids["nostacks"]).fetchall()
+    cols = [c.name for c in nsa.queries.get("gap_stacks").columns]
+    assert len(rows) == 1
+    row = dict(zip(cols, rows[0]))
+    assert row["source"] is None and row["explained_ns"] is None
+    assert "-s cpu --python-sampling=true" in row["note"]
+    # Python samples exported without --include-blobs=true: events without frames
+    bare = tmp_path / "noblobs.sqlite"
+    shutil.copy(plain["stacks"], bare)
+    with sqlite3.connect(bare) as db:
+        db.execute("UPDATE NVTX_EVENTS SET binaryData = NULL")
+        db.execute("DROP TABLE SAMPLING_CALLCHAINS")
+        db.execute("DROP TABLE COMPOSITE_EVENTS")
+    other = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(other, bare).report_id
+    rows = nsa.query(other, "gap_stacks", report_id=rid).fetchall()
+    assert [dict(zip(cols, r))["note"] for r in rows] == [
+        (
+            "nsys recorded Python samples but the export has no frames: export again with "
+            "`nsys export --type sqlite --include-blobs=true`"
+        )
+    ]
+    other.close()
+
+
+def test_findings_do_not_depend_on_stacks(ws) -> None:
+    """The captures with and without stacks get the same findings, but fp32-matmul: the sampled runs
+    last twice as long (the FP32 GEMMs' 11.6 ms then fill under its 10% of the span)."""
+    con, ids, _ = ws
+    found = {}
+    for name in ("stacks", "native", "nostacks"):
+        found[name] = {f.rule_id for f in nsa.findings(con, report_id=ids[name])} - {"fp32-matmul"}
+    assert found["stacks"] == found["native"] == found["nostacks"]
+    assert {"gpu-idle", "small-kernel-storm"} <= found["stacks"]
