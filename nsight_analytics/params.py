@@ -47,6 +47,24 @@ def literal(value: Any) -> str:
     raise TypeError(f"no SQL literal for {type(value).__name__}")
 
 
+# Nothing may ever be downloaded at run time (air-gapped clusters; the README promises it): DuckDB
+# would otherwise fetch an extension it knows the moment a statement needs one (httpfs for a URL,
+# or `INSTALL`, which `nsa sql` refuses). Set after connecting rather than as connect-time
+# config: DuckDB refuses a second connection to a file with another config than the first (a
+# notebook's own `duckdb.connect` beside nsa's). What DuckDB loads while connecting (its SQLite
+# extension, for an SQLite file given as the database) the workspace refuses before it connects.
+OFFLINE = ("autoinstall_known_extensions", "autoload_known_extensions")
+
+
+def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Every DuckDB connection nsa opens: `duckdb.connect` with extension autoload and
+    autoinstall off (OFFLINE)."""
+    con = duckdb.connect(database, read_only=read_only)
+    for setting in OFFLINE:
+        con.execute(f"SET {setting} = false")
+    return con
+
+
 def execute(
     con: duckdb.DuckDBPyConnection, sql: str, params: Mapping[str, Any] | None = None
 ) -> duckdb.DuckDBPyConnection:

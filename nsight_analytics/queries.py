@@ -33,7 +33,9 @@ import duckdb
 from .errors import QueryError
 from .params import sql as params_sql
 
-_PARAM = re.compile(r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*:\s*(.*)$")
+_PARAM = re.compile(
+    r"^--\s*param\s+(\w+)\s+([\w\[\]]+)\s*(?:=\s*([^:]+?))?\s*(?:\bone\s+of\s*\(([^)]*)\))?\s*:\s*(.*)$"
+)
 _COL = re.compile(r"^--\s*col\s+(\w+)\s+([\w\[\]()]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*:\s*(.*)$")
 _UNIT = re.compile(r"\((ns|byte|GB/s|%)(?=[),\s])")
 _READS = re.compile(r"^--\s*reads\s+(\w+(?:\s*,\s*\w+)*)\s*$")
@@ -48,12 +50,24 @@ class Param:
     type: str
     default: str | None  # SQL literal as written, None when required
     doc: str
+    allowed: tuple[str, ...] = ()  # `one of ('a', 'b')`: the only values it takes (NULL aside)
+
+    @property
+    def required(self) -> bool:
+        """No default: the query cannot answer without it (`nsa query` says so)."""
+        return self.default is None
 
     def convert(self, value: Any) -> Any:
         """CLI values arrive as text; turn them into what the declared type binds as, and
-        check the value is one the parameter can mean (`lowest`)."""
+        check the value is one the parameter can mean (`allowed`, `lowest`)."""
         if isinstance(value, str):
             value = None if value.upper() == "NULL" else self._parse(value)
+        if self.allowed and value is not None and str(value) not in self.allowed:
+            nullable = self.default is not None and self.default.upper() == "NULL"
+            choices = ", ".join([*self.allowed, *(["NULL"] if nullable else [])])
+            raise QueryError(
+                f"parameter {self.name} must be one of {choices}, got {value!r} ({self.doc.rstrip('.')})."
+            )
         low = self.lowest()
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if low is not None and number and (math.isnan(value) or value < low):
@@ -139,6 +153,16 @@ class Query:
             raise QueryError(
                 f"query {self.name} has no parameter {', '.join(sorted(unknown))}; its parameters: {known}."
             )
+        missing = [p.name for p in self.params if p.required and p.name not in values]
+        if missing:
+            docs = "; ".join(
+                f"{p.name} ({p.type}): {p.doc.rstrip('.')}" for p in self.params if p.name in missing
+            )
+            raise QueryError(
+                f"query {self.name} needs {'parameters' if len(missing) > 1 else 'parameter'} "
+                f"{', '.join(missing)}: {docs}; give each with -p NAME=VALUE (a table macro: "
+                f"{self.name}({', '.join(f'{n} := ...' for n in missing)}))."
+            )
         bound = {}
         for p in self.params:
             bound[p.name] = p.convert(values[p.name]) if p.name in values else p.default_value()
@@ -173,7 +197,11 @@ def parse(path: Path, name: str | None = None) -> Query:
         if m := _READS.match(s):
             reads = [t.strip() for t in m[1].split(",")]
         elif m := _PARAM.match(s):
-            params.append(Param(m[1], m[2], m[3].strip() if m[3] else None, m[4].strip()))
+            allowed = tuple(v.strip().strip("'\"") for v in m[4].split(",")) if m[4] else ()
+            param = Param(m[1], m[2], m[3].strip() if m[3] else None, m[5].strip(), allowed)
+            if allowed and param.default not in (None, "NULL") and param.default.strip("'\"") not in allowed:
+                raise QueryError(f"{path}: parameter {param.name}'s default is not one of its values.")
+            params.append(param)
         elif m := _COL.match(s):
             cols.append(Column(m[1], m[2], m[3].strip()))
         elif not params and not cols:

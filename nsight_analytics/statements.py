@@ -7,14 +7,20 @@ asked (`--allow-writes`); writes to the user's own tables are theirs to make.
 DuckDB splits the text into statements and tells each one's type (so a parse error is reported
 before anything runs); the target of a write is read from the statement with string literals
 and comments removed, qualified (`main.reports`) or quoted (`"Reports"`) alike.
+
+Statements that install, load or update DuckDB extensions, or change where they come from, are
+refused whatever the options (`refuse_extensions`): nsa never downloads anything.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import duckdb
 
+from .errors import QueryError
+from .params import connect
 from .schema import TABLES
 
 _IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
@@ -45,6 +51,19 @@ def _last_part(name: str) -> str:
     return part[1:-1].replace('""', '"') if part.startswith('"') else part
 
 
+@lru_cache(maxsize=8)
+def _statements(sql: str) -> tuple[tuple[duckdb.StatementType | None, str], ...]:
+    """(type, text) of each statement, split by DuckDB's parser; parsed once for both checks (a
+    DuckDB connection costs some 50 ms). Raises duckdb.ParserException for text that is not SQL."""
+    try:
+        with connect(":memory:") as parser:
+            return tuple((st.type, st.query) for st in parser.extract_statements(sql))
+    except duckdb.ParserException:
+        raise
+    except duckdb.Error:  # parsed, but binding a PRAGMA failed here: read the whole text instead
+        return ((None, sql),)
+
+
 def canonical_writes(sql: str) -> list[tuple[str, str]]:
     """(verb, table) for each write the statements make to a canonical table or view.
 
@@ -52,16 +71,7 @@ def canonical_writes(sql: str) -> list[tuple[str, str]]:
     """
     canonical = {t.name.lower(): t.name for t in TABLES}
     found: list[tuple[str, str]] = []
-    try:
-        with duckdb.connect(":memory:") as parser:
-            statements: list[tuple[duckdb.StatementType | None, str]] = [
-                (st.type, st.query) for st in parser.extract_statements(sql)
-            ]
-    except duckdb.ParserException:
-        raise
-    except duckdb.Error:  # parsed, but binding a PRAGMA failed here: read the whole text instead
-        statements = [(None, sql)]
-    for kind, query in statements:
+    for kind, query in _statements(sql):
         if kind == duckdb.StatementType.SELECT:
             continue
         text = _NOISE.sub(lambda m: "''" if m[0].startswith("'") else " ", query)
@@ -74,3 +84,31 @@ def canonical_writes(sql: str) -> list[tuple[str, str]]:
             if _last_part(m[1]).lower() == "main":
                 found.append(("DROP SCHEMA", "main"))
     return found
+
+
+# Settings that would let DuckDB fetch or run extensions from elsewhere (params.OFFLINE turns the
+# first two off on every connection nsa opens).
+_EXTENSION_SETTINGS = re.compile(
+    r"\b(autoinstall_known_extensions|autoload_known_extensions|custom_extension_repository|"
+    r"autoinstall_extension_repository|extension_directory|allow_community_extensions|"
+    r"allow_unsigned_extensions|allow_extensions_metadata_mismatch)\b",
+    re.IGNORECASE,
+)
+_UPDATE_EXTENSIONS = re.compile(r"^\s*UPDATE\s+EXTENSIONS\b", re.IGNORECASE)
+
+
+def refuse_extensions(sql: str) -> None:
+    """Raise QueryError for a statement that installs, loads or updates a DuckDB extension, or
+    changes how extensions are found: nsa never downloads anything, and `nsa sql` is no way
+    around that. Raises duckdb.ParserException for text that is not SQL."""
+    for kind, query in _statements(sql):
+        text = _NOISE.sub(lambda m: "''" if m[0].startswith("'") else " ", query).strip()
+        loads = kind == duckdb.StatementType.LOAD or _UPDATE_EXTENSIONS.match(text) is not None
+        setting = kind in {duckdb.StatementType.SET, duckdb.StatementType.PRAGMA, None}
+        if loads or (setting and _EXTENSION_SETTINGS.search(text)):
+            raise QueryError(
+                f"`{' '.join(query.split())[:60]}` is refused: nsa sql does not install, load or update "
+                "DuckDB extensions, nor change where they come from (nsa never downloads anything), and "
+                "nsa's tables and queries need none; for your own extensions, open the workspace in "
+                "DuckDB itself (`duckdb nsa.duckdb`)."
+            )

@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import duckdb
 
-from . import schema
+from . import params, schema
 from .errors import WorkspaceError
 from .names import ENV_DB
 
@@ -102,10 +104,8 @@ def open_workspace(
                 f"cannot write the workspace {path}: permission denied; choose a writable path "
                 f"with --db or ${ENV_DB}."
             )
-    con = _connect_waiting(path, read_only)
-    # Nothing may ever be downloaded at run time (air-gapped clusters).
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
+    _refuse_export(path)
+    con = _connect_waiting(path, read_only)  # extensions are never downloaded (params.connect)
     # DuckDB runs an ASOF join as a nested loop when it guesses the probing side has under 64
     # rows; its guesses for CTEs and macros are often that low while the real side has
     # thousands (step windows, collectives): a 104M-row loop in rank_balance at 1M kernels.
@@ -120,6 +120,29 @@ def open_workspace(
     return con
 
 
+def _refuse_export(path: Path) -> None:
+    """An input given as the workspace (`--db report.sqlite`): say what it is and what to run,
+    before DuckDB reads it (it would look for its SQLite extension)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return  # missing (to be created) or unreadable: connecting says which
+    if head != b"SQLite format 3\x00":
+        return
+    try:
+        uri = f"file:{path}?mode=ro&immutable=1"
+        with closing(sqlite3.connect(uri, uri=True)) as db:
+            nsys = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'StringIds'").fetchone() is not None
+    except sqlite3.Error:
+        nsys = False
+    what = "an nsys SQLite export" if nsys else "an SQLite database"
+    raise WorkspaceError(
+        f"{path} is {what}, not an nsa workspace: ingest it into one with "
+        f"`nsa ingest {path} --db WORKSPACE.duckdb`, then give that workspace to --db."
+    )
+
+
 def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     """Connect; while another process holds the file's lock (an ingest a few seconds long),
     retry for up to $NSA_LOCK_WAIT seconds before saying who holds it and what to do."""
@@ -127,7 +150,7 @@ def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     pause = 0.05
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            return params.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:
             left = deadline - time.monotonic()
             if not _is_lock_error(exc) or left <= 0:

@@ -94,3 +94,11 @@ def opened(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         yield con
     finally:
         con.close()
+
+
+def required_params(name: str) -> dict[str, list]:
+    """An empty list for each required parameter of a library query (gap_calls' intervals): no
+    intervals, no rows - what a test needs to run every query bare."""
+    from nsight_analytics import queries
+
+    return {p.name: [] for p in queries.get(name).params if p.required}

@@ -615,7 +615,11 @@ def test_different_gpu_is_not_comparable(loops) -> None:
     assert d.verdict == "not comparable"
     assert d.reason == "different GPUs: A ran on 1x NVIDIA H100 80GB HBM3, B on 1x NVIDIA A100-SXM4-80GB."
     gate = nsa.api.diff_gate(d, 5)
-    assert not gate.failed and gate.message.startswith("gate not applied: not comparable")
+    assert gate.failed and gate.message.startswith(
+        "gate FAILED: it could not judge B against A: not comparable"
+    )
+    allowed = nsa.api.diff_gate(d, 5, allow_not_comparable=True)
+    assert not allowed.failed and allowed.message.startswith("gate passed without judging")
 
 
 def test_different_program_is_not_comparable(loops) -> None:

@@ -29,6 +29,7 @@ from nsight_analytics.cli import EXIT_ERROR, main
 from nsight_analytics.errors import InputError
 from nsight_analytics.ingest.kineto import short_name
 from nsight_analytics.ingest.kineto_events import to_ns
+from rows import required_params
 
 KINETO_DIR = REALDATA / "kineto"
 OURS_DIR = ROOT / "tests" / "data" / "kineto"
@@ -305,7 +306,7 @@ def test_variants_built_by_code(tmp_path: Path, build, packed: bool) -> None:
     )
     # every query of the library runs on it
     for name in queries.library():
-        nsa.query(con, name).fetchall()
+        nsa.query(con, name, **required_params(name)).fetchall()
     con.close()
 
 
@@ -343,7 +344,7 @@ def test_truncated_and_foreign_json_are_refused_and_change_nothing(tmp_path: Pat
         nsa.ingest(con, chrome)
     other = tmp_path / "config.json"
     other.write_text(json.dumps({"name": "not a trace", "traceEventsCount": 3}))
-    with pytest.raises(InputError, match=r"config.json is not an SQLite file nor an ncu CSV"):
+    with pytest.raises(InputError, match=r"config.json is JSON, but not a PyTorch profiler trace"):
         nsa.ingest(con, other)
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": []}))
@@ -381,7 +382,7 @@ def test_other_formats_are_not_claimed() -> None:
 @pytest.mark.parametrize("name", sorted(queries.library()))
 def test_every_library_query_runs_on_kineto_reports(kineto_workspace, name: str) -> None:
     con, _ = kineto_workspace
-    nsa.query(con, name).fetchall()
+    nsa.query(con, name, **required_params(name)).fetchall()
 
 
 def _tiny(path: Path) -> int:

@@ -34,6 +34,8 @@ def test_cli_imports_only_the_facade_and_the_renderers() -> None:
         "render",
         "errors.NsaError",
         "errors.WorkspaceError",
+        "errors.INTERRUPTED",
+        "errors.os_problem",
         "timing.timed",
         "names.ENV_DB",
         "names.GATE_METRICS",

@@ -8,6 +8,7 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics import queries
+from rows import required_params
 
 QUERIES = sorted(queries.library())
 
@@ -51,7 +52,7 @@ def test_contract_shape(name: str) -> None:
 @pytest.mark.parametrize("name", QUERIES)
 def test_columns_on_empty_workspace(tmp_path: Path, name: str) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
-    rel = nsa.query(con, name)
+    rel = nsa.query(con, name, **required_params(name))
     assert _actual(rel) == _declared(name)
     assert rel.fetchall() == []
     # the same query as a table macro, as notebook users call it
@@ -62,11 +63,11 @@ def test_columns_on_empty_workspace(tmp_path: Path, name: str) -> None:
 @pytest.mark.parametrize("name", QUERIES)
 def test_columns_on_real_workspace(nsys_any_workspace, name: str) -> None:
     con, _ = nsys_any_workspace
-    rel = nsa.query(con, name)
+    rel = nsa.query(con, name, **required_params(name))
     assert _actual(rel) == _declared(name)
     rows = rel.fetchall()
     q = queries.get(name)
-    needs_input = any(p.default is None for p in q.params)  # gap_calls: no intervals, no rows
+    needs_input = any(p.required for p in q.params)  # gap_calls: no intervals, no rows
     if q.family == "nsys" and name not in {"small_kernel_storms"} and not needs_input:
         assert rows, f"{name} returns rows on the real exports"
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 import nsight_analytics as nsa
 from nsight_analytics import api, cli, queries
 from nsight_analytics.rules import run_rules
+from rows import required_params
 
 EXPORT = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
 
@@ -79,7 +80,10 @@ def test_read_only_connection_answers_every_query_and_findings(tmp_path: Path) -
         stored = _deferred(reader)
         assert {"cuda_api", "nvtx_ranges"} <= set(stored)
         for name in queries.library():
-            assert nsa.query(reader, name).fetchall() == nsa.query(writer, name).fetchall(), name
+            bare = required_params(name)
+            assert nsa.query(reader, name, **bare).fetchall() == nsa.query(writer, name, **bare).fetchall(), (
+                name
+            )
         assert [f.to_dict() for f in nsa.findings(reader)] == [f.to_dict() for f in nsa.findings(writer)]
         assert reader.sql("SELECT count(*) FROM cuda_api").fetchall()[0][0] > 0  # the TEMP copy
         assert reader.sql('SELECT count(*) FROM "ro".main.cuda_api').fetchall()[0][0] == 0

@@ -27,7 +27,7 @@ from .host import attribute_host_ops, host_steps
 from .host import merge as merge_host
 from .model import Attribution, Check, Diff, KernelChange, Metric, Part, Side
 from .timeline import Charges, Timeline, align_mean, align_numbers, gpu_steps
-from .verdict import outlier_note, signed, step_change, too_few, verdict
+from .verdict import outlier_note, same_reports, signed, step_change, too_few, verdict
 
 CONFIDENCE = 0.95
 # A step-time change smaller than this share of A's median step is noise, whatever its CI.
@@ -83,6 +83,8 @@ def compare(
 
     A group's step k is the mean of its reports' step k, paired by position, or with
     `by_number` by step number (the ranks of one run: `step 12` is one iteration on every rank)."""
+    if sorted(set(a)) == sorted(set(b)):
+        return same_reports(describe(con, sorted(set(a))), noise_floor)
     tl_a = [gpu_steps(con, rid) for rid in a]
     tl_b = [gpu_steps(con, rid) for rid in b]
     side_a, side_b = _side(con, list(a), tl_a, by_number), _side(con, list(b), tl_b, by_number)

@@ -4,8 +4,10 @@ For the step time the whole confidence interval of the relative shift must lie a
 threshold (`--fail-on-regression 5`: the 95% CI's lower end is more than +5%), so noise never
 fails a build and a real 5% slowdown does. Other metrics are single numbers per side (busy,
 idle, exposed copy time per step, memory peak, energy per step): their relative increase is
-compared with the threshold as it is. A diff that is not comparable passes the gate (exit 0)
-but says so: there is no regression to measure between a run and a different program.
+compared with the threshold as it is. A diff that is not comparable (a different program, other
+GPUs, no steps) fails the gate: it could not judge B, and a gate that passes what it could not
+judge lets anything through. With `allow_not_comparable` (`--allow-not-comparable`) it passes,
+saying so. The same report on both sides has nothing to judge and passes.
 
 An inconclusive step time (the interval holds zero and changes beyond the noise floor: too few
 steps, or outliers) has shown no regression, so it passes by default, and the gate line says
@@ -36,17 +38,39 @@ class Gate:
     message: str
 
 
-def gate(d: Diff, threshold_pct: float, metric: str = "step_time", fail_inconclusive: bool = False) -> Gate:
+def gate(
+    d: Diff,
+    threshold_pct: float,
+    metric: str = "step_time",
+    fail_inconclusive: bool = False,
+    allow_not_comparable: bool = False,
+) -> Gate:
     """Did B regress `metric` beyond `threshold_pct` percent of A (with confidence, for the
     step time)? An inconclusive step time fails only with `fail_inconclusive`, and then only
-    when a regression beyond the threshold is not ruled out (module doc)."""
+    when a regression beyond the threshold is not ruled out; a diff that is not comparable
+    fails unless `allow_not_comparable` (module doc)."""
     if metric not in GATE_METRICS:
         raise QueryError(f"the gate cannot watch {metric!r}; choose one of {', '.join(GATE_METRICS)}.")
     limit = threshold_pct / 100
     if not d.comparable:
-        return Gate(metric, threshold_pct, False, f"gate not applied: not comparable ({d.reason})")
+        reason = d.reason.rstrip(".")
+        if allow_not_comparable:
+            return Gate(
+                metric,
+                threshold_pct,
+                False,
+                f"gate passed without judging (--allow-not-comparable): not comparable ({reason}).",
+            )
+        return Gate(
+            metric,
+            threshold_pct,
+            True,
+            f"gate FAILED: it could not judge B against A: not comparable ({reason}); "
+            "--allow-not-comparable passes such a diff.",
+        )
     if d.same_run:
-        return Gate(metric, threshold_pct, False, "gate not applied: A and B are the same run.")
+        what = "run" if d.run_a is not None else "report"
+        return Gate(metric, threshold_pct, False, f"gate not applied: A and B are the same {what}.")
     if d.scaling is not None:
         return _scaling_gate(d, threshold_pct, metric)
     if metric == "step_time" and d.verdict == "inconclusive" and d.step_change is not None:

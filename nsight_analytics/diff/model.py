@@ -10,7 +10,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 # 'inconclusive': comparable, but the steps cannot tell a change beyond the noise floor from
 # none (too few, or too spread); 'scaling': two runs of different world sizes, compared as a
-# scaling (`Diff.scaling`).
+# scaling (`Diff.scaling`); 'same report': A and B are one report (nothing compared).
 VERDICTS = (
     "improvement",
     "regression",
@@ -18,6 +18,7 @@ VERDICTS = (
     "inconclusive",
     "not comparable",
     "scaling",
+    "same report",
 )
 
 

@@ -4,14 +4,26 @@ noise, and when they cannot, why (the spread, the outlier steps) and how many st
 'No significant change' is a claim that nothing beyond the noise floor changed, so it needs an
 interval inside the floor (or a real shift under it); an interval that holds zero and changes
 beyond the floor (few steps, or an outlier step or two) is 'inconclusive', as is a capture too
-short for any result to reach the confidence asked (3 steps a side).
+short for any result to reach the confidence asked (3 steps a side). The same report on both
+sides is 'same report', not a measurement (`same_reports`).
 """
 
 from __future__ import annotations
 
 from ..rules.units import dur, plural
 from . import stats
-from .model import Check, Side, StepChange
+from .model import Check, Diff, Side, StepChange
+
+
+def same_reports(side: Side, floor: float) -> Diff:
+    """A and B are the same report(s): there is nothing to compare, and 'no significant change'
+    would read as a measured result (the verdict 'same report')."""
+    ids = ", ".join(map(str, side.report_ids))
+    what = f"report {ids} ({', '.join(side.files)})" if len(side.report_ids) == 1 else f"reports {ids}"
+    text = f"A and B are both {what}: nothing to compare; give two different reports."
+    d = Diff(side, side, [], "same report", text, floor)
+    d.same_run = True
+    return d
 
 
 def too_few(a: Side, b: Side, s: stats.Shift) -> Check:

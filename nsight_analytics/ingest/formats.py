@@ -1,7 +1,8 @@
 """Files users have that no reader reads yet, each told apart by its first bytes.
 
 Each gets its own sentence naming the format and the step that turns it into something nsa
-reads, instead of the generic "not an SQLite file nor an ncu CSV".
+reads, instead of the generic "not an SQLite file nor an ncu CSV"; so does JSON that is no
+PyTorch profiler trace.
 """
 
 from __future__ import annotations
@@ -47,8 +48,33 @@ def _kineto_message(path: Path, compressed: bool) -> str:
     )
 
 
+def is_json(head: bytes) -> bool:
+    """A JSON object or array, by its first bytes (a UTF-8 byte order mark and blanks aside)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    rest = text[1:].lstrip(b" \t\r\n")
+    if text.startswith(b"{"):
+        return rest[:1] in (b'"', b"}")
+    return text.startswith(b"[") and rest[:1] != b"" and rest[:1] in b'{["-0123456789tfn]'
+
+
+def _json_message(path: Path, compressed: bool) -> str:
+    what = "gzip-compressed JSON" if compressed else "JSON"
+    return (
+        f"{path} is {what}, but not a PyTorch profiler trace (no traceEvents list) nor anything else "
+        f"nsa reads; {READS} (power logs as CSV)."
+    )
+
+
 def refuse_unknown(path: Path) -> NoReturn:
-    """Raise InputError for a file no reader recognises (the nsys and ncu hints)."""
+    """Raise InputError for a file no reader recognises (a JSON file, the nsys and ncu hints)."""
+    if path.is_file():
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            head = b""
+        if is_json(head):
+            raise InputError(_json_message(path, compressed=False))
     check_sqlite_file(path)  # a missing file, a folder, or "not an SQLite file nor an ncu CSV"
     raise InputError(f"{path} is not a file nsa reads; for nsys, {EXPORT_HINT}; for ncu, {NCU_HINT}.")
 
@@ -60,4 +86,6 @@ def refuse_compressed(path: Path, inner: bytes) -> NoReturn:
         raise InputError(f"{path} is a damaged, truncated or empty gzip file; copy it again.")
     if is_chrome_trace(inner):
         raise InputError(_kineto_message(path, compressed=True))
+    if is_json(inner):
+        raise InputError(_json_message(path, compressed=True))
     raise InputError(f"{path} is gzip-compressed, and the file inside is none of them: {READS}.")

@@ -141,6 +141,15 @@ def delete_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) ->
             params.execute(con, f'DELETE FROM "{table}" WHERE report_id = $rid', {"rid": rid})
 
 
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the open transaction. When the COMMIT itself failed (a full disk) DuckDB has ended
+    it already: the error to report is the commit's, not "no transaction is active"."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:  # ended already, or the database cannot go on: the first error tells
+        pass
+
+
 def clean_up(con: duckdb.DuckDBPyConnection) -> None:
     """After a commit that removed reports: each reader drops what it kept outside the workspace
     for them (the `.nsys-rep` exports)."""
@@ -204,7 +213,7 @@ def ingest_file(
             _insert_report(con, _report_row(rd, rid, path, stat, hasher.result(), loaded))
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            rollback(con)
             raise
     if status == "replaced":
         clean_up(con)
@@ -364,6 +373,6 @@ def ensure_loaded(
                     )
                     con.execute("COMMIT")
                 except BaseException:
-                    con.execute("ROLLBACK")
+                    rollback(con)
                     raise
     return len(todo)

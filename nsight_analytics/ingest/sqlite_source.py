@@ -7,6 +7,7 @@ on a 593 MB export it copies tables 5x faster than Python's sqlite3 (see benchma
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import struct
 from contextlib import closing
@@ -93,13 +94,31 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "src") -> di
             ).fetchall()
         con.execute(f"ATTACH '{_quote(str(path))}' AS {alias} (TYPE sqlite, READ_ONLY)")
     except sqlite3.DatabaseError as exc:
+        _refuse_long_path(path)
         raise InputError(f"{path} cannot be read as SQLite ({exc}); {EXPORT_HINT}.") from exc
     except duckdb.Error as exc:
+        _refuse_long_path(path)
         raise InputError(f"{path} cannot be read as SQLite ({_first_line(exc)}); {EXPORT_HINT}.") from exc
     tables: dict[str, set[str]] = {}
     for table, column in rows:
         tables.setdefault(table, set()).add(column)
     return tables
+
+
+# SQLite opens no file whose full path (symbolic links resolved) is this long or longer: its unix
+# VFS takes 512 bytes, less room for a journal suffix. The export itself is fine.
+SQLITE_MAX_PATH = 504
+
+
+def _refuse_long_path(path: Path) -> None:
+    """Say so when SQLite could not open the file because its path is too long for it."""
+    full = len(os.fsencode(os.path.realpath(path)))
+    if full >= SQLITE_MAX_PATH:
+        raise InputError(
+            f"{path}: SQLite cannot open a file whose full path is {SQLITE_MAX_PATH} bytes or longer "
+            f"(this one: {full}, symbolic links resolved); the export is fine: move it, or make a "
+            "hard link to it (`ln FILE /tmp/report.sqlite`, same disk), at a shorter path and ingest that."
+        )
 
 
 def detach(con: duckdb.DuckDBPyConnection, alias: str = "src") -> None:

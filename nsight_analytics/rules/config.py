@@ -18,6 +18,7 @@ rule), so a threshold takes one value: setting it twice to different values is a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,29 @@ def _coerce(known: dict[str, Threshold], name: str, value: Any) -> float | int:
         number = float(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"threshold {name} wants a number, got {value!r}.") from exc
+    low, high = known[name].bounds()
+    if (
+        not math.isfinite(number)
+        or (low is not None and number < low)
+        or (high is not None and number > high)
+    ):
+        raise ConfigError(f"threshold {name} must be {_range_text(known[name])}, got {value!r}.")
+    if want is int and not number.is_integer():
+        raise ConfigError(f"threshold {name} wants a whole number ({known[name].unit}), got {value!r}.")
     return int(number) if want is int else number
+
+
+def _range_text(t: Threshold) -> str:
+    """`between 0 and 1 (a fraction)`, `at least 0 (ns)`: the values a threshold takes, in words."""
+    low, high = t.bounds()
+    unit = f"a {t.unit}" if t.unit in {"fraction", "ratio", "count"} else t.unit
+    if low is not None and high is not None:
+        return f"between {low:g} and {high:g} ({unit})"
+    if low is not None:
+        return f"at least {low:g} ({unit})"
+    if high is not None:
+        return f"at most {high:g} ({unit})"
+    return f"a finite number ({unit})"
 
 
 def load_config(
@@ -102,6 +125,21 @@ def load_config(
     for k, v in (overrides or {}).items():
         values[k] = _coerce(known, k, v)
     return values
+
+
+def load_config_data(
+    data: dict[str, Any],
+    source: str,
+    overrides: dict[str, Any] | None = None,
+    ruleset: Sequence[Rule] | None = None,
+) -> dict[str, float | int]:
+    """`load_config` for settings already read: a settings file found by default
+    (config_files.find; `source` names it in errors, `pyproject.toml [tool.nsa]`)."""
+    rules = _ruleset(ruleset)
+    known = table(rules)
+    values = {name: t.default for name, t in known.items()}
+    values.update(_file_values(Path(source), data, rules, known))
+    return {**values, **{k: _coerce(known, k, v) for k, v in (overrides or {}).items()}}
 
 
 def _file_values(

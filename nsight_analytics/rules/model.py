@@ -89,14 +89,36 @@ class Finding:
         return asdict(self)
 
 
+# The values a threshold of each unit can take (low, high; None: unbounded): a share is 0 to 1, a
+# percentage 0 to 100, a ratio of one thing over another it should exceed at least 1.
+UNIT_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "fraction": (0.0, 1.0),
+    "%": (0.0, 100.0),
+    "points": (0.0, 100.0),
+    "ratio": (1.0, None),
+    "ns": (0, None),
+    "byte": (0, None),
+    "count": (0, None),
+}
+
+
 @dataclass(frozen=True)
 class Threshold:
-    """A number a rule compares against, with its default; users change it by name (config)."""
+    """A number a rule compares against, with its default; users change it by name (config).
+
+    `low` / `high`: the values it can take, where they differ from its unit's (UNIT_RANGES)."""
 
     name: str
     default: float | int
     unit: str
     doc: str
+    low: float | None = None
+    high: float | None = None
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """(lowest, highest) value the threshold takes; None: no bound on that side."""
+        low, high = UNIT_RANGES.get(self.unit, (None, None))
+        return (low if self.low is None else self.low, high if self.high is None else self.high)
 
 
 # check(ctx, report_id), or check(ctx, run_id) for a rule of scope "run"

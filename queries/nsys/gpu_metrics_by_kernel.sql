@@ -6,7 +6,7 @@
 -- reads gpu_metrics, kernel_names, kernel_rows, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param metrics VARCHAR = NULL: only these canonical metrics, comma-separated (sm_issue,tensor_active); all when NULL.
--- param phase VARCHAR = NULL: 'steady': only kernels starting in the steady state (reports with steps; all kernels of the others).
+-- param phase VARCHAR = NULL one of ('steady'): 'steady': only kernels starting in the steady state (reports with steps; all kernels of the others).
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
 -- col name VARCHAR: kernel name (demangled; the short name when absent).

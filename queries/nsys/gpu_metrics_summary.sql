@@ -7,7 +7,7 @@
 -- touching it (one sampling period, typically 0.1-1 ms, not a kernel's own peak).
 -- reads gpu_metrics, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param scope VARCHAR = NULL: 'run' or 'steady'; both when NULL.
+-- param scope VARCHAR = NULL one of ('run', 'steady'): 'run' or 'steady'; both when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
 -- col metric VARCHAR: canonical metric name (gpu_metrics.metric; docs/gpu_metrics.md).

@@ -17,7 +17,7 @@
 -- time before it; reports without steps keep the whole run (phase 'run').
 -- reads cpu_ops, cuda_api, kernel_names, kernel_rows, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param phase VARCHAR = NULL: NULL for the whole run; 'steady' or 'startup' for that part of reports with steps.
+-- param phase VARCHAR = NULL one of ('steady', 'startup'): NULL for the whole run; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
 -- col phase VARCHAR: the part of the report measured: 'run', 'steady' or 'startup'.

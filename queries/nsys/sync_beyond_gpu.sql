@@ -10,7 +10,7 @@
 -- whole run.
 -- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param phase VARCHAR = NULL: NULL for the whole run; 'steady' for the steady state of reports with steps.
+-- param phase VARCHAR = NULL one of ('steady'): NULL for the whole run; 'steady' for the steady state of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col pid BIGINT: process id.
 -- col name VARCHAR: CUDA API call.

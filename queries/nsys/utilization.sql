@@ -15,7 +15,7 @@
 -- their whole span (column phase says 'run').
 -- reads graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param phase VARCHAR = NULL: NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
+-- param phase VARCHAR = NULL one of ('steady', 'startup'): NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id.
 -- col phase VARCHAR: the part of the report measured: 'run' (whole span), 'steady' or 'startup'.

@@ -14,7 +14,7 @@
 -- ranks' clocks may still be.
 -- reads collectives, ranks
 -- param run_id INTEGER = NULL: only this run; all runs when NULL.
--- param per VARCHAR = 'collective': 'collective' for one row per collective, 'rank' for one row per collective and rank.
+-- param per VARCHAR = 'collective' one of ('collective', 'rank'): 'collective' for one row per collective, 'rank' for one row per collective and rank.
 -- col run_id INTEGER: the run (`runs.run_id`).
 -- col channel VARCHAR: what the ops are ordered on (`comm_ops.channel`: the process group, else the stream).
 -- col seq BIGINT: the op's position in its channel: with channel, the collective.

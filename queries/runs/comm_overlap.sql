@@ -11,7 +11,7 @@
 -- and window starts (nsa_rank_windows), never a pairing of kernels with windows.
 -- reads comm_ops, cuda_api, graph_executions, kernel_rows, memcpy, memset, ranks, steps
 -- param run_id INTEGER = NULL: only this run; all runs when NULL.
--- param per VARCHAR = 'rank': 'rank' for one row per rank, 'step' for one row per rank and steady step.
+-- param per VARCHAR = 'rank' one of ('rank', 'step'): 'rank' for one row per rank, 'step' for one row per rank and steady step.
 -- col run_id INTEGER: the run (`runs.run_id`).
 -- col rank INTEGER: the rank.
 -- col report_id INTEGER: the report holding the rank.

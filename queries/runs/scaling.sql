@@ -18,7 +18,7 @@
 -- clock): the four add up to lost_ns. Runs without steady steps are listed with NULL numbers.
 -- reads comm_ops, cuda_api, graph_executions, kernel_rows, memcpy, memset, ranks, runs, steps
 -- param run_ids VARCHAR = NULL: comma-separated run ids to compare (`1,2,3`); all runs when NULL.
--- param mode VARCHAR = 'auto': 'weak' (each rank keeps its batch), 'strong' (the global batch is split) or 'auto'.
+-- param mode VARCHAR = 'auto' one of ('auto', 'weak', 'strong'): 'weak' (each rank keeps its batch), 'strong' (the global batch is split) or 'auto'.
 -- col run_id INTEGER: the run (`runs.run_id`).
 -- col run VARCHAR: the run's name.
 -- col world_size INTEGER: ranks in the job (runs.world_size, else the ranks seen).

@@ -11,7 +11,7 @@
 -- waits for the host). Reports without cpu_ops (nsys) have every row under '(no op)'.
 -- reads cpu_ops, cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
--- param level VARCHAR = 'top': which enclosing op to name: 'top', 'leaf' or 'annotation'.
+-- param level VARCHAR = 'top' one of ('top', 'leaf', 'annotation'): which enclosing op to name: 'top', 'leaf' or 'annotation'.
 -- col report_id INTEGER: workspace report id.
 -- col op_name VARCHAR: the op (cpu_ops.name), '(no op)' or '(no launch call)'.
 -- col op_calls BIGINT: instances of the op that launched GPU work.
