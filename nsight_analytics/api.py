@@ -20,16 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from . import params, queries, schema
+from . import config_files, params, queries, schema
 from .errors import QueryError, SourceGoneError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
 from .ingest import runs as _runs
-from .statements import canonical_writes
+from .statements import canonical_writes, refuse_extensions
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from .config_files import ConfigFile
     from .diff import Diff, Gate
     from .rules import Finding, Rule
     from .rules.config import Threshold
@@ -47,6 +48,7 @@ __all__ = [
     "reader",
     "report_data",
     "reports",
+    "resolve_db_path",
     "rules",
     "run_reports",
     "runs",
@@ -326,7 +328,9 @@ def sql(
     con: duckdb.DuckDBPyConnection, statement: str, allow_writes: bool = False
 ) -> duckdb.DuckDBPyRelation | None:
     """Run your own SQL after materialising what it reads; writes to nsa's canonical tables are
-    refused (QueryError) unless `allow_writes`."""
+    refused (QueryError) unless `allow_writes`; so is any statement that installs or loads a
+    DuckDB extension (`refuse_extensions`: nothing is ever downloaded)."""
+    refuse_extensions(statement)
     if not allow_writes:
         refuse_canonical_writes(statement)
     materialise(con, tables_needed(statement))  # only what this statement reads
@@ -347,10 +351,10 @@ def refuse_canonical_writes(statement: str) -> None:
 
 
 def reports(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
-    """The reports in the workspace, one row each."""
+    """The reports in the workspace, one row each; columns keep their names in table `reports`."""
     return con.sql(
-        "SELECT report_id, format, tool_version, schema_version, activity_kinds, "
-        "regexp_extract(source_path, '[^/]+$') AS file, ingested_at FROM reports ORDER BY report_id"
+        "SELECT report_id, format, tool_version, schema_version, activity_kinds, source_path, ingested_at "
+        "FROM reports ORDER BY report_id"
     )
 
 
@@ -374,11 +378,28 @@ def thresholds() -> list[Threshold]:
     return list(DEFAULTS.values())
 
 
-def rules_config(config_path: str | Path | None = None, sets: Iterable[str] = ()) -> dict[str, Any]:
-    """Thresholds from a TOML file and `name=value` overrides (`nsa findings --config/--set`)."""
-    from .rules.config import load_config, parse_overrides
+def rules_config(
+    config_path: str | Path | None = None, sets: Iterable[str] = (), found: ConfigFile | None = None
+) -> dict[str, Any]:
+    """Thresholds from a TOML file (`config_path`, else a settings file `config_file()` found)
+    and `name=value` overrides (`nsa findings --config/--set`)."""
+    from .rules.config import load_config, load_config_data, parse_overrides
 
-    return load_config(config_path, parse_overrides(list(sets)))
+    overrides = parse_overrides(list(sets))
+    if config_path is None and found is not None:
+        return load_config_data(found.data, str(found), overrides)
+    return load_config(config_path, overrides)
+
+
+def config_file(cwd: Path | None = None) -> ConfigFile | None:
+    """The settings file that applies in `cwd` when no --config is given (config_files.find:
+    nsa.toml here, [tool.nsa] in the project's pyproject.toml, the user's config.toml)."""
+    return config_files.find(cwd)
+
+
+def config_searched(cwd: Path | None = None) -> str:
+    """Where `config_file` looks, in words."""
+    return config_files.searched(cwd)
 
 
 def parse_assignments(pairs: Iterable[str], option: str, example: str) -> dict[str, str]:
@@ -625,7 +646,8 @@ def report_data(
     if run is not None:
         run_id = resolve_run(con, run)
         limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-        return report.gather_run(con, run_id, run_findings(con, run_id, config), max_events=limit)
+        with report.capped_memory(con):
+            return report.gather_run(con, run_id, run_findings(con, run_id, config), max_events=limit)
     if diff_sides is not None:
         result = diff(con, diff_sides[0], diff_sides[1], config=config)
         ids = [*result.a.report_ids[:1], *result.b.report_ids[:1]]
@@ -640,9 +662,9 @@ def report_data(
         report_id = ids[0]
     require_reports(con, [report_id])
     materialise(con, report_reads())
-    found = findings(con, report_id, config=config)
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-    return report.gather(con, report_id, found, max_events=limit)
+    with report.capped_memory(con):  # the rules and the page scan most of the workspace
+        return report.gather(con, report_id, findings(con, report_id, config=config), max_events=limit)
 
 
 def run_findings(
@@ -784,13 +806,18 @@ def diff_reports(con: duckdb.DuckDBPyConnection, side: Any) -> list[int]:
 
 
 def diff_gate(
-    result: Diff, threshold_pct: float, metric: str = "step_time", fail_inconclusive: bool = False
+    result: Diff,
+    threshold_pct: float,
+    metric: str = "step_time",
+    fail_inconclusive: bool = False,
+    allow_not_comparable: bool = False,
 ) -> Gate:
-    """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT;
-    with `fail_inconclusive`, also when an inconclusive step time does not rule that out."""
+    """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT,
+    or when A and B are not comparable (unless `allow_not_comparable`); with
+    `fail_inconclusive`, also when an inconclusive step time does not rule that out."""
     from .diff import gate
 
-    return gate(result, threshold_pct, metric, fail_inconclusive)
+    return gate(result, threshold_pct, metric, fail_inconclusive, allow_not_comparable)
 
 
 def save_baseline(con: duckdb.DuckDBPyConnection, name: str, side: Any) -> list[int]:

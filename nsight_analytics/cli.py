@@ -9,7 +9,7 @@ errors answer without loading either (tests/test_cli_startup.py).
 from __future__ import annotations
 
 import logging
-import re
+import os
 import shutil
 import sys
 import tempfile
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import render
-from .errors import NsaError, WorkspaceError
+from .errors import INTERRUPTED, NsaError, WorkspaceError, os_problem
 from .names import ENV_DB, GATE_METRICS
 from .timing import timed
 
@@ -37,10 +37,51 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 
 class NsaClickError(click.ClickException):
     exit_code = EXIT_ERROR
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line (no "Error:", no traceback) and exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str = INTERRUPTED) -> None:
+        super().__init__(message)
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.format_message(), err=True)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C, as Python raises it or as DuckDB reports a query it stopped for it."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if type(exc).__name__ == "InterruptException":  # duckdb's, without importing DuckDB here
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
+
+
+class NsaGroup(click.Group):
+    """Every command's failure ends as one sentence: Ctrl-C as exit 130, a file-system problem
+    nothing caught earlier (a symbolic link loop, a name too long, a full disk) as exit 2.
+    Exit 1 stays reserved for findings at or above --fail-on (and the diff gate)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except BaseException as exc:
+            if _interrupted(exc) or _interrupted(exc.__context__ or exc):
+                raise Interrupted() from None
+            problem = os_problem(exc) if isinstance(exc, Exception) else None
+            if problem is None:
+                raise
+            raise NsaClickError(problem) from exc
 
 
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -63,8 +104,31 @@ def format_option(choices: tuple[str, ...] = render.FORMATS) -> Callable[..., An
 def wide_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--wide", is_flag=True,
-        help="Tables: full kernel names (default: template arguments, arguments and namespaces elided).",
+        help="Tables: every column and full kernel names (default: the columns that fit the terminal; "
+        "template arguments, arguments and namespaces elided).",
     )(f)  # fmt: skip
+
+
+TABLE_ROWS = 50  # rows a table shows unless --limit or --all
+
+
+def limit_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--all", "all_rows", is_flag=True, help="Tables: every row.")(f)
+    return click.option(
+        "--limit", type=click.IntRange(min=1), metavar="N",
+        help=f"At most N rows (tables show the first {TABLE_ROWS} by default, other formats every row).",
+    )(f)  # fmt: skip
+
+
+def _row_limit(fmt: str, limit: int | None, all_rows: bool, path: str | None) -> int | None:
+    """The rows to fetch: --limit, else TABLE_ROWS for a table unless --all; parquet only to a file."""
+    if all_rows and limit is not None:
+        raise NsaClickError("give --limit N or --all, not both.")
+    if fmt == "parquet" and not path:
+        raise NsaClickError("parquet is a binary file format: write it to a file with -o FILE.")
+    if limit is None and fmt == "table" and not all_rows:
+        return TABLE_ROWS
+    return limit
 
 
 def _check_output(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -91,7 +155,8 @@ def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def errors() -> Iterator[None]:
-    """Every error a user can act on becomes one sentence on stderr and exit code 2."""
+    """Every error a user can act on becomes one sentence on stderr and exit code 2; Ctrl-C
+    becomes one line and exit 130 (NsaGroup)."""
     try:
         yield
     except NsaError as exc:
@@ -99,6 +164,11 @@ def errors() -> Iterator[None]:
     except click.ClickException:
         raise
     except Exception as exc:
+        if _interrupted(exc):
+            raise Interrupted() from None
+        problem = os_problem(exc)
+        if problem is not None:
+            raise NsaClickError(problem) from exc
         import duckdb  # loaded already by the command that raised it, if DuckDB did
 
         if not isinstance(exc, duckdb.Error):
@@ -106,15 +176,80 @@ def errors() -> Iterator[None]:
         raise NsaClickError(str(exc).strip().splitlines()[0]) from exc
 
 
+def _missing_input(path: Path) -> str:
+    """Why an input path names no file: a symbolic link loop, a link to nothing, or nothing there."""
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a loop, on Python 3.10-3.12
+            problem = os_problem(exc)
+            if problem is not None:
+                return problem
+        return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist."
+    return f"{path}: no such file."
+
+
 def emit(text: str, path: str | None) -> None:
     if not path:
         click.echo(text, nl=False)
         return
+    write_file(path, text)
+
+
+def write_file(path: str, content: str | bytes | Callable[[Path], None]) -> None:
+    """Write an --output file whole or not at all (render.write_atomic: a temporary file beside
+    it, renamed into place); a failure, such as a full disk, is one sentence and exit 2, and
+    leaves the file as it was."""
+    existed = Path(path).expanduser().exists()
     try:
-        Path(path).expanduser().write_text(text, encoding="utf-8")
+        render.write_atomic(path, content)
     except OSError as exc:
-        reason = exc.strerror or exc
-        raise NsaClickError(f"cannot write {path} ({reason}); choose another --output path.") from exc
+        raise NsaClickError(_unwritten(path, str(exc.strerror or exc), existed)) from exc
+    except Exception as exc:
+        import duckdb  # a COPY that wrote the file failed in DuckDB
+
+        if not isinstance(exc, duckdb.IOException):
+            raise
+        reason = str(exc).strip().splitlines()[0].rsplit(": ", 1)[-1]
+        raise NsaClickError(_unwritten(path, reason, existed)) from exc
+
+
+def _unwritten(path: str, reason: str, existed: bool) -> str:
+    kept = f"{path} is unchanged" if existed else "nothing was written"
+    return f"cannot write {path} ({reason}); {kept}; choose another --output path."
+
+
+def emit_rows(
+    rel: duckdb.DuckDBPyRelation | None,
+    fmt: str,
+    path: str | None,
+    title: str | None = None,
+    units: dict[str, str] | None = None,
+    wide: bool = False,
+    limit: int | None = None,
+) -> None:
+    """A relation's rows in `fmt`: csv, json and parquet written by DuckDB straight into the
+    --output file or stdout, never gathered here; a table or Markdown fetches only the `limit`
+    rows it shows, and a table says how many more there are."""
+    if rel is not None and fmt in render.COPY_FORMATS:
+        rows = rel if limit is None else rel.limit(limit)
+        if path:
+            write_file(path, lambda tmp: render.copy_rows(rows, fmt, tmp))
+            return
+        sys.stdout.flush()
+        stdout = sys.stdout.buffer
+        try:
+            render.stream_rows(rows, fmt, stdout)
+            stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`nsa query ... | head`): not an error
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+            except (OSError, ValueError):
+                pass
+            raise click.exceptions.Exit(EXIT_OK) from None
+        return
+    res, total = render.head(rel, limit, units)
+    emit(render.render(res, fmt, title, wide=wide, total=total), path)
 
 
 class _EchoHandler(logging.Handler):
@@ -139,7 +274,7 @@ def _set_verbose(on: bool) -> None:
         package.setLevel(logging.NOTSET)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=NsaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="nsight-analytics")
 @click.option("--verbose", "-v", is_flag=True, help="Log each step and how long it took, on stderr.")
 def main(verbose: bool) -> None:
@@ -149,22 +284,133 @@ def main(verbose: bool) -> None:
     DuckDB workspace, then ask questions: `nsa summary`, `nsa findings`, `nsa query gaps`,
     `nsa diff A B`, `nsa report -o report.html`, or your own SQL with `nsa sql`.
 
-    Exit codes: 0 ok, 1 findings at or above `nsa findings --fail-on`, 2 a usage or input error
-    (one sentence on stderr saying what to do; the workspace is left unchanged).
+    Exit codes: 0 ok, 1 findings at or above `nsa findings --fail-on` (or `nsa diff
+    --fail-on-regression` fired), 2 a usage or input error (one sentence on stderr saying what
+    to do; the workspace is left unchanged), 130 interrupted (Ctrl-C; unchanged too).
     """
     _set_verbose(verbose)
 
 
-def _progress(quiet: bool) -> tuple[Any, Callable[[str, int, int], None] | None]:
-    if quiet or not sys.stderr.isatty():
-        return None, None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+# --- shell completion (`eval "$(_NSA_COMPLETE=bash_source nsa)"`; zsh_source, fish_source) ------
+# Each completer answers from the library or the workspace and never fails: a workspace that
+# cannot be opened completes nothing.
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
+
+def _complete_query(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from . import api
+
+    return [
+        CompletionItem(q.name, help=render.query_headline(q))
+        for q in api.library()
+        if q.name.startswith(incomplete)
+    ]
+
+
+def _complete_param(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """`-p NAME=`: the chosen query's parameters not given yet; after `NAME=`, its allowed values."""
+    import itertools
+
+    from click.shell_completion import CompletionItem
+
+    from . import api
+
+    # an option still waiting for its value stops click's parse: the words it left are in ctx.args
+    words = list(ctx.args)
+    name = ctx.params.get("name") or next((w for w in words if not w.startswith("-")), "")
+    try:
+        q = api.get_query(name)
+    except NsaError:
+        return []
+    if "=" in incomplete:
+        key, _, value = incomplete.partition("=")
+        allowed = next((p.allowed for p in q.params if p.name == key), ())
+        return [CompletionItem(f"{key}={v}") for v in allowed if v.startswith(value)]
+    pairs = [
+        *(ctx.params.get("params") or ()),
+        *(v for k, v in itertools.pairwise(words) if k in ("-p", "--param")),
+    ]
+    given = {v.split("=", 1)[0] for v in pairs}
+    return [
+        CompletionItem(f"{p.name}=", help=p.doc)
+        for p in q.params
+        if p.name.startswith(incomplete) and p.name not in given
+    ]
+
+
+def _workspace_names(ctx: click.Context) -> tuple[dict[int, str], list[tuple[int, str]]]:
+    """({report id: file name}, [(run id, run name)]) of the workspace --db names, or nothing."""
+    import duckdb
+
+    from . import api
+
+    try:
+        con = api.reader(ctx.params.get("db"))
+        try:
+            return api.report_names(con), [(int(r[0]), str(r[1])) for r in api.runs(con).fetchall()]
+        finally:
+            con.close()
+    except (NsaError, OSError, duckdb.Error):  # completion never fails, whatever the workspace
+        return {}, []
+
+
+def _complete_report(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    reports, _ = _workspace_names(ctx)
+    return [
+        CompletionItem(str(i), help=f) for i, f in sorted(reports.items()) if str(i).startswith(incomplete)
+    ]
+
+
+def _complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    _, runs = _workspace_names(ctx)
+    items = [CompletionItem(name, help=f"run {i}") for i, name in runs if name.startswith(incomplete)]
+    return items + [CompletionItem(str(i), help=name) for i, name in runs if str(i).startswith(incomplete)]
+
+
+def _complete_side(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """`nsa diff A B`: report ids (runs with --run), else files."""
+    from click.shell_completion import CompletionItem
+
+    if ctx.params.get("runs"):
+        return _complete_run(ctx, param, incomplete)
+    if incomplete and not incomplete[0].isdigit():
+        return [CompletionItem(incomplete, type="file")]
+    return _complete_report(ctx, param, incomplete) + [CompletionItem(incomplete, type="file")]
+
+
+def _progress(quiet: bool, console: Any = None) -> tuple[Any, Callable[[str, int, int], None] | None]:
+    """A progress bar on stderr (a terminal only): the step, the share done, time spent and left.
+    Readers report `(step, done, total)` in units of their own (nsys: rows of the export's tables)."""
+    if console is None and (quiet or not sys.stderr.isatty()):
+        return None, None
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),  # 42%
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        transient=True,
+        console=console,
+    )
     task = bar.add_task("ingest", total=1)
 
     def update(step: str, done: int, total: int) -> None:
-        bar.update(task, description=f"ingest: {step}", completed=done, total=total)
+        bar.update(task, description=f"ingest: {step}", completed=done, total=max(total, 1))
 
     return bar, update
 
@@ -222,7 +468,7 @@ def ingest(
     number such as out_rank0 / out_rank1, one nsys report of several GPU processes).
     """
     if len(files) == 1 and not Path(files[0]).expanduser().exists():  # said before DuckDB loads
-        raise NsaClickError(f"{Path(files[0]).expanduser()}: no such file.")
+        raise NsaClickError(_missing_input(Path(files[0]).expanduser()))
     import duckdb
 
     from . import api
@@ -239,6 +485,8 @@ def ingest(
                 f"in it{f' ({len(skipped)} other files skipped)' if skipped else ''}; give those files, or the "
                 "folder that holds them."
             )
+        target = api.resolve_db_path(db)
+        fresh = not target.exists()  # a workspace this command creates goes again if nothing lands in it
         con = api.connect(db, load_deferred=False)
         try:
             for f in map(str, paths):
@@ -265,8 +513,18 @@ def ingest(
                 made = api.group_runs(con, ingested)
             for run_id in made:
                 click.echo(_describe_run(con, run_id))
+        except BaseException as exc:
+            if ingested and _interrupted(exc):  # the files before are in; the one cut short is not
+                raise Interrupted(
+                    f"interrupted; reports {', '.join(map(str, ingested))} were ingested before it, "
+                    "the file being ingested was not."
+                ) from None
+            raise
         finally:
             con.close()
+            if fresh and not ingested:
+                for leftover in (target, target.with_name(target.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
     if failed:
         raise NsaClickError(
             f"{len(failed)} of {len(paths)} files not ingested ({', '.join(failed)}); "
@@ -333,7 +591,7 @@ def reports(db: str | None, fmt: str, output_path: str | None) -> None:
 @click.option(
     "--ranks", "show_ranks", is_flag=True, help="One row per rank: its report, process, GPU, clock offset."
 )
-@click.option("--run", "run", metavar="RUN", help="Only this run (id or name).")
+@click.option("--run", "run", metavar="RUN", help="Only this run (id or name).", shell_complete=_complete_run)
 @db_option
 @format_option()
 @wide_option
@@ -357,10 +615,11 @@ def runs(
 
 
 @main.command(short_help="One screen per report: GPU busy, top kernels, copies.")
-@click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option("--report", "report_id", type=int, help="Only this report.", shell_complete=_complete_report)
 @click.option(
-    "--run", "run", metavar="RUN", help="One screen for this run (id or name): its ranks side by side."
-)
+    "--run", "run", metavar="RUN", help="One screen for this run (id or name): its ranks side by side.",
+    shell_complete=_complete_run,
+)  # fmt: skip
 @db_option
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -405,8 +664,9 @@ def summary(
     help="Allow INSERT/UPDATE/DELETE/DROP/ALTER/CREATE on nsa's own tables (`nsa schema` lists them).",
 )  # fmt: skip
 @db_option
-@format_option()
+@format_option(render.ROW_FORMATS)
 @wide_option
+@limit_options
 @output_option
 def sql(
     statement: str,
@@ -415,6 +675,8 @@ def sql(
     db: str | None,
     fmt: str,
     wide: bool,
+    limit: int | None,
+    all_rows: bool,
     output_path: str | None,
 ) -> None:
     """Run one SQL statement on the workspace (canonical tables and query macros).
@@ -426,28 +688,38 @@ def sql(
     from . import api
 
     with errors():
+        rows = _row_limit(fmt, limit, all_rows, output_path)
+        api.refuse_extensions(statement)  # these, and writes, are refused before the workspace opens
         if not allow_writes:
-            api.refuse_canonical_writes(statement)  # before the workspace is opened
+            api.refuse_canonical_writes(statement)
         if read_only or not api.writable(db):  # a workspace this user cannot write still answers
             con = api.reader(db, needs=api.tables_needed(statement))
         else:
             con = api.connect(db, load_deferred=False)  # api.sql loads only what the statement reads
         with timed(log, "sql"):
-            res = render.Result.of(api.sql(con, statement, allow_writes=True))
-        emit(render.render(res, fmt, wide=wide), output_path)
+            rel = api.sql(con, statement, allow_writes=True)
+        emit_rows(rel, fmt, output_path, wide=wide, limit=rows)
 
 
 @main.command(short_help="Run a library query by NAME.")
-@click.argument("name", required=False)
-@click.option("--list", "list_", is_flag=True, help="List the library queries and their contracts.")
-@click.option("--report", "report_id", type=int, help="Only this report.")
-@click.option("--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports.")
+@click.argument("name", required=False, shell_complete=_complete_query)
 @click.option(
-    "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable)."
-)
+    "--list", "list_", is_flag=True,
+    help="List the library queries, one line each; with NAME, that query's whole contract.",
+)  # fmt: skip
+@click.option("--report", "report_id", type=int, help="Only this report.", shell_complete=_complete_report)
+@click.option(
+    "--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports.",
+    shell_complete=_complete_run,
+)  # fmt: skip
+@click.option(
+    "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Query parameter (repeatable).",
+    shell_complete=_complete_param,
+)  # fmt: skip
 @db_option
-@format_option()
+@format_option(render.ROW_FORMATS)
 @wide_option
+@limit_options
 @output_option
 def query(
     name: str | None,
@@ -458,9 +730,13 @@ def query(
     db: str | None,
     fmt: str,
     wide: bool,
+    limit: int | None,
+    all_rows: bool,
     output_path: str | None,
 ) -> None:
     """Run a library query by NAME, for example `nsa query gaps -p min_gap_ns=100000`.
+    `nsa query --list` lists the queries; `nsa query --list NAME` shows what NAME answers, its
+    parameters and its columns.
 
     Parameters and the report are checked before anything runs: a wrong one exits 2 and leaves
     the workspace as it was.
@@ -469,9 +745,9 @@ def query(
 
     with errors():
         if list_ or not name:
-            # machines get the whole text; `docs/queries.md` has it for people
-            emit(render.render(_query_list(full=fmt != "table"), fmt, "queries"), output_path)
+            emit(_query_list_text(name if list_ else None, fmt), output_path)
             return
+        rows = _row_limit(fmt, limit, all_rows, output_path)
         q = api.get_query(name)
         values: dict[str, Any] = dict(api.parse_assignments(params, "-p", "min_gap_ns=100000"))
         if report_id is not None:
@@ -492,23 +768,27 @@ def query(
         con = api.reader(db, needs=q.tables(), check=check)
         with timed(log, f"query {q.name}"):
             rel = api.query(con, name, **values) if run is None else api.query_run(con, name, run, **values)
-            res = render.Result.of(rel, units=q.units())
-        emit(render.render(res, fmt, name, wide=wide), output_path)
+        emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
 
 
-def _query_list(full: bool) -> render.Result:
-    """One row per library query; a table shows the first sentence of each contract's text."""
+def _query_list_text(name: str | None, fmt: str) -> str:
+    """`nsa query --list [NAME]`: a table is one line per query (or NAME's contract, in words);
+    machine formats get every contract's whole text (or NAME's row)."""
     from . import api
 
+    if fmt == "table":
+        if name is not None:
+            return render.query_contract(api.get_query(name))
+        return render.query_index(api.library())
+    lib = [api.get_query(name)] if name is not None else api.library()
     rows = []
-    for q in api.library():
+    for q in lib:
         params = ", ".join(f"{p.name}={p.default}" if p.default else p.name for p in q.params)
-        doc = q.doc if full else re.split(r"(?<=\.)\s", q.doc, maxsplit=1)[0]
-        row = {"query": q.name, "family": q.family, "parameters": params, "answers": doc}
-        if full:  # machines also get the canonical tables it reads (its `-- reads` line)
-            row["reads"] = ", ".join(sorted(q.tables()))
-        rows.append(row)
-    return render.Result.of_records(rows)
+        rows.append(
+            {"query": q.name, "family": q.family, "parameters": params, "answers": q.doc,
+             "reads": ", ".join(sorted(q.tables())), "columns": ", ".join(c.name for c in q.columns)}
+        )  # fmt: skip
+    return render.render(render.Result.of_records(rows), fmt, "queries")
 
 
 @main.command("schema", short_help="The canonical tables: columns, types, units, meaning.")
@@ -558,19 +838,20 @@ def demo(db: str | None) -> None:
 
 @main.command(short_help="One self-contained HTML page: timeline, findings, panels.")
 @click.option(
-    "--report", "report_id", type=int, help="The report to draw (needed when the workspace holds several)."
-)
+    "--report", "report_id", type=int, help="The report to draw (needed when the workspace holds several).",
+    shell_complete=_complete_report,
+)  # fmt: skip
 @click.option(
     "--diff", "diff_sides", nargs=2, metavar="A B",
     help="Draw the diff of A and B (report ids, `1,2` groups or files) and both timelines.",
 )  # fmt: skip
 @click.option(
-    "--run", "run", metavar="RUN",
+    "--run", "run", metavar="RUN", shell_complete=_complete_run,
     help="Draw a run (id or name, `nsa runs`): its ranks on one clock and their collectives.",
 )  # fmt: skip
 @click.option(
     "--max-events", type=click.IntRange(min=1000), default=None,
-    help="Timeline events drawn exactly (default 400000); the rest as density bins.",
+    help="Timeline events drawn exactly (default 100000); the rest as density bins.",
 )  # fmt: skip
 @click.option(
     "--output", "-o", "output_path", required=True, type=click.Path(), metavar="FILE", callback=_check_output,
@@ -619,10 +900,11 @@ def report(
 
 
 @main.command(short_help="Ranked findings: evidence, fix, estimated savings.")
-@click.option("--report", "report_id", type=int, help="Only this report.")
+@click.option("--report", "report_id", type=int, help="Only this report.", shell_complete=_complete_report)
 @click.option(
-    "--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports and the run rules."
-)
+    "--run", "run", metavar="RUN", help="Only this run (id or name): its ranks' reports and the run rules.",
+    shell_complete=_complete_run,
+)  # fmt: skip
 @click.option(
     "--format", "fmt", type=click.Choice(["text", *render.FORMATS]), default="text", show_default=True,
     help="text (or table) for people, markdown for tickets, json (an array of findings) or csv for machines.",
@@ -633,8 +915,10 @@ def report(
 )  # fmt: skip
 @click.option(
     "--config", "config_path", type=click.Path(dir_okay=False),
-    help="TOML file of rule thresholds (example above; `nsa rules` lists them).",
+    help="TOML file of rule thresholds (example above; `nsa rules` lists them). Default: the first of "
+    "./nsa.toml, [tool.nsa] in the project's pyproject.toml, ~/.config/nsa/config.toml.",
 )  # fmt: skip
+@click.option("--no-config", is_flag=True, help="Read no settings file: the thresholds' defaults and --set.")
 @click.option(
     "--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override one threshold (repeatable)."
 )
@@ -646,6 +930,7 @@ def findings(
     fmt: str,
     fail_on: str | None,
     config_path: str | None,
+    no_config: bool,
     sets: tuple[str, ...],
     db: str | None,
     output_path: str | None,
@@ -654,7 +939,10 @@ def findings(
 
     The --config file is TOML: threshold names at the top, under [thresholds], or under a table
     named after the rule that uses them (`nsa rules` lists every rule's thresholds); --set
-    overrides the file. For example:
+    overrides the file. Without --config, the first settings file found is read the same way:
+    ./nsa.toml, the [tool.nsa] table of the nearest pyproject.toml (`[tool.nsa.gpu-idle]`), then
+    $XDG_CONFIG_HOME/nsa/config.toml (~/.config/nsa/config.toml); `nsa -v findings` says which.
+    For example:
 
     \b
         # nsa-rules.toml
@@ -667,7 +955,7 @@ def findings(
     from . import api
 
     with errors():
-        config = api.rules_config(config_path, sets)
+        config = api.rules_config(config_path, sets, _settings_file(config_path, no_config))
         if run is not None and report_id is not None:
             raise NsaClickError("give --run or --report, not both.")
         con = api.findings_reader(db, report_id)
@@ -685,6 +973,25 @@ def findings(
             sys.exit(EXIT_FINDINGS)
 
 
+def _settings_file(config_path: str | None, no_config: bool) -> api.ConfigFile | None:
+    """The settings file `nsa findings` reads when --config is not given; --verbose says which."""
+    from . import api
+
+    if config_path is not None and no_config:
+        raise NsaClickError("give --config FILE or --no-config, not both.")
+    if config_path is not None:
+        log.info("config: %s (--config)", config_path)
+        return None
+    found = None if no_config else api.config_file()
+    if found is not None:
+        log.info("config: %s", found)
+    elif no_config:
+        log.info("config: none (--no-config)")
+    else:
+        log.info("config: none found (looked for %s)", api.config_searched())
+    return found
+
+
 @main.command("rules", short_help="List the rules, their thresholds and what they look for.")
 @format_option()
 @output_option
@@ -699,7 +1006,7 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
 
 
 @main.command(short_help="What changed between two runs, and whether it is real.")
-@click.argument("sides", nargs=-1, metavar="A B")
+@click.argument("sides", nargs=-1, metavar="A B", shell_complete=_complete_side)
 @click.option(
     "--baseline", metavar="NAME",
     help="Compare B (one argument) with the stored baseline NAME; with --save, store A as NAME.",
@@ -712,7 +1019,9 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
 @click.option(
     "--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), metavar="PCT",
     help=f"Exit {EXIT_FINDINGS} when B regressed beyond PCT percent of A with confidence (for CI); "
-    "runs of two world sizes: when the scaling efficiency is below (100 - PCT)%.",
+    "runs of two world sizes: when the scaling efficiency is below (100 - PCT)%. A diff that is "
+    f"NOT COMPARABLE (another program, other GPUs, no steps) also exits {EXIT_FINDINGS}: the gate "
+    "could not judge it.",
 )  # fmt: skip
 @click.option(
     "--metric", default="step_time", show_default=True, type=click.Choice(GATE_METRICS),
@@ -722,6 +1031,10 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
     "--fail-on-inconclusive", is_flag=True,
     help="With --fail-on-regression: also fail an inconclusive step time (too few or too spread "
     "steps) that does not rule out a regression beyond PCT.",
+)  # fmt: skip
+@click.option(
+    "--allow-not-comparable", is_flag=True,
+    help="With --fail-on-regression: pass (exit 0, saying so) a diff that is NOT COMPARABLE.",
 )  # fmt: skip
 @click.option(
     "--noise-floor", "floor_pct", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="PCT",
@@ -743,6 +1056,7 @@ def diff(
     fail_pct: float | None,
     metric: str,
     fail_on_inconclusive: bool,
+    allow_not_comparable: bool,
     floor_pct: float,
     no_findings: bool,
     fmt: str,
@@ -755,7 +1069,9 @@ def diff(
     A and B are report ids, `1,2` (a group: all ranks of one run) or files (ingested first);
     with --run, runs (id or name): the same world size compares the job before and after, rank
     by rank; two world sizes compare as a scaling (efficiency, throughput, the time lost).
-    Exit codes: 0 ok, 1 --fail-on-regression fired, 2 a usage or input error.
+    Exit codes: 0 ok, 1 --fail-on-regression fired (B regressed, or A and B are not comparable
+    unless --allow-not-comparable), 2 a usage or input error. The same report on both sides says
+    so (verdict 'same report') instead of measuring a change.
 
     \b
         nsa diff before.sqlite after.sqlite
@@ -767,6 +1083,8 @@ def diff(
         raise NsaClickError("--save stores a baseline: give its name with --baseline NAME.")
     if fail_on_inconclusive and fail_pct is None:
         raise NsaClickError("--fail-on-inconclusive changes the gate: give it with --fail-on-regression PCT.")
+    if allow_not_comparable and fail_pct is None:
+        raise NsaClickError("--allow-not-comparable changes the gate: give it with --fail-on-regression PCT.")
     if runs and baseline:
         raise NsaClickError("--baseline stores and compares reports; with --run give two runs: --run A B.")
     wanted = 1 if baseline else 2
@@ -794,7 +1112,7 @@ def diff(
                     con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings, runs=runs
                 )
             gate = (
-                api.diff_gate(result, fail_pct, metric, fail_on_inconclusive)
+                api.diff_gate(result, fail_pct, metric, fail_on_inconclusive, allow_not_comparable)
                 if fail_pct is not None
                 else None
             )

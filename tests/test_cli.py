@@ -134,7 +134,7 @@ def test_demo_runs_on_the_bundled_export() -> None:
     memory at ~1.3 GB/s (its data README), so both copy findings must come out on top."""
     res = invoke("demo")
     assert res.exit_code == EXIT_OK, res.output
-    lines = [line for line in res.output.splitlines() if line[:1].isdigit()]
+    lines = [line for line in res.output.splitlines() if re.match(r"\d+\. \[", line)]  # the findings
     assert lines[0].startswith("1. [CRITICAL] DtoH copies into pageable memory")
     assert "copy-dominated" in res.output and "pageable-memcpy" in res.output
     # judged on the steady state, from batch_1 on (batch_0 is warm-up): that part's DtoH rate
@@ -253,8 +253,57 @@ def test_query_list_shows_first_sentences_and_json_whole_texts() -> None:
     rows = {r["query"]: r for r in json.loads(res.output)}
     assert set(rows) == set(lib)
     assert all(rows[n]["answers"] == q.doc for n, q in lib.items())
-    table = invoke("query", "--list").output
+    assert rows["gaps"]["columns"].split(", ") == [c.name for c in lib["gaps"].columns]
     doc = lib["occupancy"].doc
-    first = doc[: doc.index("one.") + len("one.")]  # "...what limits the theoretical one."
-    assert " ".join(first.split()[-3:]) in " ".join(table.split())
-    assert "launch__occupancy_limit_*" in doc and "launch__occupancy_limit_*" not in table
+    assert "launch__occupancy_limit_*" in doc
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_query_list_is_one_line_per_query_cut_to_the_terminal(columns: int) -> None:
+    from nsight_analytics import queries
+
+    lib = queries.library()
+    res = CliRunner().invoke(main, ["query", "--list"], env={"COLUMNS": str(columns)})
+    assert res.exit_code == EXIT_OK, res.output
+    lines = res.output.splitlines()
+    families = {q.family for q in lib.values()}
+    assert len(lines) == len(lib) + len(families) + 1  # a line per family, per query, and the last
+    assert max(map(len, lines)) <= columns
+    assert lines[-1].startswith(f"{len(lib)} queries; `nsa query --list NAME`")
+    listed = {}
+    for line in lines[:-1]:
+        if not line.startswith(" "):
+            family = line.rstrip(":")
+            continue
+        name, headline = line.split(maxsplit=1)
+        listed[name] = (family, headline)
+    assert set(listed) == set(lib)
+    for name, (family, headline) in listed.items():
+        q = lib[name]
+        assert family == q.family
+        text = " ".join(q.doc.split())
+        # the headline is the contract's first words up to its first '. ' or ': ', whole or cut with "..."
+        assert text.startswith(headline.removesuffix("...").rstrip(".")), (name, headline)
+    assert listed["occupancy"][1] == "Occupancy per ncu kernel launch."
+    assert "launch__occupancy_limit_*" not in res.output
+
+
+def test_query_list_name_shows_the_whole_contract() -> None:
+    from nsight_analytics import queries
+
+    q = queries.library()["gaps"]
+    res = CliRunner().invoke(main, ["query", "--list", "gaps"], env={"COLUMNS": "80"})
+    assert res.exit_code == EXIT_OK, res.output
+    text = " ".join(res.output.split())
+    assert res.output.startswith("gaps (nsys: queries/nsys/gaps.sql)\n")
+    assert " ".join(q.doc.split()) in text
+    for p in q.params:
+        assert f"{p.name} ({p.type}, default {p.default})" in text
+    for c in q.columns:
+        assert f"{c.name} ({c.type}): {' '.join(c.doc.split())}" in text
+    assert max(map(len, res.output.splitlines())) <= 80
+    as_json = json.loads(invoke("query", "--list", "gaps", "--format", "json").output)
+    assert [r["query"] for r in as_json] == ["gaps"]
+    missing = invoke("query", "--list", "no_such_query")
+    assert missing.exit_code == EXIT_ERROR
+    assert "no_such_query" in missing.output

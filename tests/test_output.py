@@ -65,24 +65,55 @@ def test_records_infer_numeric_columns() -> None:
     assert res.rows == [(1, "x", None), (None, "y", 2.0)]
 
 
-def test_rows_too_wide_for_the_terminal_become_one_block_per_row() -> None:
+def _wide_result() -> out.Result:
     name = (
         "void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2, T3)"
     )
     cols = ", ".join(f"{i * 1_234_567 + 123_456} AS gap_{i}_ns" for i in range(12))
     res = out.Result.of(duckdb.connect().sql(f"SELECT '{name}' AS name, {cols} FROM range(2)"))
-    res = out.Result(res.columns, res.numeric, res.rows, res.types, {f"gap_{i}_ns": "ns" for i in range(12)})
+    return out.Result(res.columns, res.numeric, res.rows, res.types, {f"gap_{i}_ns": "ns" for i in range(12)})
+
+
+def table_headers(text: str) -> list[str]:
+    """A drawn table's column names, each header's lines joined; asserts no name is broken
+    inside a word (every line of a header but its last ends with `_`)."""
+    lines = [line.strip("┃").split("┃") for line in text.splitlines() if line.startswith("┃")]
+    names = []
+    for col in zip(*lines, strict=True):
+        parts = [p.strip() for p in col if p.strip()]
+        assert all(p.endswith("_") for p in parts[:-1]), parts
+        names.append("".join(parts))
+    return names
+
+
+def test_columns_that_do_not_fit_are_left_out_and_named() -> None:
+    res = _wide_result()
     text = out.to_table(res, "gaps", width=80)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
+    shown = table_headers(text)
+    assert shown == res.columns[: len(shown)] and 2 <= len(shown) < len(res.columns)  # the first ones
+    left = res.columns[len(shown) :]
+    assert " ".join(lines[-2:]) == (
+        f"{len(left)} more columns than fit in 80 columns: {', '.join(left)}; all of them: --wide, or "
+        "--format csv."
+    )
+    assert "vectorized_eleme" in text and "at::native" not in text
+
+
+def test_wide_rows_too_wide_for_the_terminal_become_one_block_per_row() -> None:
+    res = _wide_result()
+    name = res.rows[0][0]
+    text = out.to_table(res, "gaps", width=80, wide=True)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
     assert lines[0].startswith("-[ gaps: row 1 of 2 ]")
-    assert "name       vectorized_elementwise_kernel" in lines  # short name, whole
     assert "gap_11_ns  13.7 ms" in lines  # human units, label then value
     assert sum(line.startswith("-[ gaps: row") for line in lines) == 2
-    # wide enough: a table again, with the full name under --wide
+    # wide enough: a table again, with the full name
     assert out.to_table(res, "gaps", width=400, wide=True).splitlines()[1].startswith("┏")
     assert name in out.to_table(res, "gaps", width=400, wide=True)
-    # a long value wraps under the value column
+    # a long value wraps under the value column, whole
     wrapped = out.to_table(res, "gaps", width=60, wide=True).splitlines()
     assert max(len(line) for line in wrapped) <= 60
     value_lines = [wrapped[1]] + [line for line in wrapped[2:5] if line.startswith(" " * 11)]

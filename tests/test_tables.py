@@ -124,44 +124,61 @@ def test_utilization_csv_keeps_exact_integers(db: Path) -> None:
     assert row["span_ns"] == str(span) == "2010563957"
 
 
-def records(text: str) -> list[dict[str, str]]:
-    """The blocks of a table too wide for the terminal: `-[ title: row N of M ]---` then
-    `column  value` lines (a long value continues on indented lines)."""
-    out: list[dict[str, str]] = []
-    last = ""
-    for line in text.splitlines():
-        if line.startswith("-[ "):
-            out.append({})
-        elif line.startswith(" ") and out:
-            out[-1][last] += line.strip()
-        elif out and line:
-            last, _, value = line.partition("  ")
-            out[-1][last] = value.strip()
-    return out
+def header_names(text: str) -> list[str]:
+    """A drawn table's column names, each header's lines joined; asserts that no name breaks
+    inside a word (each line of a header but its last ends with `_`)."""
+    lines = [line.strip("┃").split("┃") for line in text.splitlines() if line.startswith("┃")]
+    names = []
+    for col in zip(*lines, strict=True):
+        parts = [p.strip() for p in col if p.strip()]
+        assert all(p.endswith("_") for p in parts[:-1]), parts
+        names.append("".join(parts))
+    return names
 
 
-def test_gaps_numbers_whole_and_names_short(db: Path) -> None:
-    """gaps has 15 columns: at 80 columns each gap is a block of `column  value` lines, every
-    number whole, kernel names short."""
+def test_gaps_fit_the_terminal_numbers_whole_and_names_short(db: Path) -> None:
+    """gaps has 15 columns: at 80 columns the table keeps the first that fit (the ids the same
+    in every row said once above it), one table row per gap, every number whole, kernel names
+    short; a line names the columns left out."""
     res = run("query", "gaps", "--db", str(db))
     assert res.exit_code == EXIT_OK, res.output
-    assert max(len(line) for line in res.stdout.splitlines()) <= 80
-    rows = records(res.stdout)
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
     exact = list(csv.DictReader(io.StringIO(run("query", "gaps", "--db", str(db), "--format", "csv").stdout)))
-    assert len(rows) == len(exact) > 0
+    rows = body_rows(res.stdout)
+    assert len(rows) == len(exact) > 1
+    assert len(lines) < 5 * len(exact)  # not a block of 16 lines per gap
     columns = [c.name for c in queries.get("gaps").columns]
-    for cell, want in zip(rows, exact, strict=True):
-        assert list(cell) == columns
+    same = [
+        c for c in ("report_id", "device_id", "pid", "launch_global_tid") if len({w[c] for w in exact}) == 1
+    ]
+    said = ", ".join(f"{c} {exact[0][c]}" for c in same)  # ids as they are: no thousands separators
+    assert f"gaps ({said} in every row)" in " ".join(line.strip() for line in lines[:2])
+    shown = header_names(res.stdout)
+    rest = [c for c in columns if c not in same]
+    assert shown == rest[: len(shown)] and {"gap_ns", "after"} <= set(shown)
+    left = rest[len(shown) :]
+    assert " ".join(lines[-2:]) == (
+        f"{len(left)} more columns than fit in 80 columns: {', '.join(left)}; all of them: --wide, or --format csv."
+    )
+    for row, want in zip(rows, exact, strict=True):
+        cell = dict(zip(shown, row, strict=True))
         gap = int(want["gap_ns"])
         assert re.fullmatch(r"\d+(\.\d+)? (s|ms|µs|ns)", cell["gap_ns"]), cell
         scale = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1}[cell["gap_ns"].split()[1]]
         assert float(cell["gap_ns"].split()[0]) == pytest.approx(gap / scale, rel=5e-3)
-        assert cell["launch_global_tid"] == f"{int(want['launch_global_tid']):,}"
-        assert cell["after"] == short_kernel_name(want["after"])
+        assert cell["after"].replace(" ", "").startswith(short_kernel_name(want["after"]))
+    # short names stay distinct: one short name per full name
+    pairs = {(w["after"], r[shown.index("after")].replace(" ", "")) for w, r in zip(exact, rows, strict=True)}
+    assert len({full for full, _ in pairs}) == len(pairs) == len({short for _, short in pairs})
     full = {w["after"] for w in exact}
     assert any("<" in name for name in full)
+    # --wide: every column, every full name, ids without separators
     wide = CliRunner(env={"COLUMNS": "2000"}).invoke(main, ["query", "gaps", "--db", str(db), "--wide"])
     assert all(name in wide.stdout for name in full)
+    assert header_names(wide.stdout) == columns
+    tids = [r[columns.index("launch_global_tid")] for r in body_rows(wide.stdout)]
+    assert tids == [w["launch_global_tid"] for w in exact]
 
 
 def test_sql_takes_wide(tmp_path: Path) -> None:

@@ -16,12 +16,27 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..outputs import write_atomic
     from ..rules.units import dur as duration
     from .diff import render as render_diff
     from .findings import render as render_findings
     from .html import page as render_html
-    from .queries import queries_page
-    from .rows import FORMATS, Result, jsonable, render, to_csv, to_json, to_markdown, to_table
+    from .queries import queries_page, query_contract, query_headline, query_index
+    from .rows import (
+        COPY_FORMATS,
+        FORMATS,
+        ROW_FORMATS,
+        Result,
+        copy_rows,
+        head,
+        jsonable,
+        render,
+        stream_rows,
+        to_csv,
+        to_json,
+        to_markdown,
+        to_table,
+    )
     from .rules import render_rules
     from .schema import render_schema, schema_page
     from .summary import render as render_summary
@@ -29,11 +44,18 @@ if TYPE_CHECKING:
 
 # name -> (module, its name there)
 _NAMES = {
+    "COPY_FORMATS": (".rows", "COPY_FORMATS"),
     "FORMATS": (".rows", "FORMATS"),
+    "ROW_FORMATS": (".rows", "ROW_FORMATS"),
     "Result": (".rows", "Result"),
+    "copy_rows": (".rows", "copy_rows"),
     "duration": ("..rules.units", "dur"),
+    "head": (".rows", "head"),
     "jsonable": (".rows", "jsonable"),
     "queries_page": (".queries", "queries_page"),
+    "query_contract": (".queries", "query_contract"),
+    "query_headline": (".queries", "query_headline"),
+    "query_index": (".queries", "query_index"),
     "render": (".rows", "render"),
     "render_diff": (".diff", "render"),
     "render_findings": (".findings", "render"),
@@ -43,10 +65,12 @@ _NAMES = {
     "render_schema": (".schema", "render_schema"),
     "render_summary": (".summary", "render"),
     "schema_page": (".schema", "schema_page"),
+    "stream_rows": (".rows", "stream_rows"),
     "to_csv": (".rows", "to_csv"),
     "to_json": (".rows", "to_json"),
     "to_markdown": (".rows", "to_markdown"),
     "to_table": (".rows", "to_table"),
+    "write_atomic": ("..outputs", "write_atomic"),  # every file nsa writes appears whole or not at all
 }
 
 
@@ -64,11 +88,18 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "COPY_FORMATS",
     "FORMATS",
+    "ROW_FORMATS",
     "Result",
+    "copy_rows",
     "duration",
+    "head",
     "jsonable",
     "queries_page",
+    "query_contract",
+    "query_headline",
+    "query_index",
     "render",
     "render_diff",
     "render_findings",
@@ -78,8 +109,10 @@ __all__ = [
     "render_schema",
     "render_summary",
     "schema_page",
+    "stream_rows",
     "to_csv",
     "to_json",
     "to_markdown",
     "to_table",
+    "write_atomic",
 ]

@@ -7,6 +7,8 @@ The JSON is `Diff.to_dict()` (plus the gate, when one was asked for), so
 from __future__ import annotations
 
 import json
+import os
+import re
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,7 @@ from ..rules.units import dur as _dur
 from ..rules.units import size
 from . import diff_runs
 from .diff_runs import signed
-from .rows import Result, distinct_short_names, jsonable
+from .rows import Result, distinct_short_names, jsonable, short_kernel_name
 from .rows import to_markdown as rows_to_markdown
 
 FORMATS = ("table", "json", "markdown")
@@ -101,14 +103,52 @@ def _wrap(text: str, indent: int, width: int = WIDTH) -> list[str]:
     return textwrap.wrap(text, width=width, initial_indent=pad, subsequent_indent=pad) or [pad]
 
 
+def _cut_distinct(texts: list[str], width: int) -> list[str]:
+    """`texts` cut to `width` with `…`: at the end (before a closing `<...>`, which tells kernels
+    apart: `vectorized_elem…<AUnaryFunctor>`); where that would make two different texts read
+    the same, in the middle; where even that would, around the first character that differs
+    (`vectorized_e…addcdiv_cuda_kernel(…`); where even that would, not at all."""
+
+    def end(t: str) -> str:
+        if len(t) <= width:
+            return t
+        tail = t[t.find("<") :] if t.endswith(">") and "<" in t else ""  # what tells it apart
+        if tail and width - 1 - len(tail) >= 8:
+            return t[: width - 1 - len(tail)] + "…" + tail
+        return t[: width - 1] + "…"
+
+    def middle(t: str) -> str:
+        head = (width - 1) // 2
+        return t if len(t) <= width else t[:head] + "…" + t[len(t) - (width - 1 - head) :]
+
+    def around(t: str, others: set[str]) -> str:
+        first = max(len(os.path.commonprefix([t, o])) for o in others - {t})
+        head = min(12, width // 3)
+        if len(t) <= width or first < width - 1:
+            return t if len(t) <= width else t[: width - 1] + "…"
+        rest = t[first - 4 :]
+        rest = rest if len(rest) <= width - head - 1 else rest[: width - head - 2] + "…"
+        return t[:head] + "…" + rest
+
+    out = [end(t) for t in texts]
+    for cut in (lambda t, _: middle(t), around, lambda t, _: t):
+        sources: dict[str, set[str]] = {}
+        for t, o in zip(texts, out):
+            sources.setdefault(o, set()).add(t)
+        out = [cut(t, sources[o]) if len(sources[o]) > 1 else o for t, o in zip(texts, out)]
+    return out
+
+
 def _grid(rows: list[list[str]], indent: int = 2, width: int = WIDTH) -> list[str]:
-    """Rows of cells: the first left-aligned (cut to fit), the others right-aligned."""
+    """Rows of cells: the first left-aligned (cut to fit, different ones kept different), the
+    others right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     rest = sum(widths[1:]) + 2 * (len(widths) - 1)
     first = max(min(widths[0], width - indent - rest - 2), 12)
+    names = _cut_distinct([r[0] for r in rows], first)
+    first = max(len(n) for n in names)
     out = []
-    for r in rows:
-        name = r[0] if len(r[0]) <= first else r[0][: first - 1] + "…"
+    for r, name in zip(rows, names):
         cells = [name.ljust(first)] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
         out.append((" " * indent + "  ".join(cells)).rstrip())
     return out
@@ -163,10 +203,53 @@ def _host_records(ops: list[HostOpChange]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+_CALLED = re.compile(r"(?<!\w)(?!operator\b)([A-Za-z_]\w*)\s*\(")  # a function a functor is a lambda of
+_ANONYMOUS = re.compile(r"(<unnamed>|\(anonymous namespace\))::")
+_NAMESPACE = re.compile(r"\b\w+::")
+_SPACE = re.compile(r"\s*([,<>()&*])\s*")
+_CAST = re.compile(r"\((?:unsigned |signed )?\w+\)(?=-?\d)")
+
+
+def _kernel_names(names: list[str]) -> list[str]:
+    """Short kernel names that tell different kernels apart (`distinct_short_names`); where two
+    still read the same (functors that are lambdas: `vectorized_elementwise_kernel<4, ...
+    lerp_scalar_kernel(...)::[lambda...]>`), the short name with the first function its template
+    arguments name (`vectorized_elementwise_kernel<lerp_scalar_kernel>`); else the name without
+    namespaces, casts and argument list (`reduce_kernel<512,1,ReduceOp<float,MeanOps<...>...>>`)."""
+    plain = [_ANONYMOUS.sub("", n) for n in names]  # never tells two kernels apart
+    shorts = distinct_short_names(plain)
+    for fallback in (_named_function, _compact):
+        sources: dict[str, set[str]] = {}
+        for n, s in zip(plain, shorts):
+            sources.setdefault(s, set()).add(n)
+        shorts = [fallback(n, s) if len(sources[s]) > 1 else s for n, s in zip(plain, shorts)]
+    return shorts
+
+
+def _named_function(name: str, short: str) -> str:
+    start = name.find("<")
+    found = _CALLED.search(name, start) if start >= 0 else None
+    return f"{short_kernel_name(name)}<{found[1]}>" if found else short
+
+
+def _compact(name: str, short: str) -> str:
+    start = name.find("<")
+    if start < 0:
+        return name
+    depth, end = 0, len(name)
+    for i in range(start, len(name)):  # the outer template's closing `>`
+        depth += (name[i] == "<") - (name[i] == ">")
+        if depth == 0:
+            end = i + 1
+            break
+    args = _SPACE.sub(r"\1", _CAST.sub("", _NAMESPACE.sub("", name[start:end])))
+    return short_kernel_name(name) + args
+
+
 def _kernel_rows(d: Diff, top: int) -> list[list[str]]:
     """The kernels that changed most; a name starts with `+` when added, `-` when removed."""
     ks = d.kernels[:top]
-    names = distinct_short_names([k.name for k in ks])
+    names = _kernel_names([k.name for k in d.kernels])[:top]  # distinct among all, listed or not
     mark = {"added": "+", "removed": "-", "changed": " "}
     rows = [["  kernel", "A n", "B n", "A time", "B time", "change"]]
     for k, name in zip(ks, names):
