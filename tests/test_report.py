@@ -23,7 +23,7 @@ import nsight_analytics as nsa
 from conftest import realdata
 from nsight_analytics import api, render
 from nsight_analytics.cli import main
-from nsight_analytics.render.svg import fmt_ns
+from nsight_analytics.render.svg import fmt_ns, fmt_unit
 
 COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD"}
 
@@ -141,14 +141,21 @@ def test_tables_show_the_export_numbers(demo: Any, export: sqlite3.Connection) -
 
 
 def test_copy_findings_are_pinned_on_the_longest_copy(demo: Any, export: sqlite3.Connection) -> None:
+    """copy-dominated judged the steady state: it is pinned on the longest DtoH copy inside it,
+    not on a longer one of start-up."""
     con, rid = demo
     data = api.report_data(con, rid)
-    start, dur = export.execute(
-        'SELECT start, "end" - start FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2 ORDER BY 2 DESC LIMIT 1'
-    ).fetchone()
     pinned = [f for f in data["findings"] if f["rule_id"] == "copy-dominated"]
-    assert pinned and pinned[0]["pin"] == {"s": start - data["timeline"]["t0"], "d": dur,
-                                           "how": "longest copy of that kind"}  # fmt: skip
+    assert pinned
+    a, b = pinned[0]["evidence"]["steady_start_ns"], pinned[0]["evidence"]["steady_end_ns"]
+    longest = 'SELECT start, "end" - start FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2 {} ORDER BY 2 DESC LIMIT 1'
+    start, dur = export.execute(longest.format('AND start >= ? AND "end" <= ?'), [a, b]).fetchone()
+    assert export.execute(longest.format("")).fetchone()[0] < a  # the longest of all is start-up's
+    assert pinned[0]["pin"] == {
+        "s": start - data["timeline"]["t0"],
+        "d": dur,
+        "how": "longest copy of that kind",
+    }
 
 
 def test_level_of_detail_keeps_the_longest_events_and_bins_all(demo: Any, export: sqlite3.Connection) -> None:
@@ -443,3 +450,96 @@ def test_cli_report_run(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no run '7' in the workspace" in res.stderr
     res = runner.invoke(main, ["report", "--db", str(db), "--run", "1", "--report", "1", "-o", str(out)])
     assert res.exit_code == 2 and res.stderr.strip() == "Error: give one of --report, --diff and --run."
+
+
+# --- one page, one story: the capture of issue 29 (its timeline, findings and panels agree) ------------------
+
+
+@pytest.fixture(scope="module")
+def foreach(tmp_path_factory: pytest.TempPathFactory, real_sqlite: Any) -> Any:
+    """The foreach-AdamW training capture (start-up, 25 NVTX steps, backward on the autograd
+    thread, GPU metrics): its export for sqlite3, the page's data and the page."""
+    export = real_sqlite("h100_nsys2025.3_train_foreach_gpumetrics.sqlite")
+    con = nsa.connect(tmp_path_factory.mktemp("foreach") / "w.duckdb")
+    try:
+        data = api.report_data(con, nsa.ingest(con, export).report_id)
+    finally:
+        con.close()
+    db = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    yield db, data, render.render_html(data)
+    db.close()
+
+
+_ACTIVITY_SQL = """
+    SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_MEMCPY
+    UNION ALL SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_MEMSET ORDER BY 1"""
+
+
+def test_page_states_one_time_base(foreach: Any) -> None:
+    """The timeline counts from the capture's start, as the findings and `nsa query` do: the
+    page says so and gives the first GPU activity's time, which is the export's own."""
+    db, data, page = foreach
+    first = db.execute(f"SELECT min(start) FROM ({_ACTIVITY_SQL})").fetchone()[0]
+    assert data["timeline"]["t0"] == first
+    m = re.search(r'<p class="note time-base" data-t0="(\d+)">(.*?)</p>', page)
+    assert m and int(m.group(1)) == first
+    said = re.sub(r"<[^>]+>", "", m.group(2))
+    assert "since the capture started" in said and f"from {first / 1e9:.3f} s" in said
+
+
+def test_steady_state_idle_finding_is_pinned_on_a_steady_gap(foreach: Any) -> None:
+    """gpu-idle judged the steady state: its pin is the longest idle gap inside it (the export's
+    activity, sorted, with a running end), not the start-up gap that is longer than all."""
+    db, data, _ = foreach
+    idle = next(f for f in data["findings"] if f["rule_id"] == "gpu-idle")
+    a, b = idle["evidence"]["steady_start_ns"], idle["evidence"]["steady_end_ns"]
+    gaps, end = [], None
+    for start, stop in db.execute(_ACTIVITY_SQL):
+        if end is not None and start > end:
+            gaps.append((start - end, end))
+        end = stop if end is None else max(end, stop)
+    longest = max(gaps)
+    assert longest[1] < a  # the longest of the capture is start-up's
+    d, s = max(g for g in gaps if a <= g[1] and g[1] + g[0] <= b)
+    t0 = data["timeline"]["t0"]
+    assert idle["pin"] == {"s": s - t0, "d": d, "how": "longest idle gap of the steady state"}
+
+
+def test_nvtx_panel_counts_the_kernels_of_every_thread_of_the_process(foreach: Any) -> None:
+    """`backward` runs its kernels from PyTorch's autograd thread: the panel's kernel time is the
+    process-wide projection (a range join on the export), beside the range's own thread's."""
+    db, _, page = foreach
+    proc = "/ 16777216 % 16777216"
+    sql = f"""
+        SELECT sum(k."end" - k.start) FROM NVTX_EVENTS e
+        LEFT JOIN StringIds s ON s.id = e.textId
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid {proc} = e.globalTid {proc}
+             AND r.start BETWEEN e.start AND e."end" {{}}
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+             AND k.globalPid {proc} = r.globalTid {proc}
+        WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL AND coalesce(e.text, s.value) = 'backward'"""
+    process = db.execute(sql.format("")).fetchone()[0]
+    own = db.execute(sql.format("AND r.globalTid = e.globalTid")).fetchone()[0]
+    assert process > 1000 * own  # the launches are another thread's
+    row = next(r for r in tables(page)["nvtx"] if r["name"] == "backward")
+    assert (row["process_kernel_ns"], row["kernel_ns"]) == (process, own)
+
+
+def test_values_are_written_in_human_units(foreach: Any) -> None:
+    """GPU metrics in their unit with an SI prefix (the clocks in GHz, DRAM bandwidth in GB/s),
+    never in exponent notation anywhere on the page."""
+    _, _, page = foreach
+    text = re.sub(r"<script.*?</script>", "", page, flags=re.DOTALL)
+    assert not re.findall(r"\b\d+(\.\d+)?e[+-]\d+\b", text)
+    charts = re.findall(r'aria-label="gpu metrics [^"]*".*?</svg>', page, re.DOTALL)
+    assert any(" GHz" in c for c in charts) and any(" GB/s" in c for c in charts)
+    assert not any(" hz" in c for c in charts)
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "shown"),
+    [(1.99e9, "hz", "1.99 GHz"), (1.68e11, "byte/s", "168 GB/s"), (42.25, "%", "42.2 %"), (6.77e7, "Avg", "67.7M Avg"),
+     (34.3, "warp", "34.3 warp"), (2.5e12, "FLOP/s", "2.5 TFLOP/s"), (None, "W", "–")],
+)  # fmt: skip
+def test_metric_values_in_human_units(value: Any, unit: str, shown: str) -> None:
+    assert fmt_unit(value, unit) == shown

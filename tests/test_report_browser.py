@@ -82,6 +82,10 @@ def test_report_page(case: Case, driver: Any, tmp_path: Path) -> None:
             _check_diff(driver, built)
         else:
             _check_numbers(driver, built, panels)
+            _check_time_base(driver, built)
+            _check_nvtx(driver, built)
+            _check_phases(driver, built)
+        _check_text_fits(driver)
         timelines = driver.execute_script("return window.nsaTimelines.filter(Boolean).length")
         if timelines:
             _check_zoom(driver)
@@ -238,6 +242,89 @@ def _check_metrics_and_power(driver: Any, built: Built, panels: dict[str, dict[s
     ]
     if runs:
         assert panels["energy"]["state"] == "drawn" and panels["energy"]["marks"] > 0
+
+
+# every text of every chart: where it lies against its chart's bounds; and every number written in
+# exponent notation anywhere on the page (1.99e+09)
+FIT_JS = """
+const out = [];
+document.querySelectorAll('svg.chart').forEach(svg => {
+  const w = svg.width.baseVal.value, h = svg.height.baseVal.value;
+  svg.querySelectorAll('text').forEach(t => {
+    const b = t.getBBox();
+    if (b.x < -0.5 || b.x + b.width > w + 0.5 || b.y < -0.5 || b.y + b.height > h + 0.5)
+      out.push([svg.getAttribute('aria-label'), t.textContent, b.x, b.x + b.width, w]);
+  });
+});
+const exp = (document.body.innerText.match(/\\b\\d+(\\.\\d+)?e[+-]\\d+\\b/g) || []);
+return [out, exp];
+"""
+
+
+def _check_text_fits(driver: Any) -> None:
+    """Chart labels and legends lie inside their chart (nothing clipped left or right) and no
+    value is printed in exponent notation."""
+    clipped, exponents = driver.execute_script(FIT_JS)
+    assert not clipped, clipped
+    assert not exponents, exponents
+
+
+def _check_time_base(driver: Any, built: Built) -> None:
+    """One time base: the page says times are since the capture started and the timeline's axis,
+    its range and the findings' windows all count from there (the canonical tables' start_ns,
+    `nsa query`'s); a finding about the steady state is pinned inside it."""
+    con, rid = built.con, built.report_id
+    first, last = con.execute(  # type: ignore[attr-defined]
+        "SELECT min(start_ns), max(end_ns) FROM (SELECT start_ns, end_ns FROM kernels WHERE report_id = $1 "
+        "UNION ALL SELECT start_ns, end_ns FROM memcpy WHERE report_id = $1 UNION ALL SELECT start_ns, end_ns "
+        "FROM memset WHERE report_id = $1 UNION ALL SELECT start_ns, end_ns FROM graph_executions WHERE report_id = $1)",
+        [rid],
+    ).fetchone()
+    if first is None:
+        return
+    base, ticks, shown = driver.execute_script(
+        "const t = window.nsaTimelines[0]; t.setView(t.full[0], t.full[1]);"
+        "const n = document.querySelector('.time-base');"
+        "return [[n.textContent, Number(n.dataset.t0)], JSON.parse(t.el.dataset.ticks),"
+        "        t.el.parentNode.querySelector('.tl-range').textContent];"
+    )
+    assert "since the capture started" in base[0] and base[1] == first
+    assert f"{first / 1e9:.3f} s" in base[0]
+    assert shown.startswith(f"visible {first / 1e9:.6f} s")
+    values = [float(t.split()[0]) * {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1}[t.split()[1]] for t in ticks]
+    assert len(values) >= 3 and all(first - 1e6 <= v <= last + 1e6 for v in values), (ticks, first, last)
+    data = driver.execute_script("return JSON.parse(document.getElementById('nsa-data').textContent).data")
+    steady = [r for r in _query(con, "phases", rid) if r["phase"] == "steady"]
+    for f in data["findings"]:
+        pin, ev = f.get("pin"), f["evidence"]
+        if pin and steady and ev.get("phase") == "steady":
+            assert steady[0]["start_ns"] <= first + pin["s"] <= steady[0]["end_ns"], (f["rule_id"], pin)
+
+
+def _check_nvtx(driver: Any, built: Built) -> None:
+    """The NVTX panel's kernel time is nvtx_summary's, both projections (any thread of the
+    process, and the range's own thread)."""
+    want = {(q["domain"], q["name"]): q for q in _query(built.con, "nvtx_summary", built.report_id)}
+    for r in _rows(driver, "nvtx"):
+        q = want[(r["domain"], r["name"])]
+        assert (r["total_ns"], r["process_kernel_ns"], r["kernel_ns"], r["process_kernels"]) == (
+            q["total_ns"],
+            q["process_kernel_ns"],
+            q["kernel_ns"],
+            q["process_kernels"],
+        )
+
+
+def _check_phases(driver: Any, built: Built) -> None:
+    """The phases table is the `phases` query: where each phase starts and ends, since the capture started."""
+    want = sorted(
+        (q["phase"], q["start_ns"], q["end_ns"], q["duration_ns"])
+        for q in _query(built.con, "phases", built.report_id)
+    )
+    shown = sorted(
+        (r["phase"], r["start_ns"], r["end_ns"], r["duration_ns"]) for r in _rows(driver, "phases")
+    )
+    assert shown == want
 
 
 def _launches(driver: Any, table: str) -> set[int]:

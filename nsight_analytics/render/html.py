@@ -22,7 +22,7 @@ from .findings import grouped
 from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
 from .ncu_panels import ncu_sections
 from .run_panels import collectives_section, finding_where, run_legend, run_section, run_title
-from .svg import fmt_bytes, fmt_ns
+from .svg import fmt_at, fmt_bytes, fmt_ns, fmt_unit
 
 
 def _asset(name: str) -> str:
@@ -185,6 +185,12 @@ def timeline_section(data: dict[str, Any], index: int, title: str, before: str =
         )
         return section(f"timeline{index or ''}", title, None, why)
     sampled = tl["exact_events"] < tl["events"]
+    clock = "the run's clock" if tl.get("ranks") else "the capture's clock"
+    base = (
+        f'<p class="note time-base" data-t0="{tl["t0"]}">Times are since the capture started ({clock}, '
+        "as the findings and <code>nsa query</code> give them): the GPU activity drawn here runs from "
+        f"{fmt_at(tl['t0'])} to {fmt_at(tl['t1'])}.</p>"
+    )
     note = (
         f'<p class="note">{tl["events"]:,} events; the {tl["exact_events"]:,} longest are drawn exactly, the rest '
         f"as per-lane density bins (1/{tl['bins']} of the span).</p>"
@@ -195,7 +201,7 @@ def timeline_section(data: dict[str, Any], index: int, title: str, before: str =
         f'<div class="tl-tools"><button data-act="in">zoom in</button><button data-act="out">zoom out</button>'
         f'<button data-act="reset">reset</button> <span class="tl-range"></span> '
         f'<span class="hint">wheel: zoom · drag: pan · hover: details</span></div>{before}'
-        f'<div class="nsa-timeline" data-index="{index}"><canvas></canvas><div class="tip"></div></div>{note}'
+        f'<div class="nsa-timeline" data-index="{index}"><canvas></canvas><div class="tip"></div></div>{base}{note}'
     )
     return section(f"timeline{index or ''}", title, content)
 
@@ -230,7 +236,8 @@ def _top_kernels(rows: list[dict[str, Any]]) -> str | None:
 def _phases(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
     if not rows:
         return None
-    cols: list[Col] = [("phase", "phase", fmt_text), ("duration_ns", "duration", fmt_ns), ("steps", "steps", fmt_num),
+    cols: list[Col] = [("phase", "phase", fmt_text), ("start_ns", "starts at", fmt_at), ("end_ns", "ends at", fmt_at),
+                       ("duration_ns", "duration", fmt_ns), ("steps", "steps", fmt_num),
                        ("source", "steps from", fmt_text)]  # fmt: skip
     steps = (timeline or {}).get("steps") or []
     chart = ""
@@ -247,8 +254,15 @@ def _nvtx(rows: list[dict[str, Any]]) -> str | None:
         return None
     chart = svg.hbars([(r["name"] or "?", [r["total_ns"] or 0]) for r in rows[:15]], ["time"], "nvtx")
     cols: list[Col] = [("domain", "domain", fmt_text), ("name", "range", fmt_text), ("ranges", "count", fmt_num),
-                       ("total_ns", "total", fmt_ns), ("avg_ns", "mean", fmt_ns), ("kernel_ns", "kernel time", fmt_ns)]  # fmt: skip
-    return chart + table(rows, cols, "nvtx")
+                       ("total_ns", "total", fmt_ns), ("avg_ns", "mean", fmt_ns),
+                       ("process_kernels", "kernels", fmt_num), ("process_kernel_ns", "kernel time", fmt_ns),
+                       ("kernel_ns", "of it by the range's own thread", fmt_ns)]  # fmt: skip
+    note = (
+        '<p class="note">Kernel time: the GPU time of the kernels launched while the range was open by any '
+        "thread of its process (nvtx_summary's process_kernel_ns; PyTorch launches backward's kernels from its "
+        "autograd thread), and of those launched by the range's own thread (kernel_ns, as nsys counts).</p>"
+    )
+    return chart + note + table(rows, cols, "nvtx")
 
 
 def _copies(rows: list[dict[str, Any]]) -> str | None:
@@ -274,38 +288,38 @@ def _graphs(rows: list[dict[str, Any]]) -> str | None:
 def _gpu_metrics(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
     if not rows:
         return None
-    t0 = (timeline or {}).get("t0", 0)
     by_unit: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for r in rows:
         if r["average"] is None:
             continue
         name = f"GPU {r['device_id']} {r['metric']}"
         by_unit.setdefault(r["unit"] or "", {}).setdefault(name, []).append(
-            (r["bucket_start_ns"] - t0, r["average"])
+            (r["bucket_start_ns"], r["average"])
         )
     span = _span(timeline)
     charts = []
     for unit, series in by_unit.items():
-        chart = svg.lines(dict(list(series.items())[:8]), f"gpu metrics {unit}",
-                          y_fmt=lambda v, u=unit: f"{v:.3g} {u}", x_range=span)  # fmt: skip
+        chart = svg.lines(dict(list(series.items())[:8]), f"gpu metrics {svg.unit_name(unit)}",
+                          y_fmt=lambda v, u=unit: fmt_unit(v, u if len(svg.unit_name(u)) <= 6 else ""),  # a long unit: in the heading
+                          x_range=span)  # fmt: skip
         if chart:
-            charts.append(f"<h3>{escape(unit or 'value')}</h3>{chart}")
+            charts.append(f"<h3>{escape(svg.unit_name(unit) or 'value')}</h3>{chart}")
     return "".join(charts) or None
 
 
 def _span(timeline: dict[str, Any] | None) -> tuple[float, float] | None:
-    """The timeline's span, ns from its start: the x range of every chart over time."""
-    return (0, timeline["t1"] - timeline["t0"]) if timeline else None
+    """The timeline's span (since the capture started, as every time on the page): the x range
+    of every chart over time."""
+    return (timeline["t0"], timeline["t1"]) if timeline else None
 
 
 def _memory(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
     if not rows:
         return None
-    t0 = (timeline or {}).get("t0", 0)
     series: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         series.setdefault(f"GPU {r['device_id']} {r['memory']}", []).append(
-            (r["ts_ns"] - t0, r["held_bytes"] or 0)
+            (r["ts_ns"], r["held_bytes"] or 0)
         )
     return svg.lines(series, "memory held", y_fmt=fmt_bytes, x_range=_span(timeline)) or None
 
@@ -316,9 +330,12 @@ def _energy(
     rows = [r for r in rows if r.get("method") != "no power log"]
     if not rows and not power:
         return None
+    t0 = (timeline or {}).get("t0", 0)  # power's times are from the timeline's start
     series: dict[str, list[tuple[float, float]]] = {}
     for r in power:
-        series.setdefault(f"log {r['log_id']} GPU {r['device_id']}", []).append((r["ts_ns"], r["power_w"]))
+        series.setdefault(f"log {r['log_id']} GPU {r['device_id']}", []).append(
+            (t0 + r["ts_ns"], r["power_w"])
+        )
     chart = (
         svg.lines(series, "power", y_fmt=lambda v: f"{v:.0f} W", x_range=_span(timeline)) if series else ""
     )

@@ -16,9 +16,16 @@ def fmt_pct(v: Any) -> str:
 
 
 def fmt_num(v: Any) -> str:
+    """A count with thousands separators, a measure to 4 significant digits; never 1.7e+07."""
     if v is None:
         return "–"
-    return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}"
+    if v == 0 or abs(v) >= 1e-3:
+        return f"{v:.4g}"
+    return f"{v:.6f}"
 
 
 def fmt_text(v: Any) -> str:

@@ -93,7 +93,7 @@ def _roofline(rows: list[dict[str, Any]]) -> str | None:
     colors = {k: svg.PALETTE[i] for i, k in enumerate(roofs)}
     points = [
         {"x": r["dram_intensity"], "y": r["flops"], "color": colors.get(r["precision"], "#e15759"),
-         "tip": f"{_launch(r)} [{r['precision']}] {r['flops']:.3g} FLOP/s at {r['dram_intensity']:.3g} FLOP/B, "
+         "tip": f"{_launch(r)} [{r['precision']}] {svg.fmt_unit(r['flops'], 'FLOP/s')} at {fmt_num(r['dram_intensity'])} FLOP/B, "
                 f"{r['limiter']} bound, {r['roof_pct'] or 0:.1f} % of roof"}
         for r in pts
     ]  # fmt: skip

@@ -28,6 +28,47 @@ def fmt_ns(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def fmt_at(ns: float | None) -> str:
+    """A point in time since the capture started, to the millisecond: 11.912 s."""
+    return "–" if ns is None else f"{ns / 1e9:.3f} s"
+
+
+# SI prefixes for values in a metric's own unit (Hz, B/s, W, ...)
+_PREFIXES = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+_UNITS = {
+    "flop/s": "FLOP/s",
+    "hz": "Hz",
+    "b/s": "B/s",
+    "byte/s": "B/s",
+    "bytes/s": "B/s",
+    "w": "W",
+    "b": "B",
+    "byte": "B",
+    "bytes": "B",
+}
+
+
+def unit_name(unit: str | None) -> str:
+    """A metric's unit as the page writes it: Hz, B/s (the capture may say hz, byte/s)."""
+    u = (unit or "").strip()
+    return _UNITS.get(u.lower(), u)
+
+
+def fmt_unit(v: float | None, unit: str | None) -> str:
+    """A value in its unit for people: 1.99 GHz, 168 GB/s, 42.5 %; a unit that takes no SI
+    prefix keeps it apart: 67.7M Avg."""
+    if v is None:
+        return "–"
+    u = (unit or "").strip()
+    if u in ("%", "percent", "pct"):
+        return f"{v:.3g} %"
+    known = _UNITS.get(u.lower())
+    for prefix, scale in _PREFIXES:
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {prefix}{known}" if known else f"{v / scale:.3g}{prefix} {u}".rstrip()
+    return f"{v:.3g} {known or u}".rstrip()
+
+
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "–"
@@ -48,6 +89,14 @@ def _short(text: str, n: int = 40) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+CHAR_W = 7.0  # the widest average advance of FONT's 11 px digits and letters (px), to fit text
+
+
+def _fit(text: str, px: float) -> str:
+    """`text` shortened (with …) to fit `px` pixels of FONT."""
+    return _short(text, max(4, int(px // CHAR_W)))
+
+
 def hbars(
     items: Sequence[tuple[str, Sequence[float]]],
     series: Sequence[str],
@@ -61,17 +110,22 @@ def hbars(
     """One row per item, its values stacked left to right (one value: a plain bar), or with
     `stacked=False` side by side, one thin bar per series (shares of different peaks)."""
     sub = 1 if stacked else len(series)
-    row, left, right = 4 + 14 * sub, 260, 90
+    row = 4 + 14 * sub
+    # the label column: as wide as the longest label needs, at most 40 % of the chart
+    left = int(min(width * 0.4, max([60.0, *(CHAR_W * len(name) + 12 for name, _ in items)])))
     top = 18 if len(series) > 1 else 4
     sums = [
         sum(v or 0 for v in vals) if stacked else max((v or 0 for v in vals), default=0) for _, vals in items
     ]
+    # room right of the longest bar for the longest value written there
+    values = sums if stacked else [v for _, vals in items for v in vals]
+    right = int(max([60.0, *(CHAR_W * len(fmt(v)) + 8 for v in values)]))  # type: ignore[operator]
     scale = (width - left - right) / (max([*sums, maximum or 0]) or 1)  # `maximum`: 100 for % of peak
-    body = _legend(series, colors) if len(series) > 1 else []
+    body, top = _legend(series, colors, width) if len(series) > 1 else ([], top)
     for i, (name, vals) in enumerate(items):
         y = top + i * row
         body.append(
-            f'<text x="{left - 6}" y="{y + 7 * sub + 5}" text-anchor="end">{escape(_short(name))}'
+            f'<text x="{left - 6}" y="{y + 7 * sub + 5}" text-anchor="end">{escape(_fit(name, left - 10))}'
             f"<title>{escape(name)}</title></text>"
         )
         x = float(left)
@@ -92,25 +146,33 @@ def hbars(
     return _svg(width, top + len(items) * row + 4, body, label)
 
 
-def _legend(series: Sequence[str], colors: Sequence[str]) -> list[str]:
-    out, x = [], 4
+def _legend(series: Sequence[str], colors: Sequence[str], width: int) -> tuple[list[str], int]:
+    """The series' colour keys, wrapped onto as many 15 px rows as `width` needs; (marks, height)."""
+    out: list[str] = []
+    x, y = 4.0, 0
     for j, name in enumerate(series):
-        out.append(f'<rect x="{x}" y="3" width="10" height="10" fill="{colors[j % len(colors)]}"/>')
-        out.append(f'<text x="{x + 14}" y="12">{escape(name)}</text>')
-        x += 24 + 7 * len(name)
-    return out
+        label = _fit(name, width - 22)
+        w = 24 + CHAR_W * len(label)
+        if x > 4 and x + w > width:
+            x, y = 4.0, y + 15
+        out.append(
+            f'<rect class="key" x="{x:.0f}" y="{y + 3}" width="10" height="10" fill="{colors[j % len(colors)]}"/>'
+        )
+        out.append(f'<text x="{x + 14:.0f}" y="{y + 12}">{escape(label)}<title>{escape(name)}</title></text>')
+        x += w
+    return out, y + 18
 
 
 def lines(
     series: dict[str, list[tuple[float, float]]],
     label: str,
-    x_fmt: object = fmt_ns,
+    x_fmt: object = fmt_at,
     y_fmt: object = str,
     width: int = 760,
     height: int = 160,
     x_range: tuple[float, float] | None = None,
 ) -> str:
-    """Lines over a shared x axis (time from the timeline's start); one colour per series.
+    """Lines over a shared x axis (time since the capture started); one colour per series.
     `x_range` clips them to the timeline's span, so every chart lines up with it."""
     if x_range:
         series = {k: [p for p in ps if x_range[0] <= p[0] <= x_range[1]] for k, ps in series.items()}
@@ -120,10 +182,11 @@ def lines(
         return ""
     x0, x1 = x_range or (min(p[0] for p in pts), max(p[0] for p in pts))
     y1 = max(max(p[1] for p in pts), 0) or 1
-    left, top, bottom = 76, 18, 20
+    body, top = _legend(list(series), PALETTE, width)
+    height += top - 18
+    left, bottom = 76, 20
     sx = (width - left - 10) / ((x1 - x0) or 1)
     sy = (height - top - bottom) / y1
-    body = _legend(list(series), PALETTE)
     body.append(f'<text x="{left - 4}" y="{top + 8}" text-anchor="end">{escape(y_fmt(y1))}</text>')  # type: ignore[operator]
     body.append(f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">0</text>')
     body.append(f'<text x="{left}" y="{height - 4}">{escape(x_fmt(x0))}</text>')  # type: ignore[operator]
@@ -139,6 +202,19 @@ def lines(
             f"<title>{escape(name)}: peak {escape(y_fmt(peak))}</title></path>"  # type: ignore[operator]
         )
     return _svg(width, height, body, label)
+
+
+_SUPER = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _decade(e: int) -> str:
+    """10**e on a log axis as people write it: 0.01, 1, 100, 10k, 1G; beyond, 10⁻⁵ or 10²¹."""
+    if -3 <= e <= 2:
+        return f"{10.0**e:g}"
+    prefixes = {3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+    if e in range(3, 21):
+        return f"{10 ** (e % 3)}{prefixes[e - e % 3]}"
+    return "10" + str(e).translate(_SUPER)
 
 
 def roofline(
@@ -171,20 +247,22 @@ def roofline(
         body.append(
             f'<line x1="{px(10**e):.1f}" x2="{px(10**e):.1f}" y1="{top}" y2="{height - bottom}" stroke="#eee"/>'
         )
-        body.append(f'<text x="{px(10**e):.1f}" y="{height - bottom + 12}" text-anchor="middle">1e{e}</text>')
+        body.append(
+            f'<text x="{px(10**e):.1f}" y="{height - bottom + 12}" text-anchor="middle">{_decade(e)}</text>'
+        )
     for e in range(int(ly0), math.ceil(ly1)):
         body.append(
             f'<line x1="{left}" x2="{width - right}" y1="{py(10**e):.1f}" y2="{py(10**e):.1f}" stroke="#eee"/>'
         )
-        body.append(f'<text x="{left - 4}" y="{py(10**e) + 4:.1f}" text-anchor="end">1e{e}</text>')
-    body.append(f'<text x="{width / 2}" y="{height - 2}" text-anchor="middle">FLOP / byte</text>')
+        body.append(f'<text x="{left - 4}" y="{py(10**e) + 4:.1f}" text-anchor="end">{_decade(e)}</text>')
+    body.append(f'<text x="{width / 2}" y="{height - 5}" text-anchor="middle">FLOP / byte</text>')
     for j, (name, peak, bw) in enumerate(roofs):
         ridge = peak / bw
         xa = 10**lx0
         body.append(
             f'<path d="M{px(xa):.1f},{py(max(xa * bw, 10**ly0)):.1f} L{px(ridge):.1f},{py(peak):.1f} '
             f'L{px(10**lx1):.1f},{py(peak):.1f}" fill="none" stroke="{PALETTE[j]}" stroke-width="1.5">'
-            f"<title>{escape(name)} roof: {peak:.3g} FLOP/s, {bw:.3g} B/s, ridge {ridge:.3g}</title></path>"
+            f"<title>{escape(name)} roof: {fmt_unit(peak, 'FLOP/s')}, {fmt_unit(bw, 'B/s')}, ridge {ridge:.3g} FLOP/B</title></path>"
         )
         body.append(
             f'<text x="{px(ridge) + 4:.1f}" y="{py(peak) - 4:.1f}" fill="{PALETTE[j]}">{escape(name)}</text>'
@@ -210,7 +288,9 @@ def waterfall(parts: Sequence[tuple[str, float]], label: str, width: int = 760) 
         y = 4 + i * row
         a, b = sorted((cum, cum + v))
         color = "#e15759" if v > 0 else "#59a14f"
-        body.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{escape(_short(name))}</text>')
+        body.append(
+            f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{escape(_fit(name, left - 10))}<title>{escape(name)}</title></text>'
+        )
         body.append(
             f'<rect class="mark" x="{left + (a - lo) * scale:.1f}" y="{y + 2}" width="{max((b - a) * scale, 1):.1f}" '
             f'height="{row - 4}" fill="{color}"><title>{escape(name)}: {fmt_ns(v)}</title></rect>'
@@ -235,9 +315,10 @@ def histograms(series: dict[str, Sequence[float]], label: str, width: int = 760,
         for v in vs:
             counts[k][min(int((v - lo) / w), n - 1)] += 1
     top = max(max(c) for c in counts.values()) or 1
-    left, bottom, head = 40, 20, 18
+    left, bottom = 40, 20
     bw = (width - left - 10) / n
-    body = _legend(list(series), PALETTE)
+    body, head = _legend(list(series), PALETTE, width)
+    height += head - 18
     for j, (k, cs) in enumerate(counts.items()):
         for i, c in enumerate(cs):
             if c:

@@ -34,52 +34,43 @@ MAX_COLLECTIVES = 20_000
 
 # The ranks' GPU activity on the run's clock. kind 4 is a kernel that comm_ops holds (same
 # report, GPU, stream and start, as the run queries' nsa_rank_activity matches them), all of a
-# GPU's in one lane; lanes are numbered rank by rank: a GPU's compute kernels per stream, its
-# communication, memsets, graphs, copies.
+# GPU's in one lane (timeline.py orders the lanes rank by rank: a GPU's compute kernels per
+# stream, its communication, memsets, graphs, copies).
 _RUN_ACTIVITY = """
     WITH rk AS (
         SELECT rank, report_id, pid AS rank_pid, device_id AS rank_device, coalesce(clock_offset_ns, 0) AS off
         FROM ranks WHERE run_id = $run
-    ), calls AS (
-        SELECT report_id, pid, correlation_id, any_value(name) AS api FROM cuda_api
-        WHERE report_id IN (SELECT report_id FROM rk) AND correlation_id IS NOT NULL GROUP BY ALL
     ), comm AS (
         SELECT DISTINCT report_id, device_id, stream_id, start_ns FROM comm_ops
         WHERE report_id IN (SELECT report_id FROM rk)
-    ), act AS (
+    ), raw AS (
         SELECT k.report_id, k.device_id, CASE WHEN c.start_ns IS NULL THEN 0 ELSE 4 END AS kind,
                CASE WHEN c.start_ns IS NULL THEN k.stream_id::VARCHAR END AS lane_key, k.start_ns, k.duration_ns,
-               coalesce(k.name, k.short_name, '?') AS label, NULL::BIGINT AS bytes, k.pid, k.correlation_id
-        FROM kernels AS k
+               NULL::VARCHAR AS label, k.name_id, NULL::BIGINT AS bytes, k.pid, k.correlation_id
+        FROM kernel_rows AS k
         LEFT JOIN comm AS c ON c.report_id = k.report_id AND c.device_id = k.device_id
             AND c.start_ns = k.start_ns AND c.stream_id IS NOT DISTINCT FROM k.stream_id
         WHERE k.report_id IN (SELECT report_id FROM rk)
         UNION ALL
-        SELECT report_id, device_id, 1, stream_id::VARCHAR, start_ns, duration_ns, 'memset', bytes, pid,
+        SELECT report_id, device_id, 1, stream_id::VARCHAR, start_ns, duration_ns, 'memset', NULL, bytes, pid,
                correlation_id
         FROM memset WHERE report_id IN (SELECT report_id FROM rk)
         UNION ALL
         SELECT report_id, device_id, 2, stream_id::VARCHAR, start_ns, duration_ns,
-               'graph ' || coalesce(graph_id::VARCHAR, '?'), NULL, pid, correlation_id
+               'graph ' || coalesce(graph_id::VARCHAR, '?'), NULL, NULL, pid, correlation_id
         FROM graph_executions WHERE report_id IN (SELECT report_id FROM rk)
         UNION ALL
         SELECT report_id, device_id, 3, coalesce(direction, '?'), start_ns, duration_ns,
                'memcpy ' || coalesce(direction, '?') || ' ' || coalesce(src_memory, '?') || ' -> '
-               || coalesce(dst_memory, '?'), bytes, pid, correlation_id
+               || coalesce(dst_memory, '?'), NULL, bytes, pid, correlation_id
         FROM memcpy WHERE report_id IN (SELECT report_id FROM rk)
-    ), laned AS (
-        SELECT dense_rank() OVER (
-                   ORDER BY rk.rank, a.device_id, CASE a.kind WHEN 0 THEN 0 WHEN 4 THEN 1 ELSE a.kind + 1 END,
-                            a.lane_key
-               ) - 1 AS lane,
-               rk.rank, a.device_id, a.kind, a.lane_key, a.start_ns + rk.off AS start_ns,
-               greatest(a.duration_ns, 0) AS duration_ns, a.label, a.bytes, c.api
-        FROM act AS a
+    ), act AS (
+        SELECT rk.rank, a.report_id, a.device_id, a.kind, a.lane_key, a.start_ns + rk.off AS start_ns, a.duration_ns,
+               a.label, a.name_id, a.bytes, a.pid, a.correlation_id
+        FROM raw AS a
         JOIN rk ON rk.report_id = a.report_id
             AND (rk.rank_pid IS NULL
                  OR (a.pid = rk.rank_pid AND a.device_id IS NOT DISTINCT FROM coalesce(rk.rank_device, a.device_id)))
-        LEFT JOIN calls AS c ON c.report_id = a.report_id AND c.pid = a.pid AND c.correlation_id = a.correlation_id
-        WHERE a.start_ns IS NOT NULL
     )
 """
 

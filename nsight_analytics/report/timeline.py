@@ -3,11 +3,16 @@ executions), per device and copy direction (memcpy), per host thread (NVTX), wit
 the steps and the findings laid over it.
 
 Events are stored column-wise and delta-encoded (`s`: start minus the previous start, `d`:
-duration, `n`: index into `names`, `a`: index into `apis`, the launch call), which keeps a
-million kernels near 20 MB of JSON. Above `max_events` the page stays bounded by level of detail:
-every lane keeps its longest events exactly (its share of the budget) and adds `bins`, the
-count and summed duration of all its events per 1/BINS of the span, which the page draws where
-exact events are missing.
+duration, `n`: index into `names`, `a`: index into `apis`, the launch call), about 25 bytes of
+JSON an event. Above `max_events` the page stays bounded by level of detail: every lane keeps
+its longest events exactly (its share of the budget) and adds `bins`, the count and summed
+duration of all its events per 1/BINS of the span (a pixel column of the opened page), which the
+page draws where exact events are missing. Both are worked out in SQL: only the kept events and
+the bins reach Python, so a page of a million kernels costs what its budget does.
+
+Times in the data are ns from the first GPU activity (`t0`, on the report's clock: ns since the
+capture started, as the canonical tables and the findings give them); the page adds `t0` back to
+every time it shows.
 """
 
 from __future__ import annotations
@@ -19,40 +24,33 @@ import duckdb
 
 from .. import params, queries
 
-DEFAULT_MAX_EVENTS = 400_000
+DEFAULT_MAX_EVENTS = 100_000
 NVTX_MAX = 100_000
 BINS = 2048
 MAX_GAPS = 2000
+PHASE_GAPS = 50
 MAX_STEPS = 5000
 READS = {"kernels", "kernel_rows", "kernel_names", "memcpy", "memset", "graph_executions", "cuda_api"}
 READS |= {"nvtx_ranges", "steps"}
 
 _ACTIVITY = """
-    WITH calls AS (
-        SELECT pid, correlation_id, any_value(name) AS api FROM cuda_api
-        WHERE report_id = $rid AND correlation_id IS NOT NULL GROUP BY ALL
-    ), act AS (
-        SELECT device_id, 0 AS kind, stream_id::VARCHAR AS lane_key, start_ns, duration_ns,
-               coalesce(name, short_name, '?') AS label, NULL::BIGINT AS bytes, pid, correlation_id
-        FROM kernels WHERE report_id = $rid
+    WITH act AS (
+        SELECT NULL::INTEGER AS rank, report_id, device_id, 0 AS kind, stream_id::VARCHAR AS lane_key, start_ns,
+               duration_ns, NULL::VARCHAR AS label, name_id, NULL::BIGINT AS bytes, pid, correlation_id
+        FROM kernel_rows WHERE report_id = $rid
         UNION ALL
-        SELECT device_id, 1, stream_id::VARCHAR, start_ns, duration_ns, 'memset', bytes, pid, correlation_id
+        SELECT NULL, report_id, device_id, 1, stream_id::VARCHAR, start_ns, duration_ns, 'memset', NULL, bytes, pid,
+               correlation_id
         FROM memset WHERE report_id = $rid
         UNION ALL
-        SELECT device_id, 2, stream_id::VARCHAR, start_ns, duration_ns,
-               'graph ' || coalesce(graph_id::VARCHAR, '?'), NULL, pid, correlation_id
+        SELECT NULL, report_id, device_id, 2, stream_id::VARCHAR, start_ns, duration_ns,
+               'graph ' || coalesce(graph_id::VARCHAR, '?'), NULL, NULL, pid, correlation_id
         FROM graph_executions WHERE report_id = $rid
         UNION ALL
-        SELECT device_id, 3, coalesce(direction, '?'), start_ns, duration_ns,
+        SELECT NULL, report_id, device_id, 3, coalesce(direction, '?'), start_ns, duration_ns,
                'memcpy ' || coalesce(direction, '?') || ' ' || coalesce(src_memory, '?') || ' -> '
-               || coalesce(dst_memory, '?'), bytes, pid, correlation_id
+               || coalesce(dst_memory, '?'), NULL, bytes, pid, correlation_id
         FROM memcpy WHERE report_id = $rid
-    ), laned AS (
-        SELECT dense_rank() OVER (ORDER BY device_id, kind, lane_key) - 1 AS lane, NULL::INTEGER AS rank,
-               device_id, kind, lane_key, start_ns, greatest(duration_ns, 0) AS duration_ns, label,
-               bytes, c.api
-        FROM act LEFT JOIN calls c USING (pid, correlation_id)
-        WHERE start_ns IS NOT NULL
     )
 """
 
@@ -60,13 +58,53 @@ _ACTIVITY = """
 KINDS = ("kernel", "memset", "graph", "memcpy", "comm")
 LANE_NAMES = {"kernel": "kernels", "memset": "memsets", "graph": "graphs", "comm": "communication"}
 
+# The lanes of an activity source, in page order: per rank, device, kind (a GPU's compute
+# kernels, then its communication, memsets, graphs, copies) and stream or copy direction.
+_LANES = """
+    SELECT rank, device_id, kind, lane_key, count(*), sum(greatest(duration_ns, 0)), min(start_ns),
+           max(start_ns + greatest(duration_ns, 0))
+    FROM act WHERE start_ns IS NOT NULL
+    GROUP BY rank, device_id, kind, lane_key
+    ORDER BY rank, device_id, CASE kind WHEN 0 THEN 0 WHEN 4 THEN 1 ELSE kind + 1 END, lane_key
+"""
+# Each event with its lane's number and quota (the lanes travel as parameter lists, so the
+# events are matched to them by a small hash join, never sorted to number them).
+_LANED = """, lanes AS (
+        SELECT unnest($lane) AS lane, unnest($l_rank)::INTEGER AS rank, unnest($l_device)::INTEGER AS device_id,
+               unnest($l_kind)::INTEGER AS kind, unnest($l_key)::VARCHAR AS lane_key, unnest($l_quota) AS q
+    ), laned AS NOT MATERIALIZED (
+        SELECT l.lane, l.q, a.report_id, a.start_ns, greatest(a.duration_ns, 0) AS duration_ns, a.label,
+               a.name_id, a.bytes, a.pid, a.correlation_id
+        FROM act AS a JOIN lanes AS l ON a.kind = l.kind AND a.rank IS NOT DISTINCT FROM l.rank
+            AND a.device_id IS NOT DISTINCT FROM l.device_id AND a.lane_key IS NOT DISTINCT FROM l.lane_key
+        WHERE a.start_ns IS NOT NULL
+    )
+"""
+# The exact events: all, or each lane's `q` longest (`_LONGEST`); their launch calls are looked
+# up for those alone, by correlation id. Kernels keep their name id (the page's names are looked
+# up once per name, not once per event), other events their label.
+_LONGEST = """, kept AS (
+        SELECT * FROM laned QUALIFY row_number() OVER (PARTITION BY lane ORDER BY duration_ns DESC, start_ns) <= q
+    )
+"""
+_EVENTS = """, calls AS (
+        SELECT report_id, pid, correlation_id, any_value(name) AS api FROM cuda_api
+        WHERE correlation_id IN (SELECT correlation_id FROM kept)
+        GROUP BY ALL
+    )
+    SELECT k.lane, k.start_ns - $t0 AS s, k.duration_ns AS d, k.label, k.report_id, k.name_id, k.bytes, c.api
+    FROM kept AS k
+    LEFT JOIN calls AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
+    ORDER BY k.lane, s
+"""
+
 
 @dataclass(frozen=True)
 class Activity:
-    """Where a timeline's events come from: SQL ending in a `laned` CTE (lane, rank, device_id,
-    kind, lane_key, start_ns, duration_ns, label, bytes, api; one `), laned AS (` in it) and its
-    parameters. One report's is `_ACTIVITY`; a run's (report/run.py) puts each rank's rows on
-    the run's clock and numbers lanes rank by rank."""
+    """Where a timeline's events come from: SQL ending in an `act` CTE (rank, report_id,
+    device_id, kind, lane_key, start_ns, duration_ns, label, name_id, bytes, pid, correlation_id:
+    `label` NULL for a kernel, named from kernel_names by `name_id`) and its parameters. One
+    report's is `_ACTIVITY`; a run's (report/run.py) puts each rank's rows on the run's clock."""
 
     sql: str
     args: dict[str, Any]
@@ -123,119 +161,134 @@ def activity_lanes(
 ) -> tuple[int, int, int, list[dict[str, Any]]] | None:
     """(t0, t1, events, lanes with their exact events and bins) of an activity source; None
     when it has no event. `names` and `apis` collect the labels and launch calls the lanes index."""
-    bounds = params.first_row(
-        params.execute(
-            con, src.sql + "SELECT min(start_ns), max(start_ns + duration_ns), count(*) FROM laned", src.args
-        )
-    )
-    t0, t1, total = bounds
+    groups = params.execute(con, src.sql + _LANES, src.args).fetchall()
+    total = sum(int(g[4]) for g in groups)
     if not total:
         return None
-    t0, t1 = int(t0), max(int(t1), int(t0) + 1)
-    lanes = _lanes(con, src, t0, t1, int(total), max_events)
-    events = _events(con, src, t0, lanes, names, apis, int(total), max_events)
-    for lane in lanes:
-        lane.update(events.get(lane["id"], {}))
-    return t0, t1, int(total), lanes
-
-
-def _lanes(
-    con: duckdb.DuckDBPyConnection, src: Activity, t0: int, t1: int, total: int, max_events: int
-) -> list[dict[str, Any]]:
-    rows = params.execute(
-        con,
-        src.sql + "SELECT lane, rank, device_id, kind, lane_key, count(*), sum(duration_ns) "
-        "FROM laned GROUP BY ALL ORDER BY lane",
-        src.args,
-    ).fetchall()
-    lanes: list[dict[str, Any]] = []
-    for lane, rank, device, kind, key, count, busy in rows:
-        what = KINDS[kind]
-        where = f"memcpy {key}" if what == "memcpy" else f"stream {key} {LANE_NAMES[what]}"
-        if what == "comm":  # a run's communication kernels: one lane per GPU, whatever the stream
-            where = LANE_NAMES[what]
-        quota = count if total <= max_events else max(1, count * max_events // total)
-        lanes.append(
-            {
-                "id": int(lane),
-                "kind": what,
-                "device": None if device is None else int(device),
-                "label": f"GPU {device} · {where}",
-                "count": int(count),
-                "busy_ns": int(busy or 0),
-                "quota": int(quota),
-            }
-        )
-        if rank is not None:
-            lanes[-1]["rank"] = int(rank)
+    t0 = min(int(g[6]) for g in groups)
+    t1 = max(max(int(g[7]) for g in groups), t0 + 1)
+    lanes = [_lane(i, g, total, max_events) for i, g in enumerate(groups)]
+    args = {
+        **src.args,
+        "lane": [lane["id"] for lane in lanes],
+        "l_rank": [g[0] for g in groups],
+        "l_device": [g[1] for g in groups],
+        "l_kind": [g[2] for g in groups],
+        "l_key": [g[3] for g in groups],
+        "l_quota": [lane["quota"] for lane in lanes],
+    }
+    sql = src.sql + _LANED
     sampled = [lane for lane in lanes if lane["quota"] < lane["count"]]
     if sampled:
-        bins = _bins(con, src, t0, t1)
+        bins = _bins(con, sql, args, t0, t1, [lane["id"] for lane in sampled])
         for lane in sampled:
             lane["bins"] = bins[lane["id"]]
-    return lanes
+    events = _events(con, sql, args, t0, names, apis, keep=bool(sampled))
+    for lane in lanes:
+        lane.update(events.get(lane["id"], {}))
+    return t0, t1, total, lanes
 
 
-def _bins(con: duckdb.DuckDBPyConnection, src: Activity, t0: int, t1: int) -> dict[int, dict[str, Any]]:
-    """Per lane, the count and summed duration of its events by the bin their start falls in."""
+def _lane(i: int, group: tuple[Any, ...], total: int, max_events: int) -> dict[str, Any]:
+    rank, device, kind, key, count, busy = group[:6]
+    what = KINDS[kind]
+    where = f"memcpy {key}" if what == "memcpy" else f"stream {key} {LANE_NAMES[what]}"
+    if what == "comm":  # a run's communication kernels: one lane per GPU, whatever the stream
+        where = LANE_NAMES[what]
+    quota = count if total <= max_events else max(1, count * max_events // total)
+    lane = {"id": i, "kind": what, "device": None if device is None else int(device),
+            "label": f"GPU {device} · {where}", "count": int(count), "busy_ns": int(busy or 0),
+            "quota": int(quota)}  # fmt: skip
+    if rank is not None:
+        lane["rank"] = int(rank)
+    return lane
+
+
+def _bins(
+    con: duckdb.DuckDBPyConnection, sql: str, args: dict[str, Any], t0: int, t1: int, which: list[int]
+) -> dict[int, dict[str, Any]]:
+    """Per lane of `which`, the count and summed duration of its events by the bin their start falls in."""
     width = max(1, -(-(t1 - t0) // BINS))
+    table = params.execute(
+        con,
+        sql + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*) AS c, sum(duration_ns) AS d "
+        "FROM laned WHERE list_contains($which, lane) GROUP BY ALL ORDER BY lane, b",
+        {**args, "t0": t0, "w": width, "last": BINS - 1, "which": which},
+    ).to_arrow_table()
+    out: dict[int, dict[str, Any]] = {}
+    for lane, (a, n) in _runs(table.column("lane").to_pylist()).items():
+        out[lane] = {
+            "w": width,
+            **{k: table.column(c).slice(a, n).to_pylist() for k, c in (("i", "b"), ("c", "c"), ("d", "d"))},
+        }
+        out[lane]["d"] = [int(x) for x in out[lane]["d"]]
+    return out
+
+
+def _runs(values: list[Any]) -> dict[Any, tuple[int, int]]:
+    """{value: (offset, length)} of the runs of equal values in a sorted column."""
+    out: dict[Any, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            out[values[start]] = (start, i - start)
+            start = i
+    return out
+
+
+def _codes(column: Any, table: dict[str, int]) -> list[int | None]:
+    """The column's values as indexes into `table` (added to it in order of first use); None stays None."""
+    out: list[int | None] = []
+    for chunk in column.dictionary_encode().chunks:
+        index = [table.setdefault(v, len(table)) for v in chunk.dictionary.to_pylist()]
+        out.extend(None if i is None else index[i] for i in chunk.indices.to_pylist())
+    return out
+
+
+def _kernel_names(con: duckdb.DuckDBPyConnection, table: Any) -> dict[tuple[int, int], str]:
+    """{(report_id, name_id): name} of the kernels among the events."""
+    ids = sorted({r for r, n in zip(table.column("report_id").to_pylist(), table.column("name_id").to_pylist(),
+                                    strict=True) if n is not None})  # fmt: skip
     rows = params.execute(
         con,
-        src.sql + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*), sum(duration_ns) "
-        "FROM laned GROUP BY ALL ORDER BY lane, b",
-        {**src.args, "t0": t0, "w": width, "last": BINS - 1},
+        "SELECT report_id, name_id, coalesce(name, short_name, '?') FROM kernel_names "
+        "WHERE list_contains($ids, report_id)",
+        {"ids": ids},
     ).fetchall()
-    out: dict[int, dict[str, Any]] = {}
-    for lane, b, count, busy in rows:
-        col = out.setdefault(int(lane), {"w": width, "i": [], "c": [], "d": []})
-        col["i"].append(int(b))
-        col["c"].append(int(count))
-        col["d"].append(int(busy))
-    return out
+    return {(int(r), int(n)): str(name) for r, n, name in rows}
 
 
 def _events(
     con: duckdb.DuckDBPyConnection,
-    src: Activity,
+    sql: str,
+    args: dict[str, Any],
     t0: int,
-    lanes: list[dict[str, Any]],
     names: dict[str, int],
     apis: dict[str, int],
-    total: int,
-    max_events: int,
+    keep: bool,
 ) -> dict[int, dict[str, list[int]]]:
-    """Exact events per lane: all of them, or each lane's longest `quota` when over budget."""
-    keep = "" if total <= max_events else (
-        "QUALIFY row_number() OVER (PARTITION BY lane ORDER BY duration_ns DESC, start_ns) "
-        "<= (SELECT q FROM quota WHERE quota.lane = laned.lane)"
-    )  # fmt: skip
-    quota = ", ".join(f"({lane['id']}, {lane['quota']})" for lane in lanes)
-    sql = src.sql.replace(
-        "), laned AS (", "), quota(lane, q) AS (VALUES " + (quota or "(0, 0)") + "), laned AS ("
-    )
-    rel = params.execute(
-        con,
-        sql + f"SELECT * FROM (SELECT lane, start_ns - $t0 AS s, duration_ns, label, bytes, api "
-        f"FROM laned {keep}) ORDER BY lane, s",
-        {**src.args, "t0": t0},
-    )
+    """Exact events per lane (`s` delta-encoded): all of them, or each lane's longest `quota`."""
+    kept = _LONGEST if keep else ", kept AS (SELECT * FROM laned)"
+    table = params.execute(con, sql + kept + _EVENTS, {**args, "t0": t0}).to_arrow_table()
+    kernels = _kernel_names(con, table)
+    labels = _codes(table.column("label"), names)
+    label = [
+        names.setdefault(kernels.get((r, k), "?"), len(names)) if code is None else code
+        for code, r, k in zip(
+            labels, table.column("report_id").to_pylist(), table.column("name_id").to_pylist(), strict=True
+        )
+    ]
+    api = [-1 if a is None else a for a in _codes(table.column("api"), apis)]
+    start = table.column("s").to_pylist()
     out: dict[int, dict[str, list[int]]] = {}
-    prev_lane, prev = -1, 0
-    for lane, start, dur, label, nbytes, api in rel.fetchall():
-        if lane != prev_lane:
-            prev_lane, prev = lane, 0
-            out[int(lane)] = {"s": [], "d": [], "n": [], "a": []}
-        col = out[int(lane)]
-        col["s"].append(int(start) - prev)
-        prev = int(start)
-        col["d"].append(int(dur))
-        col["n"].append(names.setdefault(label, len(names)))
-        col["a"].append(-1 if api is None else apis.setdefault(api, len(apis)))
-        if nbytes is not None:
-            col.setdefault("b", []).append(int(nbytes))
-    for col in out.values():
-        if "b" in col and len(col["b"]) != len(col["d"]):
-            del col["b"]
+    for lane, (a, n) in _runs(table.column("lane").to_pylist()).items():
+        s = start[a : a + n]
+        col = {"s": [x - y for x, y in zip(s, [0, *s[:-1]], strict=True)],
+               "d": table.column("d").slice(a, n).to_pylist(), "n": label[a : a + n], "a": api[a : a + n]}  # fmt: skip
+        nbytes = table.column("bytes").slice(a, n)
+        if n and nbytes.null_count == 0:
+            col["b"] = nbytes.to_pylist()
+        out[int(lane)] = col
     return out
 
 
@@ -250,12 +303,16 @@ def nvtx_lanes(
     """NVTX ranges per host thread (of process `pid` when given), with their nesting depth
     (`l`); the longest `limit`. Starts are from `t0` on the report's clock."""
     only = "" if pid is None else " AND pid = $pid"
+    # the shortest duration kept is found on the durations alone (a top-N of one column), so only
+    # the ranges at least that long are read with their names
+    ranges = f"FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL{only}"
     rows = params.execute(
         con,
-        "SELECT pid, tid, start_ns, end_ns - start_ns, coalesce(name, '?') FROM ("
-        "  SELECT * FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL"
-        f"{only}  ORDER BY end_ns - start_ns DESC LIMIT $lim"
-        ") ORDER BY pid, tid, start_ns, end_ns DESC",
+        f"WITH cut AS (SELECT min(d) AS d FROM (SELECT end_ns - start_ns AS d {ranges} ORDER BY d DESC LIMIT $lim))"
+        f" SELECT pid, tid, start_ns, d, name FROM ("
+        f"  SELECT pid, tid, start_ns, end_ns - start_ns AS d, coalesce(name, '?') AS name {ranges}"
+        "   AND end_ns - start_ns >= (SELECT d FROM cut) ORDER BY d DESC, pid, tid, start_ns LIMIT $lim"
+        ") ORDER BY pid, tid, start_ns, d DESC",
         {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})},
     ).fetchall()
     threads: dict[tuple[Any, Any], dict[str, Any]] = {}
@@ -313,19 +370,17 @@ def step_marks(
 
 
 def idle_gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> list[dict[str, Any]]:
-    """Idle gaps with their cause, the longest MAX_GAPS of those at least 1/2000 of the span."""
-    rel = queries.run(con, "gaps", {"report_id": rid, "min_gap_ns": max(10_000, (t1 - t0) // 2000)})
-    rows = [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
-    rows.sort(key=lambda g: -int(g["gap_ns"]))
-    return [
-        {
-            "device": g["device_id"],
-            "s": int(g["gap_start_ns"]) - t0,
-            "d": int(g["gap_ns"]),
-            "cause": g["cause"],
-            "detail": g["cause_detail"],
-            "before": g["before"],
-            "after": g["after"],
-        }
-        for g in rows[:MAX_GAPS]
-    ]
+    """Idle gaps with their cause, longest first: the longest MAX_GAPS of those at least 1/2000
+    of the span, and per device each phase's (start-up, steady) longest PHASE_GAPS of at least 10 us, so a
+    finding about the steady state is pinned on the steady state's gaps, not start-up's."""
+    rel = queries.run(con, "gaps", {"report_id": rid, "min_gap_ns": 10_000})
+    floor = max(10_000, (t1 - t0) // 2000)  # ints: the relation's SQL takes no parameters
+    rows = rel.query(
+        "g",
+        "SELECT device_id, gap_start_ns, gap_ns, cause, cause_detail, before, after, phase FROM g "
+        f"QUALIFY (gap_ns >= {floor} AND row_number() OVER (ORDER BY gap_ns DESC, gap_start_ns) <= {MAX_GAPS}) "
+        f"OR row_number() OVER (PARTITION BY device_id, phase ORDER BY gap_ns DESC, gap_start_ns) <= {PHASE_GAPS} "
+        "ORDER BY gap_ns DESC, gap_start_ns",
+    ).fetchall()
+    keys = ("device", "s", "d", "cause", "detail", "before", "after", "phase")
+    return [dict(zip(keys, (r[0], int(r[1]) - t0, int(r[2]), *r[3:]), strict=True)) for r in rows]

@@ -1,5 +1,6 @@
 // nsa report timeline: one canvas per timeline, drawn from the JSON block #nsa-data.
-// Times are ns from the timeline's first GPU activity. Per frame each lane draws only the events
+// The data's times are ns from the timeline's first GPU activity (tl.t0); every time the page
+// shows is tl.t0 later: time since the capture started, as the findings and `nsa query` give it. Per frame each lane draws only the events
 // in view, and events narrower than a pixel share one 1-px column, so a frame costs at most a few
 // marks per pixel whatever the event count. window.nsaTimelines[i] is the scripting (and test) API.
 // A run's timeline (tl.ranks) groups the lanes by rank under a header row, draws communication
@@ -28,6 +29,15 @@
     if (b >= 1e6) return (b / 1e6).toPrecision(3) + " MB";
     if (b >= 1e3) return (b / 1e3).toPrecision(3) + " kB";
     return b + " B";
+  }
+  // a point in time since the capture started, to the microsecond: 11.912345 s
+  function fmtAt(ns) { return (ns / 1e9).toFixed(6) + " s"; }
+  // an axis tick: in the unit of the largest time shown, with the decimals the tick step needs
+  function fmtTick(ns, step, top) {
+    var units = [[1e9, " s"], [1e6, " ms"], [1e3, " µs"], [1, " ns"]], u = units[3];
+    for (var j = 0; j < units.length; j++) { if (Math.abs(top) >= units[j][0]) { u = units[j]; break; } }
+    var dec = Math.max(0, Math.min(9, Math.ceil(Math.log10(u[0] / step) - 1e-9)));
+    return (ns / u[0]).toFixed(dec) + u[1];
   }
   function hue(i) { return "hsl(" + ((i * 47) % 360) + ",55%,52%)"; }
   // compute kernels of a run: blues and teals only, so communication (magenta) stands apart
@@ -145,7 +155,8 @@
     this.el.dataset.viewA = this.view[0]; this.el.dataset.viewB = this.view[1];
     this.el.dataset.marks = this.marks; this.el.dataset.drawMs = ms.toFixed(1);
     var range = this.el.parentNode.querySelector(".tl-range");
-    if (range) range.textContent = "visible " + fmtNs(this.view[0]) + " – " + fmtNs(this.view[1]) + " (" + fmtNs(this.view[1] - this.view[0]) + ")";
+    if (range) range.textContent = "visible " + fmtAt(this.tl.t0 + this.view[0]) + " – " + fmtAt(this.tl.t0 + this.view[1]) +
+      " (" + fmtNs(this.view[1] - this.view[0]) + ") since the capture started";
   };
 
   Timeline.prototype.drawLane = function (ctx, r) {
@@ -271,16 +282,21 @@
     });
   };
 
+  // ticks at round times since the capture started (view + tl.t0)
   Timeline.prototype.drawAxis = function (ctx) {
     var w = this.view[1] - this.view[0], raw = w / 8, pow = Math.pow(10, Math.floor(Math.log10(raw)));
     var step = [1, 2, 5, 10].map(function (m) { return m * pow; }).filter(function (s) { return s >= raw; })[0];
+    var o = this.tl.t0, top = o + this.view[1], ticks = [];
     ctx.fillStyle = "#fff"; ctx.fillRect(LABEL_W, 0, this.width, 22);
     ctx.strokeStyle = "#ddd"; ctx.fillStyle = "#333";
-    for (var t = Math.ceil(this.view[0] / step) * step; t <= this.view[1]; t += step) {
-      var x = this.x(t);
+    for (var t = Math.ceil((o + this.view[0]) / step) * step; t <= top; t += step) {
+      var x = this.x(t - o);
       ctx.beginPath(); ctx.moveTo(x, 16); ctx.lineTo(x, this.height); ctx.stroke();
-      ctx.fillText(fmtNs(t), x + 2, 12);
+      var label = fmtTick(t, step, top);
+      if (x >= LABEL_W && x + 2 + ctx.measureText(label).width <= this.width) ctx.fillText(label, x + 2, 12);
+      ticks.push(label);
     }
+    this.el.dataset.ticks = JSON.stringify(ticks);
   };
 
   Timeline.prototype.drawSteps = function (ctx) {
@@ -322,11 +338,11 @@
     var t = this.t(x), tol = 3 * (this.view[1] - this.view[0]) / (this.width - LABEL_W), self = this;
     if (row.type === "steps") {
       var s = this.tl.steps.filter(function (s) { return t >= s.s - tol && t <= s.s + s.d; })[0];
-      return s && "<b>" + esc(s.name) + "</b> " + (s.steady ? "steady" : "warm-up") + " step<br>duration " + fmtNs(s.d);
+      return s && "<b>" + esc(s.name) + "</b> " + (s.steady ? "steady" : "warm-up") + " step<br>duration " + fmtNs(s.d) + " · starts at " + fmtAt(this.tl.t0 + s.s);
     }
     if (row.type === "findings") {
       var f = this.findings.filter(function (f) { return f.pin && t >= f.pin.s - tol && t <= f.pin.s + f.pin.d + tol; })[0];
-      return f && "<b>" + esc(f.severity) + ": " + esc(f.title) + "</b><br>" + esc(f.rule_id) + " · pinned at the " + esc(f.pin.how);
+      return f && "<b>" + esc(f.severity) + ": " + esc(f.title) + "</b><br>" + esc(f.rule_id) + " · pinned at the " + esc(f.pin.how) + "<br>" + fmtAt(self.tl.t0 + f.pin.s) + " – " + fmtAt(self.tl.t0 + f.pin.s + f.pin.d);
     }
     if (row.type === "collectives") return this.hitCollective(t, tol);
     if (row.type === "group") {
@@ -340,7 +356,7 @@
       if (st[i] + lane.d[i] + tol >= t && (!lane.l || lane.l[i] === level) && (best < 0 || lane.d[i] < lane.d[best])) best = i;
     }
     if (best >= 0) {
-      var html = "<b>" + esc(this.tl.names[lane.n[best]]) + "</b><br>duration " + fmtNs(lane.d[best]) + " · starts " + fmtNs(st[best]);
+      var html = "<b>" + esc(this.tl.names[lane.n[best]]) + "</b><br>duration " + fmtNs(lane.d[best]) + " · starts at " + fmtAt(this.tl.t0 + st[best]);
       if (lane.a && lane.a[best] >= 0) html += "<br>launch call " + esc(this.tl.apis[lane.a[best]]);
       if (lane.b) html += "<br>" + fmtBytes(lane.b[best]);
       return html + "<br><i>" + esc(lane.label) + "</i>";
@@ -348,7 +364,7 @@
     var gap = this.tl.gaps.filter(function (g) {
       return g.device === lane.device && (g.rank === undefined || g.rank === lane.rank) && lane.kind !== "nvtx" && t >= g.s && t <= g.s + g.d;
     })[0];
-    if (gap) return "<b>idle " + fmtNs(gap.d) + "</b>: " + esc(gap.cause) + (gap.detail ? " (" + esc(gap.detail) + ")" : "") +
+    if (gap) return "<b>idle " + fmtNs(gap.d) + "</b> from " + fmtAt(this.tl.t0 + gap.s) + ": " + esc(gap.cause) + (gap.detail ? " (" + esc(gap.detail) + ")" : "") +
       "<br>after " + esc(gap.before || "?") + "<br>before " + esc(gap.after || "?");
     if (lane.bins) {
       var bi = Math.floor(t / lane.bins.w), j = lowerBound(lane.bins.i, bi);
@@ -364,7 +380,7 @@
     }
     if (best < 0) return null;
     return "<b>" + esc(c.ops[c.op[best]]) + " #" + c.seq[best] + "</b> (" + esc(c.channels[c.ch[best]]) + ", " + c.n[best] + " ranks)" +
-      "<br>first arrival: rank " + c.first[best] + " at " + fmtNs(c.start[best]) +
+      "<br>first arrival: rank " + c.first[best] + " at " + fmtAt(this.tl.t0 + c.start[best]) +
       "<br>last arrival: rank " + c.last[best] + ", " + fmtNs(c.w[best]) + " later" +
       "<br>last end: " + fmtNs(c.e[best]) + " after the first arrival";
   };
