@@ -162,6 +162,55 @@ def test_memory_timeline_reads_a_stated_allocated_count(workspace) -> None:
     assert peak["fragmentation"] == pytest.approx(1 - 6 / 8)
 
 
+def test_memory_steps_counts_each_steps_events_however_steps_overlap(workspace) -> None:
+    """Host memory (device_id NULL) is counted like device memory, an event at a step's start or
+    end is in the step, and the steps of two series (same step numbers, overlapping in time) are
+    each counted on their own."""
+    events = [  # ts, device_id, operation, bytes
+        (5, None, "alloc", 8),
+        (10, None, "alloc", 4),
+        (15, None, "free", 8),
+        (20, None, "alloc", 16),
+        (30, None, "free", 4),
+        (40, None, "alloc", 2),
+        (10, 0, "alloc", 100),
+        (25, 0, "free", 100),
+    ]
+    for ts, dev, op, size in events:
+        workspace.execute(
+            "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, memory) "
+            "VALUES (9, ?, 1, ?, ?, ?, ?, ?)",
+            [dev, ts, op, size, size if op == "alloc" else -size, "host" if dev is None else "device"],
+        )
+    steps = [(0, 1, 10, 20), (1, 1, 20, 30), (0, 2, 12, 40)]  # step, series, start_ns, end_ns
+    for step, series, start, end in steps:
+        workspace.execute(
+            "INSERT INTO steps (report_id, step, name, source, series, start_ns, end_ns, duration_ns, steady) "
+            "VALUES (9, ?, ?, 'nvtx', ?, ?, ?, ?, true)",
+            [step, f"step {step}", series, start, end, end - start],
+        )
+    got = {(r["device_id"], r["start_ns"]): r for r in _rows(workspace, "memory_steps")}
+    assert len(got) == 2 * len(steps)
+    for dev in (None, 0):
+        mine = sorted((ts, op, size) for ts, d, op, size in events if d == dev)
+        held, running = [], 0
+        for ts, op, size in mine:
+            running += size if op == "alloc" else -size
+            held.append((ts, running))
+        for _, _, start, end in steps:
+            inside = [(op, size) for ts, op, size in mine if start <= ts <= end]
+            before = [h for ts, h in held if ts < start]
+            start_bytes = before[-1] if before else 0
+            r = got[(dev, start)]
+            assert r["held_start_bytes"] == start_bytes
+            assert r["held_end_bytes"] == ([h for ts, h in held if ts <= end] or [0])[-1]
+            assert r["peak_bytes"] == max([start_bytes] + [h for ts, h in held if start <= ts <= end])
+            assert r["allocations"] == sum(op == "alloc" for op, _ in inside)
+            assert r["frees"] == sum(op == "free" for op, _ in inside)
+            assert r["allocated_bytes"] == sum(size for op, size in inside if op == "alloc")
+            assert r["freed_bytes"] == sum(size for op, size in inside if op == "free")
+
+
 # --- power logs ---------------------------------------------------------------------------
 
 

@@ -149,3 +149,22 @@ def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
     assert (s.evidence["ncu_launches"], s.evidence["ncu_ns"]) == (4, 4 * MS)
     assert by_kernel["void single(float*)"].rule_id == "latency-bound"
     assert by_kernel["void single(float*)"].evidence["ncu_ns"] == 2.5 * MS
+
+
+def test_memory_growth_above_the_device_size_gives_no_time_to_full(tmp_path: Path) -> None:
+    # 1 GiB held after the warm-up, 4 MiB more per steady step, on a "512 MiB" device: the events
+    # hold more than the device has, so frees went unrecorded; no negative headroom is printed.
+    from rules.cases import _memory_per_step
+
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, _memory_per_step([4 << 20] * 5, total_memory=512 << 20))
+        (f,) = run_rules(con, only=["memory-growth"])
+    finally:
+        con.close()
+    above = (1 << 30) + 5 * (4 << 20) - (512 << 20)
+    assert f.severity == "warning"
+    assert f.evidence["headroom_bytes"] == -above
+    assert "steps_to_full" not in f.evidence
+    assert "above the device's" in f.message and "no time to full is given" in f.message, f.message
+    assert "headroom lasts" not in f.message

@@ -190,8 +190,10 @@ named AS (
 ),
 -- whether a range, op or frame encloses two or more launches (calls never count as enclosing)
 inside AS (
-    SELECT x.*, x.src IN (2, 3, 4) AND coalesce(e.n, 0) - coalesce(s.n, 0) >= 2 AS encloses
-    FROM named AS x
+    SELECT x.*, false AS encloses FROM named AS x WHERE x.src IN (0, 1, 5)
+    UNION ALL
+    SELECT x.*, coalesce(e.n, 0) - coalesce(s.n, 0) >= 2 AS encloses
+    FROM (SELECT * FROM named WHERE src IN (2, 3, 4)) AS x
     ASOF LEFT JOIN calls AS e ON e.report_id = x.report_id AND e.global_tid = x.global_tid AND x.end_ns >= e.start_ns
     ASOF LEFT JOIN calls AS s ON s.report_id = x.report_id AND s.global_tid = x.global_tid AND x.start_ns > s.start_ns
 ),
@@ -268,39 +270,48 @@ shape AS (
     UNION ALL
     SELECT report_id, dev, source, name, count(*), 0 FROM inside WHERE src IN (0, 1, 5) GROUP BY ALL
 ),
--- the union of every source's activities (enclosing ones left out): the part of the gaps the
--- thread spent in one of them
-cover_sweep AS (
-    SELECT report_id, dev, global_tid, t, g, step,
-           sum(step) OVER w AS open_after,
-           row_number() OVER w AS seq,
-           lead(g) OVER w AS g_next
-    FROM (
-        SELECT report_id, dev, global_tid, start_ns AS t, 1 AS step, g_start AS g FROM inside WHERE NOT encloses
-        UNION ALL
-        SELECT report_id, dev, global_tid, end_ns AS t, -1 AS step, g_end AS g FROM inside WHERE NOT encloses
-    )
-    WINDOW w AS (PARTITION BY report_id, dev, global_tid ORDER BY t, step DESC)
-),
-covered AS (
-    SELECT report_id, dev, sum(g_next - g) AS traced_ns
-    FROM cover_sweep
-    WHERE open_after > 0 AND g_next > g
-    GROUP BY ALL
-),
 -- the parent: the innermost NVTX range or profiler op open just before an activity starts (its own
--- source's parent for a range or op), summed over the instances in in_gaps_ns
+-- source's parent for a range or op), summed over the instances in in_gaps_ns; named_open is
+-- what is innermost after each time, numbered in time per thread
 named_open AS (
-    SELECT * FROM innermost
+    SELECT *, row_number() OVER (PARTITION BY report_id, dev, global_tid ORDER BY t) AS open_seq
+    FROM innermost
     WHERE src IN (2, 3)
     QUALIFY row_number() OVER (PARTITION BY report_id, dev, global_tid, t ORDER BY src DESC, seq DESC) = 1
+),
+-- one pass in time over each thread's activities (enclosing ones left out) and those times (after
+-- the activities starting at the same time): before each activity, the furthest G an earlier one
+-- reached (G grows with time) and the last named_open
+cover AS (
+    SELECT *,
+           max(g_end) OVER w AS g_reach,
+           max(open_seq) OVER w AS parent_seq
+    FROM (
+        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, source, name, g_start, g_end, NULL AS open_seq
+        FROM inside
+        WHERE NOT encloses
+        UNION ALL
+        SELECT report_id, dev, global_tid, t, 1, NULL, NULL, NULL, NULL, open_seq FROM named_open
+    )
+    WINDOW w AS (
+        PARTITION BY report_id, dev, global_tid ORDER BY start_ns, kind
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
+    QUALIFY kind = 0
+),
+-- the union of those activities: the part of the gaps the thread spent in one of them, each
+-- adding what it reaches past the earlier ones
+covered AS (
+    SELECT report_id, dev, sum(greatest(g_end - greatest(g_start, coalesce(g_reach, g_start)), 0)) AS traced_ns
+    FROM cover
+    GROUP BY ALL
 ),
 parents AS (
     SELECT k.report_id, k.dev, k.source, k.name, o.source AS parent_source, o.name AS parent_name,
            sum(k.g_end - k.g_start) AS parent_ns
-    FROM (SELECT * FROM inside WHERE NOT encloses) AS k
-    ASOF JOIN named_open AS o
-        ON o.report_id = k.report_id AND o.dev = k.dev AND o.global_tid = k.global_tid AND k.start_ns > o.t
+    FROM cover AS k
+    JOIN named_open AS o
+        ON o.report_id = k.report_id AND o.dev = k.dev AND o.global_tid = k.global_tid AND o.open_seq = k.parent_seq
     WHERE o.name IS NOT NULL AND (o.source <> k.source OR o.name <> k.name)
     GROUP BY ALL
 ),
@@ -346,15 +357,23 @@ sample_parents AS (
 ),
 sample_names AS (
     SELECT x.report_id, x.dev, 'sample' AS source, x.name, count(*) * any_value(p.period_ns) AS in_gaps_ns,
-           count(*) FILTER (WHERE coalesce(c.open_after, 0) = 0) * any_value(p.period_ns) AS untraced_ns,
+           count(*) FILTER (WHERE c.reach_ns IS NULL OR c.reach_ns <= x.ts_ns) * any_value(p.period_ns) AS untraced_ns,
            count(*) AS instances, any_value(p.period_ns) AS period_ns
     FROM sampled AS x
     JOIN period AS p USING (report_id)
+    -- reach_ns: the latest end of the activities started by then (a sample is traced when that
+    -- is after it)
     ASOF LEFT JOIN (
-        SELECT * FROM cover_sweep
-        QUALIFY row_number() OVER (PARTITION BY report_id, dev, global_tid, t ORDER BY seq DESC) = 1
+        SELECT report_id, dev, global_tid, start_ns,
+               max(end_ns) OVER (
+                   PARTITION BY report_id, dev, global_tid ORDER BY start_ns
+                   RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+               ) AS reach_ns
+        FROM inside
+        SEMI JOIN (SELECT DISTINCT report_id, global_tid FROM sampled) AS t USING (report_id, global_tid)
+        WHERE NOT encloses
     ) AS c
-        ON c.report_id = x.report_id AND c.dev = x.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.t
+        ON c.report_id = x.report_id AND c.dev = x.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.start_ns
     GROUP BY ALL
 ),
 per_name AS (

@@ -23,11 +23,32 @@
 -- col allocated_bytes BIGINT: bytes allocated during the step (byte).
 -- col freed_bytes BIGINT: bytes freed during the step (byte).
 -- col total_memory_bytes BIGINT: the device's memory (gpus) for device memory kinds; NULL for host memory or when unknown (byte).
-WITH held AS (SELECT * FROM nsa_memory_held() WHERE ($report_id IS NULL OR report_id = $report_id)),
--- the last event at each time: what is held from then on
+-- the events with held_bytes as nsa_memory_held() computes it, and the running counts of events,
+-- allocations and frees and their bytes up to each (one sort for all)
+WITH held AS (
+    SELECT *,
+           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER w) AS BIGINT) AS held_bytes,
+           count(*) OVER w AS events,
+           sum(CASE WHEN operation = 'alloc' THEN 1 ELSE 0 END) OVER w AS allocs,
+           sum(CASE WHEN operation = 'free' THEN 1 ELSE 0 END) OVER w AS frees,
+           sum(CASE WHEN operation = 'alloc' THEN bytes ELSE 0 END) OVER w AS alloc_bytes,
+           sum(CASE WHEN operation = 'free' THEN bytes ELSE 0 END) OVER w AS free_bytes,
+           lead(ts_ns) OVER (PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq) AS next_ns
+    FROM (
+        SELECT m.*, m.rowid AS seq
+        FROM memory_events AS m
+        WHERE m.ts_ns IS NOT NULL AND ($report_id IS NULL OR m.report_id = $report_id)
+    )
+    WINDOW w AS (
+        PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    )
+),
+-- the last event at each time: what is held from then on, and the counts so far
 settled AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, arg_max(held_bytes, seq) AS held_bytes
-    FROM held GROUP BY ALL
+    SELECT report_id, device_id, pid, memory, ts_ns, held_bytes, events, allocs, frees, alloc_bytes, free_bytes
+    FROM held
+    WHERE next_ns IS DISTINCT FROM ts_ns
 ),
 -- what each series held before its first event: 0 for a running sum, the stated count less the
 -- first event's own bytes where the source states one
@@ -36,15 +57,36 @@ series AS (
            arg_min(held_bytes - coalesce(delta_bytes, 0), (ts_ns, seq)) AS initial_bytes
     FROM held GROUP BY ALL
 ),
-grid AS (
-    SELECT se.*, s.step, s.name, s.steady, s.start_ns, s.end_ns
-    FROM series AS se
-    JOIN steps AS s ON s.report_id = se.report_id
-    WHERE ($report_id IS NULL OR s.report_id = $report_id)
+-- the steps of each report in (start_ns, rowid) order: rank, and how many start by its end
+ranked AS (
+    SELECT report_id, rowid AS row, start_ns, row_number() OVER (PARTITION BY report_id ORDER BY start_ns, rowid) AS rank
+    FROM steps
+    WHERE $report_id IS NULL OR report_id = $report_id
 ),
+step_list AS (
+    SELECT s.report_id, s.rowid AS row, s.step, s.name, s.steady, s.start_ns, s.end_ns, r.rank,
+           coalesce(e.rank, 0) AS started_by_end
+    FROM steps AS s
+    JOIN ranked AS r ON r.report_id = s.report_id AND r.row = s.rowid
+    ASOF LEFT JOIN (SELECT report_id, start_ns, max(rank) AS rank FROM ranked GROUP BY ALL) AS e
+        ON e.report_id = s.report_id AND s.end_ns >= e.start_ns
+    WHERE $report_id IS NULL OR s.report_id = $report_id
+),
+grid AS (
+    SELECT se.*, s.row, s.step, s.name, s.steady, s.start_ns, s.end_ns, s.rank, s.started_by_end
+    FROM series AS se
+    JOIN step_list AS s ON s.report_id = se.report_id
+),
+-- what was held and counted just before each step starts and when it ends: the events in the
+-- step, [start_ns, end_ns], are the difference
 bounds AS (
     SELECT g.*, coalesce(b.held_bytes, g.initial_bytes) AS held_start_bytes,
-           coalesce(e.held_bytes, g.initial_bytes) AS held_end_bytes
+           coalesce(e.held_bytes, g.initial_bytes) AS held_end_bytes,
+           coalesce(b.events, 0) AS events_before, coalesce(e.events, 0) AS events_by_end,
+           coalesce(e.allocs, 0) - coalesce(b.allocs, 0) AS allocations,
+           coalesce(e.frees, 0) - coalesce(b.frees, 0) AS frees,
+           coalesce(e.alloc_bytes, 0) - coalesce(b.alloc_bytes, 0) AS allocated_bytes,
+           coalesce(e.free_bytes, 0) - coalesce(b.free_bytes, 0) AS freed_bytes
     FROM grid AS g
     ASOF LEFT JOIN settled AS b
         ON b.report_id = g.report_id AND b.device_id IS NOT DISTINCT FROM g.device_id
@@ -55,29 +97,38 @@ bounds AS (
         AND e.pid IS NOT DISTINCT FROM g.pid AND e.memory IS NOT DISTINCT FROM g.memory
         AND g.end_ns >= e.ts_ns
 ),
-inside AS (
-    SELECT g.report_id, g.device_id, g.pid, g.memory, g.step,
-           max(h.held_bytes) AS peak_bytes,
-           count(*) FILTER (WHERE h.operation = 'alloc') AS allocations,
-           count(*) FILTER (WHERE h.operation = 'free') AS frees,
-           coalesce(sum(h.bytes) FILTER (WHERE h.operation = 'alloc'), 0) AS allocated_bytes,
-           coalesce(sum(h.bytes) FILTER (WHERE h.operation = 'free'), 0) AS freed_bytes
-    FROM grid AS g
-    JOIN held AS h
-        ON h.report_id = g.report_id AND h.device_id IS NOT DISTINCT FROM g.device_id
-        AND h.pid IS NOT DISTINCT FROM g.pid AND h.memory IS NOT DISTINCT FROM g.memory
-        AND h.ts_ns >= g.start_ns AND h.ts_ns <= g.end_ns
-    GROUP BY ALL
+-- the most held during each step: the steps join their series' events as rows in (time, steps
+-- first, rank) order, each with a window frame from itself to the last row at or before its
+-- end: the events before it and the steps ranked before it precede it, the events and steps
+-- that start by its end end the frame (rows, not a range: a segment tree, n log n)
+framed AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, 1 AS kind, 0 AS rank, NULL AS row, 0 AS frame_rows, held_bytes
+    FROM held
+    UNION ALL
+    SELECT report_id, device_id, pid, memory, start_ns, 0, rank, row,
+           greatest(events_by_end + started_by_end - (events_before + rank), 0), NULL
+    FROM bounds
+),
+peaks AS (
+    SELECT report_id, device_id, pid, memory, row,
+           max(held_bytes) OVER (
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, kind, rank
+               ROWS BETWEEN CURRENT ROW AND frame_rows FOLLOWING
+           ) AS peak_bytes
+    FROM framed
+    QUALIFY kind = 0
 )
 SELECT b.report_id, b.device_id, b.pid, b.memory, b.step, b.name, b.steady, b.start_ns, b.end_ns,
        b.held_start_bytes, b.held_end_bytes,
-       greatest(b.held_start_bytes, coalesce(i.peak_bytes, b.held_start_bytes)) AS peak_bytes,
-       coalesce(i.allocations, 0) AS allocations, coalesce(i.frees, 0) AS frees,
-       CAST(coalesce(i.allocated_bytes, 0) AS BIGINT) AS allocated_bytes,
-       CAST(coalesce(i.freed_bytes, 0) AS BIGINT) AS freed_bytes,
+       greatest(b.held_start_bytes, coalesce(p.peak_bytes, b.held_start_bytes)) AS peak_bytes,
+       CAST(b.allocations AS BIGINT) AS allocations, CAST(b.frees AS BIGINT) AS frees,
+       CAST(b.allocated_bytes AS BIGINT) AS allocated_bytes,
+       CAST(b.freed_bytes AS BIGINT) AS freed_bytes,
        g.total_memory_bytes
 FROM bounds AS b
-LEFT JOIN inside AS i USING (report_id, device_id, pid, memory, step)
+LEFT JOIN peaks AS p
+    ON p.report_id = b.report_id AND p.device_id IS NOT DISTINCT FROM b.device_id
+    AND p.pid IS NOT DISTINCT FROM b.pid AND p.memory IS NOT DISTINCT FROM b.memory AND p.row = b.row
 LEFT JOIN gpus AS g
     ON g.report_id = b.report_id AND g.device_id = b.device_id
     AND b.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static')

@@ -25,10 +25,19 @@
 WITH held AS (
     SELECT * FROM nsa_memory_held()
     WHERE ($report_id IS NULL OR report_id = $report_id) AND ($memory IS NULL OR memory = $memory)
+),
+-- the step of each series an event falls in: the last one to start at or before it, if it has not
+-- ended (the steps of one series follow each other)
+series AS (SELECT DISTINCT report_id, series FROM steps),
+in_step AS (
+    SELECT h.seq, s.step, s.name
+    FROM (SELECT h.report_id, h.seq, h.ts_ns, x.series FROM held AS h JOIN series AS x USING (report_id)) AS h
+    ASOF JOIN steps AS s ON s.report_id = h.report_id AND s.series = h.series AND h.ts_ns >= s.start_ns
+    WHERE h.ts_ns < s.end_ns
 )
 SELECT h.report_id, h.device_id, h.pid, h.memory, h.ts_ns, h.operation, h.bytes, h.delta_bytes,
        h.held_bytes, h.reserved_bytes, h.address, h.name,
-       s.step, s.name AS step_name
+       i.step, i.name AS step_name
 FROM held AS h
-LEFT JOIN steps AS s ON s.report_id = h.report_id AND h.ts_ns >= s.start_ns AND h.ts_ns < s.end_ns
+LEFT JOIN in_step AS i USING (seq)
 ORDER BY h.report_id, h.device_id NULLS LAST, h.pid, h.memory, h.ts_ns, h.seq

@@ -13,24 +13,30 @@
 -- col occurrences BIGINT: times the sequence starts on a stream.
 -- col kernel_ns BIGINT: summed GPU time of the kernels in all occurrences (ns).
 -- col avg_ns DOUBLE: mean GPU time of one occurrence (ns).
+-- each kernel with the names of the kernels after it on its stream (as many as `length` asks)
 WITH k AS (
-    SELECT report_id, name_id, duration_ns,
-           list(name_id) OVER w AS names,
-           list(duration_ns) OVER w AS durations
+    SELECT report_id, name_id,
+           lead(name_id, 1) OVER w AS n1,
+           CASE WHEN $length >= 3 THEN lead(name_id, 2) OVER w END AS n2,
+           CASE WHEN $length >= 4 THEN lead(name_id, 3) OVER w END AS n3,
+           CASE WHEN $length >= 5 THEN lead(name_id, 4) OVER w END AS n4,
+           CASE WHEN $length >= 6 THEN lead(name_id, 5) OVER w END AS n5,
+           CASE WHEN $length >= 7 THEN lead(name_id, 6) OVER w END AS n6,
+           CASE WHEN $length >= 8 THEN lead(name_id, 7) OVER w END AS n7,
+           sum(duration_ns) OVER (w ROWS BETWEEN CURRENT ROW AND least(greatest($length, 2), 8) - 1 FOLLOWING) AS ns,
+           count(*) OVER (w ROWS BETWEEN CURRENT ROW AND least(greatest($length, 2), 8) - 1 FOLLOWING) AS kernels
     FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL
-    WINDOW w AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns
-                 ROWS BETWEEN CURRENT ROW AND 7 FOLLOWING)
-),
-seq AS (
-    SELECT report_id, names[1:least(greatest($length, 2), 8)] AS ids,
-           list_sum(durations[1:least(greatest($length, 2), 8)]) AS ns
-    FROM k
-    WHERE len(names) >= least(greatest($length, 2), 8)
+    WINDOW w AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns)
 ),
 counted AS (
-    SELECT report_id, ids, count(*) AS occurrences, sum(ns) AS kernel_ns
-    FROM seq GROUP BY ALL HAVING count(*) >= $min_count
+    SELECT report_id,
+           list_value(name_id, n1, n2, n3, n4, n5, n6, n7)[1:least(greatest($length, 2), 8)] AS ids,
+           count(*) AS occurrences, sum(ns) AS kernel_ns
+    FROM k
+    WHERE kernels = least(greatest($length, 2), 8)
+    GROUP BY report_id, name_id, n1, n2, n3, n4, n5, n6, n7
+    HAVING count(*) >= $min_count
 ),
 names AS (
     SELECT report_id, map(list(name_id), list(coalesce(name, short_name, '?'))) AS m

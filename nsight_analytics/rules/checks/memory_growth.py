@@ -78,7 +78,12 @@ def memory_growth(ctx: Context, rid: int) -> list[Finding]:
     )
     severity = "warning"
     headroom = worst["headroom_bytes"]
-    if headroom is not None:
+    if headroom is not None and headroom <= 0:  # more than the device holds: frees went unrecorded
+        message += (
+            f" The held total is already {size(-headroom)} above the device's "
+            f"{size(worst['total_memory_bytes'])}, so the capture missed frees: no time to full is given."
+        )
+    elif headroom is not None:
         steps_left = headroom / per_step
         worst["steps_to_full"] = int(steps_left)
         message += f" At this rate the device's {size(headroom)} of headroom lasts about {count(int(steps_left))} more steps."
