@@ -7,15 +7,18 @@ The trace tiles a real one (default ../shared/realdata/kineto/h100_torch2.11_tra
 9.8 MB of JSON) N times in time: copy i is shifted by i * (span + 1 ms), with correlation ids,
 External ids and flow ids offset per copy, so launches and kernels stay pairs. It is written
 one event at a time with Kineto's own number format (`ts` with exactly three decimals), so the
-generator never holds more than the source. `nsa ingest` then runs in a fresh subprocess;
-its wall time and peak RSS (`os.wait4` rusage of the child alone) go to
-benchmarks/results/kineto_xN.json. The file goes to benchmarks/data/ (git-ignored).
+generator never holds more than the source. `nsa ingest` then runs in a fresh subprocess,
+and so do the floors it is held to, one after the other on the same file: a bare `ijson` pass
+over the events and an `orjson` load of the whole file (when orjson is installed). Wall times
+and peak RSS (`os.wait4` rusage of each child alone) go to benchmarks/results/kineto_xN.json
+with the ingest's ratio to each floor. The file goes to benchmarks/data/ (git-ignored) or --data.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -103,13 +106,35 @@ def measure(cmd: list[str]) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "output": out.strip()}
 
 
+# The floors: parsing the same file and nothing else.
+IJSON_PASS = (
+    "import ijson, sys\n"
+    "with open(sys.argv[1], 'rb') as fh:\n"
+    "    n = sum(1 for _ in ijson.items(fh, 'traceEvents.item', use_float=False))\n"
+    "print(n, 'events')"
+)
+ORJSON_LOAD = (
+    "import orjson, sys\n"
+    "with open(sys.argv[1], 'rb') as fh:\n"
+    "    print(len(orjson.loads(fh.read())['traceEvents']), 'events')"
+)
+
+
+def floors(trace: Path) -> dict[str, Any]:
+    out = {"ijson": measure([sys.executable, "-c", IJSON_PASS, str(trace)])}
+    if importlib.util.find_spec("orjson") is not None:
+        out["orjson"] = measure([sys.executable, "-c", ORJSON_LOAD, str(trace)])
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--copies", type=int, default=100)
     p.add_argument("--src", type=Path, default=SRC)
     p.add_argument("--keep", action="store_true", help="keep the trace and the workspace")
+    p.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data", help="where the trace goes")
     a = p.parse_args()
-    data = ROOT / "benchmarks" / "data"
+    data = a.data
     data.mkdir(parents=True, exist_ok=True)
     trace, db = data / f"kineto_x{a.copies}.json", data / f"kineto_x{a.copies}.duckdb"
     t0 = time.perf_counter()
@@ -118,6 +143,11 @@ def main() -> None:
     db.unlink(missing_ok=True)
     nsa = [sys.executable, "-m", "nsight_analytics"]
     result = {"trace": made, "ingest": measure([*nsa, "ingest", "--db", str(db), str(trace)])}
+    result["floors"] = floors(trace)
+    result["ingest_to_floor"] = {
+        k: round(result["ingest"]["wall_s"] / v["wall_s"], 2) for k, v in result["floors"].items()
+    }
+    result["events_per_s"] = round(made["events"] / result["ingest"]["wall_s"])
     result["findings"] = measure([*nsa, "findings", "--db", str(db), "--format", "csv"])
     with open("/proc/loadavg") as fh:
         result["load_average"] = fh.read().split()[:3]

@@ -1,9 +1,11 @@
 """Streaming the events of a PyTorch profiler (Kineto) trace into staging tables.
 
-A training run's trace reaches gigabytes, so it is never loaded whole: ijson yields one event
-at a time (numbers as Decimal, so `ts` / `dur` stay exact), events are sorted into a handful of
-column batches by what they are, and each batch goes into a TEMP staging table through Arrow.
-ingest/kineto.py turns the staging tables into canonical rows with SQL.
+A training run's trace reaches gigabytes, so it is never loaded whole. `stage` has DuckDB's
+JSON reader do it (kineto_scan.py) wherever that reads every value exactly; the Python reader
+here is the reference and the rest: ijson yields one event at a time (numbers as Decimal, so
+`ts` / `dur` stay exact), events are sorted into a handful of column batches by what they are,
+and each batch goes into a TEMP staging table through Arrow. ingest/kineto.py turns the staging
+tables into canonical rows with SQL.
 
 Times: Kineto writes `ts` and `dur` in microseconds, floats with up to three decimals, relative
 to `baseTimeNanoseconds` (absent before torch 2.0: then relative to the Unix epoch). They are
@@ -26,6 +28,7 @@ import ijson  # type: ignore[import-untyped]  # ships no type information
 import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 from ..errors import InputError
+from . import kineto_scan
 
 # Rows held in Python before a batch goes to DuckDB (all staging tables together).
 BATCH = 50_000
@@ -182,6 +185,12 @@ def read_meta(path: Path) -> TraceMeta:
     """The top-level keys besides traceEvents. Most traces write them before the events; when
     `baseTimeNanoseconds` has not come by then, the scan goes on past the events for it."""
     meta = TraceMeta()
+    where = kineto_scan.locate(path)
+    if where is not None:
+        meta.values.update(where.head)
+        if "baseTimeNanoseconds" not in where.head:
+            meta.values.update(where.tail)
+        return meta
     key: str | None = None
     builder: ijson.ObjectBuilder | None = None
     seen_events = False
@@ -376,8 +385,15 @@ def events(path: Path) -> Iterator[dict[str, Any]]:
         yield from ijson.items(fh, "traceEvents.item", use_float=False)
 
 
-def stage(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[Stager, Staged]:
-    """One pass over the events into the staging tables; InputError for a damaged trace."""
+def stage(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[Stager | kineto_scan.Scanned, Staged]:
+    """One pass over the events into the staging tables; InputError for a damaged trace.
+    DuckDB's JSON reader does it where it reads the events exactly (kineto_scan.py), this
+    module's Python reader where it does not."""
+    where = kineto_scan.locate(path)
+    scanned = None if where is None else kineto_scan.stage(con, path, where)
+    if scanned is not None:
+        views, counts, start = scanned
+        return views, Staged(counts=counts, profiler_start=start)
     stager = Stager(con)
     try:
         for idx, ev in enumerate(events(path)):

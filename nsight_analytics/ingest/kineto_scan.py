@@ -1,0 +1,402 @@
+"""The events of a PyTorch profiler (Kineto) trace, parsed by DuckDB's JSON reader.
+
+DuckDB reads a top-level JSON array in parallel and streams it, but a trace is an object whose
+`traceEvents` member holds the array. `locate` finds that array's bytes (the members before
+it are parsed as they come, those after it from the end of the file), and `read_json` reads a
+temporary copy of exactly those bytes, on a connection of its own. One statement turns each event into a typed row of `_kin_ev`, with the conversions
+ingest/kineto_events.py does in Python written as SQL macros, and views give kineto.py the
+staging tables it reads (`_kin_gpu`, `_kin_host`, ...).
+
+DuckDB parses numbers to doubles. A time (`ts`, `dur`) is kept only where the double gives
+back the exact decimal Kineto wrote: integers, and values below 2^43 us (ulp < 0.001 us) with
+three decimals, which is what every PyTorch release writes. A trace with a fractional time
+beyond that, a member DuckDB rejects (an item that is not an object, a duplicate key) or bytes
+`locate` cannot place is read by the exact Python reader instead (kineto_events.Stager): it
+also gives the one-sentence error for a damaged file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .. import params
+
+# The trace's head is read in pieces of this size until the `traceEvents` member starts.
+HEAD_BYTES = 1 << 16
+HEAD_LIMIT = 1 << 26
+# The members after the events: looked for in this many bytes at the end of the file.
+TAIL_BYTES = 1 << 20
+# Fractional times at or past 2^43 us do not survive a double to the nanosecond.
+EXACT_US = 1 << 43
+# DuckDB's memory while it reads the events (into a database file of its own), and the rows
+# per Arrow batch that carry them to the workspace's connection.
+AUX_MEMORY = 512 << 20
+AUX_FILE_BYTES = 64 << 20  # smaller traces are staged in memory
+BATCH_ROWS = 1 << 17
+
+_WS = re.compile(r"[ \t\r\n]*")
+_DECODER = json.JSONDecoder(parse_float=Decimal)
+
+
+@dataclass
+class Located:
+    """Where the events array lies in the file, and the other top-level members."""
+
+    start: int  # the array's `[`
+    end: int  # one past its `]`
+    head: dict[str, Any] = field(default_factory=dict)  # the members before the events
+    tail: dict[str, Any] = field(default_factory=dict)  # and after them
+
+
+def _skip(text: str, pos: int) -> int:
+    """The position past the whitespace at `pos`."""
+    m = _WS.match(text, pos)
+    return m.end() if m else pos
+
+
+class _Unplaced(ValueError):
+    """The bytes do not have the shape `locate` reads."""
+
+
+def _members(text: str, pos: int, stop_key: str | None) -> tuple[dict[str, Any], int]:
+    """Object members `"key": value, ...` from `pos` (just past `{` or a `,`): up to the member
+    named `stop_key` (its value's position is returned) or the closing `}` (one past it)."""
+    out: dict[str, Any] = {}
+    pos = _skip(text, pos)
+    if text.startswith("}", pos) and stop_key is None:
+        return out, pos + 1
+    while True:
+        if not text.startswith('"', pos):
+            raise _Unplaced("a member name")
+        key, pos = _DECODER.raw_decode(text, pos)
+        pos = _skip(text, pos)
+        if not text.startswith(":", pos):
+            raise _Unplaced("a colon")
+        pos = _skip(text, pos + 1)
+        if key == stop_key:
+            return out, pos
+        out[key], pos = _DECODER.raw_decode(text, pos)
+        pos = _skip(text, pos)
+        if text.startswith("}", pos):
+            if stop_key is not None:
+                raise _Unplaced("no traceEvents")
+            return out, pos + 1
+        if not text.startswith(",", pos):
+            raise _Unplaced("a comma")
+        pos = _skip(text, pos + 1)
+
+
+def _head(fh: Any) -> tuple[dict[str, Any], int]:
+    """The members before `traceEvents` and the byte offset of its `[`."""
+    size = HEAD_BYTES
+    while True:
+        fh.seek(0)
+        raw = fh.read(size)
+        text = raw.decode("utf-8", errors="surrogateescape")
+        body = len(text) - len(text.lstrip("\ufeff \t\r\n"))
+        if not text.startswith("{", body):
+            raise _Unplaced("not an object")
+        try:
+            head, pos = _members(text, body + 1, "traceEvents")
+        except (ValueError, IndexError) as exc:  # a member cut by the end of the piece
+            if len(raw) < size or size >= HEAD_LIMIT:
+                raise _Unplaced("no traceEvents") from exc
+            size *= 4
+            continue
+        if not text.startswith("[", pos):
+            raise _Unplaced("traceEvents is not an array")
+        return head, len(text[:pos].encode("utf-8", errors="surrogateescape"))
+
+
+def _tail(fh: Any, size: int, start: int) -> tuple[dict[str, Any], int]:
+    """The members after the events and the offset one past the array's `]`: the earliest `]`
+    after which the rest of the file reads as `, "key": value ... }` (a `]` that ends a later
+    member's value comes after it)."""
+    begin = max(start + 1, size - TAIL_BYTES)
+    fh.seek(begin)
+    raw = fh.read(size - begin)
+    text = raw.decode("utf-8", errors="surrogateescape")
+    found: tuple[dict[str, Any], int] | None = None
+    members: dict[str, Any]
+    at = len(text)
+    while (at := text.rfind("]", 0, at)) >= 0:
+        pos = _skip(text, at + 1)
+        try:
+            if text.startswith("}", pos):
+                members, end = {}, pos + 1
+            elif text.startswith(",", pos):
+                members, end = _members(text, pos + 1, None)
+            else:
+                continue
+        except (ValueError, IndexError):
+            continue
+        if _skip(text, end) == len(text):
+            found = members, begin + len(text[: at + 1].encode("utf-8", errors="surrogateescape"))
+    if found is None:
+        raise _Unplaced("no end of traceEvents")
+    return found
+
+
+def locate(path: Path) -> Located | None:
+    """The events array's bytes and the members around it; None when the file does not read
+    as one object with a `traceEvents` array (the exact reader then decides)."""
+    size = path.stat().st_size
+    try:
+        with path.open("rb") as fh:
+            head, start = _head(fh)
+            tail, end = _tail(fh, size, start)
+    except _Unplaced:
+        return None
+    if "traceEvents" in tail:
+        return None
+    return Located(start, end, head, tail)
+
+
+def _copy(src: Path, start: int, end: int, dst: str) -> None:
+    """Write the bytes [start, end) of src to dst (a named pipe or a file)."""
+    with src.open("rb") as fin, open(dst, "wb") as fout:
+        fin.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = fin.read(min(left, 1 << 22))
+            if not chunk:
+                break
+            fout.write(chunk)
+            left -= len(chunk)
+
+
+def events_file(path: Path, where: Located, folder: str) -> str:
+    """A file in `folder` that holds the events array alone (DuckDB reads a named pipe only by
+    keeping what it has read in memory)."""
+    target = os.path.join(folder, "events.json")
+    _copy(path, where.start, where.end, target)
+    return target
+
+
+# Every `args` member the staging tables take, in one json_extract (one parse per event).
+ARG_KEYS = (
+    "device", "context", "stream", "correlation", "External id", "external id", "grid", "block",
+    "registers per thread", "shared memory", "bytes", "Collective name", "Sequence number",
+    "Sequence Number", "seq", "Fwd thread id", "Fwd Thread Id", "Record function id", "Input Dims",
+    "Input dims", "Input type", "Input types", "flops", "Flops", "In msg nelems", "Out msg nelems",
+    "Group size", "dtype", "Process Group Name", "Bytes", "Total Allocated", "Total Reserved",
+    "Device Id", "Device Type", "Addr", "name", "labels",
+)  # fmt: skip
+
+
+def _a(*keys: str) -> str:
+    """The first of `keys` present in args (a JSON null counts as present, as dict.get does)."""
+    items = [f"a[{ARG_KEYS.index(k) + 1}]" for k in keys]
+    return items[0] if len(items) == 1 else f"coalesce({', '.join(items)})"
+
+
+# kineto_events.as_int, to_ns and _text on DuckDB's values: `j` is JSON text, `v` VARCHAR.
+MACROS = r"""
+CREATE OR REPLACE TEMP MACRO _kin_int(j) AS CASE
+    WHEN j IS NULL THEN NULL
+    WHEN starts_with(j, '"') THEN TRY_CAST(regexp_extract(json_extract_string(j, '$'), '(-?\d+)\s*$', 1) AS BIGINT)
+    WHEN j = 'true' OR j = 'false' THEN NULL
+    WHEN contains(j, '.') OR contains(j, 'e') OR contains(j, 'E')
+        THEN TRY_CAST(trunc(TRY_CAST(j AS DECIMAL(38, 12))) AS BIGINT)
+    ELSE TRY_CAST(j AS BIGINT) END;
+CREATE OR REPLACE TEMP MACRO _kin_half_even(y) AS
+    CAST(floor(y) + CASE WHEN y - floor(y) > 0.5 OR (y - floor(y) = 0.5 AND floor(y) % 2 <> 0) THEN 1 ELSE 0 END
+         AS BIGINT);
+CREATE OR REPLACE TEMP MACRO _kin_ns(v) AS CASE
+    WHEN v IS NULL OR v = 'true' OR v = 'false' THEN NULL
+    WHEN regexp_full_match(v, '-?[0-9]+(\.[0-9]{1,3})?')
+        THEN TRY_CAST(split_part(v, '.', 1) || rpad(split_part(v, '.', 2), 3, '0') AS BIGINT)
+    ELSE _kin_half_even(TRY_CAST(v AS DECIMAL(38, 12)) * 1000) END;
+CREATE OR REPLACE TEMP MACRO _kin_inexact(v) AS
+    (contains(v, '.') OR contains(v, 'e') OR contains(v, 'E')) AND v <> 'true' AND v <> 'false'
+    AND abs(TRY_CAST(v AS DOUBLE)) >= {exact};
+CREATE OR REPLACE TEMP MACRO _kin_text(j) AS CASE
+    WHEN j IS NULL OR j = 'null' THEN NULL
+    WHEN starts_with(j, '"') THEN json_extract_string(j, '$')
+    WHEN j = 'true' THEN 'True' WHEN j = 'false' THEN 'False'
+    ELSE CAST(j AS VARCHAR) END;
+CREATE OR REPLACE TEMP MACRO _kin_dim(j, i) AS
+    CASE WHEN json_array_length(j) = 3 THEN _kin_int(json_extract(j, '$[' || i || ']')) END;
+"""
+COLUMNS = (
+    "{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'JSON', 'tid': 'JSON', "
+    "'ts': 'VARCHAR', 'dur': 'VARCHAR', 'id': 'JSON', 'args': 'JSON'}"
+)
+
+
+def _category_case() -> str:
+    from .kineto_events import CATEGORIES
+
+    whens = " ".join(f"WHEN {params.literal(k)} THEN {params.literal(v)}" for k, v in CATEGORIES.items())
+    return f"CASE lower(cat) {whens} END"
+
+
+def _events_sql(source: str) -> str:
+    from .kineto_events import FLOW_PHASES, GPU_CATEGORIES, HOST_CATEGORIES
+
+    def within(values: tuple[str, ...]) -> str:
+        return ", ".join(params.literal(v) for v in values)
+
+    paths = ", ".join(params.literal('$."' + k + '"') for k in ARG_KEYS)
+    kind = (
+        f"CASE WHEN ph = 'X' AND category IN ({within(GPU_CATEGORIES)}) THEN 'gpu' "
+        f"WHEN ph = 'X' AND category IN ({within(HOST_CATEGORIES)}) THEN 'host' "
+        "WHEN ph = 'i' AND name = '[memory]' THEN 'mem' "
+        f"WHEN ph IN ({within(FLOW_PHASES)}) THEN 'flow' WHEN ph = 'M' THEN 'meta' "
+        "WHEN ph = 'X' AND cat = 'Trace' THEN 'trace' END"
+    )
+    dims = ", ".join(
+        f"_kin_dim({_a(key)}, {i}) AS {pre}_{axis}"
+        for key, pre in (("grid", "grid"), ("block", "block"))
+        for i, axis in enumerate("xyz")
+    )
+    return f"""
+SELECT kind, CASE WHEN kind = 'flow' THEN coalesce(cat, 'None') ELSE category END AS category,
+    CASE WHEN kind = 'meta' THEN coalesce(name, 'None') ELSE coalesce(name, '') END AS name,
+    ph, _kin_int(pid) AS pid, _kin_int(tid) AS tid, _kin_ns(ts) AS ts, _kin_ns(dur) AS dur,
+    _kin_inexact(ts) OR _kin_inexact(dur) AS inexact,
+    _kin_int(id) AS flow_id,
+    CAST(_kin_int({_a("device")}) AS INTEGER) AS device, _kin_int({_a("context")}) AS context,
+    _kin_int({_a("stream")}) AS stream, _kin_int({_a("correlation")}) AS correlation,
+    _kin_int({_a("External id", "external id")}) AS external_id,
+    {dims},
+    CAST(_kin_int({_a("registers per thread")}) AS INTEGER) AS registers,
+    _kin_int({_a("shared memory")}) AS smem, _kin_int({_a("bytes")}) AS bytes,
+    _kin_int({_a("Sequence number", "Sequence Number", "seq")}) AS seq,
+    _kin_int({_a("Fwd thread id", "Fwd Thread Id")}) AS fwd_tid,
+    _kin_int({_a("Record function id")}) AS rf_id,
+    CAST({_a("Input Dims", "Input dims")} AS VARCHAR) AS input_dims_json,
+    CAST({_a("Input type", "Input types")} AS VARCHAR) AS input_types_json,
+    _kin_int({_a("flops", "Flops")}) AS flops,
+    {_a("Collective name")} IS NOT NULL AS has_comm,
+    _kin_text({_a("Collective name")}) AS collective,
+    _kin_int({_a("In msg nelems")}) AS in_nelems, _kin_int({_a("Out msg nelems")}) AS out_nelems,
+    _kin_int({_a("Group size")}) AS group_size, _kin_text({_a("dtype")}) AS dtype,
+    _kin_text({_a("Process Group Name")}) AS process_group,
+    _kin_int({_a("Bytes")}) AS mem_bytes, _kin_int({_a("Total Allocated")}) AS allocated,
+    _kin_int({_a("Total Reserved")}) AS reserved,
+    CAST(_kin_int({_a("Device Id")}) AS INTEGER) AS device_id,
+    CAST(_kin_int({_a("Device Type")}) AS INTEGER) AS device_type, _kin_int({_a("Addr")}) AS addr,
+    _kin_text({_a("name", "labels")}) AS meta_value
+FROM (
+    SELECT *, {kind} AS kind
+    FROM (
+        SELECT *, {_category_case()} AS category,
+            CASE WHEN json_type(args) = 'OBJECT' THEN json_extract(args, [{paths}]) END AS a
+        FROM read_json({params.literal(source)}, format = 'array', columns = {COLUMNS})
+    )
+)
+"""
+
+
+# The staging tables of kineto_events.STAGING, from `_kin_ev` (rowid: the event's index).
+TABLES = {
+    "_kin_gpu": "SELECT rowid AS idx, category, name, pid, tid, ts, dur, device, context, stream, correlation, "
+    "external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, smem, bytes "
+    "FROM _kin_ev WHERE kind = 'gpu'",
+    "_kin_host": "SELECT e.rowid AS idx, category, name, pid, tid, ts, dur, correlation, external_id, seq, "
+    "fwd_tid, rf_id, d.text AS input_dims, t.text AS input_types, flops FROM _kin_ev AS e "
+    "LEFT JOIN _kin_json AS d ON d.raw = e.input_dims_json LEFT JOIN _kin_json AS t ON t.raw = e.input_types_json "
+    "WHERE kind = 'host'",
+    "_kin_mem": "SELECT rowid AS idx, pid, tid, ts, mem_bytes AS bytes, allocated, reserved, device_id, "
+    "device_type, addr FROM _kin_ev WHERE kind = 'mem'",
+    "_kin_flow": "SELECT category, flow_id, ph, pid, tid, ts FROM _kin_ev WHERE kind = 'flow'",
+    "_kin_meta": "SELECT pid, tid, name AS key, meta_value AS value FROM _kin_ev WHERE kind = 'meta'",
+    "_kin_comm": "SELECT rowid AS idx, category, external_id, collective, in_nelems, out_nelems, group_size, "
+    "dtype, process_group FROM _kin_ev WHERE kind IN ('gpu', 'host') AND has_comm",
+}
+
+
+class Scanned:
+    """The staging tables in the workspace's connection; drop() removes them (as
+    kineto_events.Stager.drop)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def drop(self) -> None:
+        try:
+            for table in TABLES:
+                self.con.execute(f"DROP TABLE IF EXISTS {table}")
+        except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
+            pass
+
+
+def _json_texts(aux: duckdb.DuckDBPyConnection) -> None:
+    """`Input Dims` / `Input type` as kineto_events._json_text writes them, once per distinct value."""
+    from .kineto_events import _json_text
+
+    rows = aux.execute(
+        "SELECT input_dims_json FROM _kin_ev WHERE kind = 'host' AND input_dims_json IS NOT NULL UNION "
+        "SELECT input_types_json FROM _kin_ev WHERE kind = 'host' AND input_types_json IS NOT NULL"
+    ).fetchall()
+    aux.execute("CREATE TABLE _kin_json (raw VARCHAR, text VARCHAR)")
+    pairs = [(raw, _json_text(json.loads(raw, parse_float=Decimal))) for (raw,) in rows]
+    if pairs:
+        aux.executemany("INSERT INTO _kin_json VALUES (?, ?)", pairs)
+
+
+def _read(path: Path, where: Located, folder: str) -> duckdb.DuckDBPyConnection | None:
+    """A connection of its own holding `_kin_ev`, so that an event DuckDB rejects leaves the
+    ingest's transaction as it was; None when it rejects one or a time is not exact."""
+    small = where.end - where.start < AUX_FILE_BYTES
+    aux = duckdb.connect(":memory:" if small else os.path.join(folder, "events.duckdb"))
+    try:
+        aux.execute(f"SET temp_directory = {params.literal(folder)}")
+        aux.execute(f"SET memory_limit = '{AUX_MEMORY >> 20}MiB'")
+        aux.execute("SET preserve_insertion_order = true")
+        aux.execute(MACROS.replace("{exact}", str(EXACT_US)))
+        source = events_file(path, where, folder)
+        try:
+            aux.execute(f"CREATE TABLE _kin_ev AS {_events_sql(source)}")
+        finally:
+            Path(source).unlink()
+        if params.first_row(aux.execute("SELECT count(*) FILTER (WHERE inexact) FROM _kin_ev"))[0]:
+            aux.close()
+            return None
+    except duckdb.Error:
+        aux.close()
+        return None
+    return aux
+
+
+def stage(
+    con: duckdb.DuckDBPyConnection, path: Path, where: Located
+) -> tuple[Scanned, dict[str, int], int | None] | None:
+    """The staging tables of the trace at `path` in `con`, the events per kind and the
+    profiling window's start; None (nothing left behind) when DuckDB cannot read the events
+    exactly."""
+    folder = tempfile.mkdtemp(prefix="nsa-kineto-")
+    try:
+        aux = _read(path, where, folder)
+        if aux is None:
+            return None
+        try:
+            _json_texts(aux)
+            counts: dict[str, int] = {}
+            for kind, category, n in aux.execute(
+                "SELECT kind, category, count(*) FROM _kin_ev "
+                "WHERE kind IN ('gpu', 'host', 'mem', 'flow', 'meta') GROUP BY ALL"
+            ).fetchall():
+                name = {"mem": "memory", "flow": "flow", "meta": "meta"}.get(kind, category)
+                counts[name] = counts.get(name, 0) + int(n)
+            start = params.first_row(aux.execute("SELECT min(ts) FROM _kin_ev WHERE kind = 'trace'"))[0]
+            scanned = Scanned(con)
+            for table, sql in TABLES.items():
+                batches = aux.execute(sql).to_arrow_reader(BATCH_ROWS)  # noqa: F841  # read by name below
+                con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM batches")
+        finally:
+            aux.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return scanned, counts, None if start is None else int(start)
