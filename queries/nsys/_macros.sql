@@ -55,6 +55,36 @@ CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
     GROUP BY report_id
     HAVING max(series_steady) > 0;
 
+-- nsa_window_gaps(nsa_rid, nsa_min_gap_ns): the idle gaps of each device that gpu-idle judges,
+-- those of the steady state (a gap whose midpoint lies in it) or, without steps, after the first
+-- kernel; at least nsa_min_gap_ns long. report_id, dev (device_id, -1 for none), and the activity
+-- that ends the gap: pid, correlation_id (its launch call); gap_start_ns, gap_end_ns.
+CREATE OR REPLACE MACRO nsa_window_gaps(nsa_rid, nsa_min_gap_ns) AS TABLE
+    WITH
+    act AS (
+        SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns,
+               max(end_ns) OVER (
+                   PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+               ) AS prev_end
+        FROM nsa_gpu_activity(nsa_rid)
+    ),
+    first_kernel AS (
+        SELECT report_id, coalesce(device_id, -1) AS dev, min(start_ns) AS first_ns
+        FROM kernel_rows
+        WHERE nsa_rid IS NULL OR report_id = nsa_rid
+        GROUP BY ALL
+    )
+    SELECT a.report_id, a.dev, a.pid, a.correlation_id, a.prev_end AS gap_start_ns, a.start_ns AS gap_end_ns
+    FROM act AS a
+    LEFT JOIN nsa_steady(nsa_rid) AS s USING (report_id)
+    LEFT JOIN first_kernel AS f USING (report_id, dev)
+    WHERE a.start_ns - a.prev_end >= greatest(nsa_min_gap_ns, 1)
+        AND CASE
+            WHEN s.report_id IS NOT NULL THEN a.prev_end + (a.start_ns - a.prev_end) // 2 >= s.start_ns
+            ELSE a.start_ns > f.first_ns
+        END;
+
 -- nsa_blocking_call(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
 --   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix;

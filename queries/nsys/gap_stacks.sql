@@ -37,31 +37,7 @@
 -- col idle_ns BIGINT: idle time of the window's gaps, or of the gap (ns).
 -- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
 WITH
-act AS (
-    SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns,
-           max(end_ns) OVER (
-               PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-           ) AS prev_end
-    FROM nsa_gpu_activity($report_id)
-),
-first_kernel AS (
-    SELECT report_id, coalesce(device_id, -1) AS dev, min(start_ns) AS first_ns
-    FROM kernel_rows
-    WHERE $report_id IS NULL OR report_id = $report_id
-    GROUP BY ALL
-),
-gap AS (
-    SELECT a.report_id, a.dev, a.pid, a.correlation_id, a.prev_end AS gap_start_ns, a.start_ns AS gap_end_ns
-    FROM act AS a
-    LEFT JOIN nsa_steady($report_id) AS s USING (report_id)
-    LEFT JOIN first_kernel AS f USING (report_id, dev)
-    WHERE a.start_ns - a.prev_end >= greatest($min_gap_ns, 1)
-        AND CASE
-            WHEN s.report_id IS NOT NULL THEN a.prev_end + (a.start_ns - a.prev_end) // 2 >= s.start_ns
-            ELSE a.start_ns > f.first_ns
-        END
-),
+gap AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
 ),
