@@ -1,8 +1,9 @@
 """Files nsa writes appear whole or not at all.
 
-Each is written to a temporary file in the target's folder and renamed onto the target only
+Each regular file is written to a temporary file in the target's folder and renamed onto the target only
 once complete: a full disk, a failed query or Ctrl-C part-way leaves the previous file (or no
 file), never half of one. The rename is atomic because source and target share a file system.
+Special files (`/dev/null`, a named pipe, `/dev/stdout`) are written in place, never replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def write_atomic(path: str | os.PathLike[str], content: str | bytes | Callable[[
     target = Path(path).expanduser()
     if target.is_symlink():  # replace the file the link points at, and keep the link
         target = target.resolve()
+    if target.exists() and not target.is_file():  # /dev/null, a FIFO, /dev/stdout: never replaced
+        _write_in_place(target, content)
+        return target
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".tmp")
     tmp = Path(name)
     try:
@@ -38,6 +42,16 @@ def write_atomic(path: str | os.PathLike[str], content: str | bytes | Callable[[
         tmp.unlink(missing_ok=True)
         raise
     return target
+
+
+def _write_in_place(target: Path, content: str | bytes | Callable[[Path], None]) -> None:
+    """A device, pipe or other special file is written as it is: renaming a file onto it would
+    replace the device (as root, /dev/null itself) instead of writing to it."""
+    if callable(content):
+        content(target)
+        return
+    with target.open("wb") as f:
+        f.write(content.encode("utf-8") if isinstance(content, str) else content)
 
 
 def _mode(target: Path) -> int:

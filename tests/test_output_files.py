@@ -124,6 +124,35 @@ def test_stdout_gets_what_the_file_gets(db: Path, tmp_path: Path) -> None:
     assert len(json.loads((tmp_path / "gaps.json").read_text(encoding="utf-8"))) == n > 0
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("how", ["query csv (DuckDB's COPY)", "findings json (text)"])
+def test_a_special_file_is_written_not_replaced(how: str, db: Path, tmp_path: Path) -> None:
+    """`-o /dev/null` or a named pipe: the rows go into it; renaming a finished temporary file
+    onto it would replace the device with a regular file (as root, /dev/null itself). A FIFO
+    stands in for the device here, so a regression cannot damage the machine running the test."""
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    if how.startswith("query"):
+        args = ["query", "kernel_summary", "--db", str(db), "--format", "csv", "-o", str(fifo)]
+    else:
+        args = ["findings", "--db", str(db), "--format", "json", "-o", str(fifo)]
+    res = run(*args)
+    reader.join(timeout=60)
+    assert res.exit_code in (EXIT_OK, 1), res.output  # findings exit 1 only with --fail-on
+    assert fifo.is_fifo()  # still the pipe, not a regular file put in its place
+    assert got and got[0], "nothing reached the pipe"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo"]  # no temporary file left
+    if how.startswith("query"):
+        assert got[0].decode().splitlines()[0].startswith("report_id,")
+    else:
+        assert isinstance(json.loads(got[0]), list)
+
+
 def test_parquet_is_written_to_a_file(db: Path, tmp_path: Path) -> None:
     target = tmp_path / "kernels.parquet"
     res = run(
