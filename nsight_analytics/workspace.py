@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from . import params, schema
-from .errors import WorkspaceError
+from .errors import WorkspaceError, os_problem
 from .names import ENV_DB
 
 log = logging.getLogger(__name__)
@@ -29,10 +29,18 @@ DEFAULT_DB = "nsa.duckdb"
 
 
 def resolve_db_path(db: str | os.PathLike[str] | None = None) -> Path:
-    """--db wins, then $NSA_DB, then ./nsa.duckdb."""
+    """--db wins, then $NSA_DB, then ./nsa.duckdb. A symbolic link loop or a name too long is
+    refused here, the same on every Python (3.13's Path.resolve no longer raises on a loop)."""
     if db is None:
         db = os.environ.get(ENV_DB) or DEFAULT_DB
-    return Path(db).expanduser().resolve()
+    path = Path(db).expanduser()
+    try:
+        os.stat(path)
+    except OSError as exc:  # a path that does not exist yet is fine: the workspace is created
+        problem = os_problem(exc)
+        if problem is not None:
+            raise WorkspaceError(problem) from exc
+    return path.resolve()
 
 
 ENV_LOCK_WAIT = "NSA_LOCK_WAIT"
