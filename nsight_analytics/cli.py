@@ -771,6 +771,21 @@ def query(
         emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
 
 
+@main.command(short_help="Serve the workspace to AI assistants (MCP).")
+@db_option
+def mcp(db: str | None) -> None:
+    """Serve the workspace over the Model Context Protocol on stdin/stdout, for an AI assistant
+    to list reports and runs, ingest files, run library queries and read-only SQL, get findings
+    and diff reports (docs/mcp.md has the lines to add to an assistant's configuration). Needs
+    the optional SDK: pip install 'nsight-analytics[mcp]'.
+    """
+    from . import mcp_server
+
+    with errors():
+        server = mcp_server.build_server(db)
+    server.run("stdio")
+
+
 def _query_list_text(name: str | None, fmt: str) -> str:
     """`nsa query --list [NAME]`: a table is one line per query (or NAME's contract, in words);
     machine formats get every contract's whole text (or NAME's row)."""

@@ -32,6 +32,7 @@ def test_cli_imports_only_the_facade_and_the_renderers() -> None:
     allowed = {
         "api",
         "render",
+        "mcp_server",  # `nsa mcp`: the other front end over the same facade
         "errors.NsaError",
         "errors.WorkspaceError",
         "errors.INTERRUPTED",
