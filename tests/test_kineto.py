@@ -260,7 +260,8 @@ def torch1_trace() -> dict[str, Any]:
             c = 1000 + 10 * step + k
             ev += [
                 {"ph": "X", "cat": "Operator", "name": "aten::relu", "pid": 31383, "tid": "31383", "ts": s + 10 + 50 * k,
-                 "dur": 40, "args": {"Input dims": [[32, 128]], "External id": 10 * step + k + 1}},
+                 "dur": 40, "args": {"Input dims": [[32, 128]], "External id": 10 * step + k + 1,
+                                     "Call stack": f"model.py({40 + k}): forward;train.py(88): step;train.py(120): <module>"}},
                 {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 31383, "tid": "31383",
                  "ts": s + 20 + 50 * k, "dur": 6, "args": {"correlation": c, "external id": 10 * step + k + 1}},
                 {"ph": "X", "cat": "Kernel", "name": "void at::native::vectorized_elementwise_kernel<4>(int)",
@@ -272,6 +273,32 @@ def torch1_trace() -> dict[str, Any]:
         ev.append({"ph": "X", "cat": "Memset", "name": "Memset (Device)", "pid": 0, "tid": "stream 7",
                    "ts": s + 800, "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 5000 + step, "bytes": 64}})  # fmt: skip
     return {"schemaVersion": 1, "traceEvents": ev}
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["duckdb", "exact"])
+def test_call_stack_of_old_traces_is_kept(tmp_path: Path, monkeypatch, fast: bool) -> None:
+    """torch 1.8-1.12 `with_stack=True` wrote each op's Python stack as one `Call stack` string:
+    it reaches cpu_ops.call_stack as written, from either event reader."""
+    from nsight_analytics.ingest import kineto_scan
+
+    trace = torch1_trace()
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    if not fast:
+        monkeypatch.setattr(kineto_scan, "locate", lambda path: None)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    want = sorted(
+        (e["args"]["External id"], e["args"].get("Call stack"))
+        for e in trace["traceEvents"]
+        if e["cat"] == "Operator"
+    )
+    got = con.execute(
+        "SELECT external_id, call_stack FROM cpu_ops WHERE report_id = ? ORDER BY ALL", [rid]
+    ).fetchall()
+    assert got == want
+    assert sum(s is not None for _, s in got) == 12  # the relu ops; the steps have none
+    con.close()
 
 
 @pytest.mark.parametrize("build", [rocm_trace, torch1_trace], ids=["rocm", "torch1"])

@@ -19,6 +19,7 @@ import nsight_analytics as nsa
 from conftest import realdata
 from fixtures import nsys_fixtures as fx
 from nsight_analytics.ingest import ensure_loaded
+from nsight_analytics.ingest.nsys import fill_nvtx_kernels
 
 FOREACH = "h100_nsys2025.3_train_foreach_gpumetrics.sqlite"
 H2D = "h100x2_nsys2026.2_h2d_heavy.sqlite"
@@ -91,6 +92,40 @@ def test_backward_on_the_main_thread_gets_the_autograd_threads_kernels(tmp_path,
     # forward and optimizer run on the main thread: both views agree there
     for name in ("forward", "optimizer"):
         assert total(same, name) == total(proc, name) and total(same, name)[0] > 0
+    con.close()
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+def test_ranges_worked_out_in_small_chunks_match_the_export(tmp_path, foreach_export, chunk: int) -> None:
+    """The ASOF passes go by chunks of threads (processes), a thread with more closed ranges than
+    a chunk cut at quantiles of its rowids: every range gets the same counts whatever the cuts."""
+    with sqlite3.connect(foreach_export) as db:
+        same = _per_range(db, SAME_THREAD)
+        proc = _per_range(db, SAME_PROCESS)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, foreach_export).report_id
+    ensure_loaded(con, ["nvtx_ranges", "cuda_api"])
+    assert len(same) > 2 * chunk  # the ranges' thread is cut into parts
+    con.execute("BEGIN TRANSACTION")
+    assert (
+        fill_nvtx_kernels(con, rid, chunk=chunk)
+        == len(same) + con.execute("SELECT count(*) FROM nvtx_ranges WHERE end_ns IS NULL").fetchone()[0]
+    )
+    con.execute("COMMIT")
+    got = {
+        (st, gt): (n, k, kns, pk, pkns)
+        for st, gt, n, k, kns, pk, pkns in con.execute(
+            "SELECT start_ns, global_tid, name, kernels, kernel_ns, process_kernels, process_kernel_ns "
+            "FROM nvtx_ranges WHERE report_id = ? AND end_ns IS NOT NULL",
+            [rid],
+        ).fetchall()
+    }
+    assert got == {key: (*same[key], *proc[key][1:]) for key in same}
+    assert sum(v[1] for v in same.values()) < sum(v[1] for v in proc.values())  # the process pass ran
+    unset = con.execute(
+        "SELECT count(*) FROM nvtx_ranges WHERE end_ns IS NULL AND kernels IS NOT NULL"
+    ).fetchone()[0]
+    assert unset == 0  # open ranges stay NULL
     con.close()
 
 

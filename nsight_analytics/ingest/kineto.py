@@ -193,7 +193,7 @@ def load_host(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> dict[str
         con,
         "cpu_ops",
         f"SELECT {HOST_COLUMNS}, h.name, h.category, h.external_id, h.seq, h.fwd_tid, h.rf_id, h.input_dims, "
-        "h.input_types, h.flops FROM _kin_host AS h "
+        "h.input_types, h.flops, h.call_stack FROM _kin_host AS h "
         "WHERE h.category IN ('cpu_op', 'user_annotation', 'python_function')",
         v,
     )

@@ -63,7 +63,7 @@ STAGING: dict[str, dict[str, pa.DataType]] = {
     "_kin_host": {
         "idx": _I64, "category": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
         "correlation": _I64, "external_id": _I64, "seq": _I64, "fwd_tid": _I64, "rf_id": _I64,
-        "input_dims": _STR, "input_types": _STR, "flops": _I64,
+        "input_dims": _STR, "input_types": _STR, "flops": _I64, "call_stack": _STR,
     },
     "_kin_mem": {
         "idx": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "bytes": _I64, "allocated": _I64,
@@ -81,6 +81,8 @@ STAGING: dict[str, dict[str, pa.DataType]] = {
 # The key of the arguments PyTorch records about a collective: on the NCCL kernel itself (recent
 # releases), on the host `record_param_comms` op with the kernel's `External id` (older), or nowhere.
 COLLECTIVE_KEY = "Collective name"
+# torch 1.8-1.12 with `with_stack=True`: an op's Python stack, "file.py(88): fn;..." (kept raw).
+CALL_STACK_KEY = "Call stack"
 # Staged with a name id (a long kernel name is stored once); these views put the names back.
 NAMED = {"_kin_gpu", "_kin_host"}
 _DUCK = {_I64: "BIGINT", _I32: "INTEGER", _STR: "VARCHAR"}
@@ -309,6 +311,7 @@ class Stager:
             input_dims=_json_text(_arg(args, "Input Dims", "Input dims")),
             input_types=_json_text(_arg(args, "Input type", "Input types")),
             flops=as_int(_arg(args, "flops", "Flops")),
+            call_stack=_text(args.get(CALL_STACK_KEY)),
         )
         if COLLECTIVE_KEY in args:
             self._comm(idx, category, args)
@@ -385,15 +388,26 @@ def events(path: Path) -> Iterator[dict[str, Any]]:
         yield from ijson.items(fh, "traceEvents.item", use_float=False)
 
 
-def stage(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[Stager | kineto_scan.Scanned, Staged]:
-    """One pass over the events into the staging tables; InputError for a damaged trace.
-    DuckDB's JSON reader does it where it reads the events exactly (kineto_scan.py), this
-    module's Python reader where it does not."""
+def scan(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[kineto_scan.Scanned, Staged] | None:
+    """The staging tables as DuckDB's JSON reader gives them (kineto_scan.py), or None where it
+    does not read every value exactly. Called outside a transaction (see kineto_scan.stage)."""
     where = kineto_scan.locate(path)
     scanned = None if where is None else kineto_scan.stage(con, path, where)
-    if scanned is not None:
-        views, counts, start = scanned
-        return views, Staged(counts=counts, profiler_start=start)
+    if scanned is None:
+        return None
+    views, counts, start = scanned
+    return views, Staged(counts=counts, profiler_start=start)
+
+
+def stage(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[Stager | kineto_scan.Scanned, Staged]:
+    """One pass over the events into the staging tables; InputError for a damaged trace.
+    DuckDB's JSON reader does it where it reads the events exactly (`scan`), this module's
+    Python reader where it does not (`read_exactly`)."""
+    return scan(con, path) or read_exactly(con, path)
+
+
+def read_exactly(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[Stager, Staged]:
+    """The staging tables from this module's exact Python reader; InputError for a damaged trace."""
     stager = Stager(con)
     try:
         for idx, ev in enumerate(events(path)):

@@ -3,9 +3,11 @@
 DuckDB reads a top-level JSON array in parallel and streams it, but a trace is an object whose
 `traceEvents` member holds the array. `locate` finds that array's bytes (the members before
 it are parsed as they come, those after it from the end of the file), and `read_json` reads a
-temporary copy of exactly those bytes, on a connection of its own. One statement turns each event into a typed row of `_kin_ev`, with the conversions
-ingest/kineto_events.py does in Python written as SQL macros, and views give kineto.py the
-staging tables it reads (`_kin_gpu`, `_kin_host`, ...).
+temporary copy of exactly those bytes. One statement turns each event into a typed row of the
+TEMP table `_kin_ev` in the workspace's connection, with the conversions
+ingest/kineto_events.py does in Python written as SQL macros, and TEMP views give kineto.py the
+staging tables it reads (`_kin_gpu`, `_kin_host`, ...). The reader stages before the ingest's
+transaction begins, so an event DuckDB rejects leaves nothing behind.
 
 DuckDB parses numbers to doubles. A time (`ts`, `dur`) is kept only where the double gives
 back the exact decimal Kineto wrote: integers, and values below 2^43 us (ulp < 0.001 us) with
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 from .. import params
 
@@ -38,11 +41,6 @@ HEAD_LIMIT = 1 << 26
 TAIL_BYTES = 1 << 20
 # Fractional times at or past 2^43 us do not survive a double to the nanosecond.
 EXACT_US = 1 << 43
-# DuckDB's memory while it reads the events (into a database file of its own), and the rows
-# per Arrow batch that carry them to the workspace's connection.
-AUX_MEMORY = 512 << 20
-AUX_FILE_BYTES = 64 << 20  # smaller traces are staged in memory
-BATCH_ROWS = 1 << 17
 
 _WS = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder(parse_float=Decimal)
@@ -163,10 +161,21 @@ def locate(path: Path) -> Located | None:
 
 
 def _copy(src: Path, start: int, end: int, dst: str) -> None:
-    """Write the bytes [start, end) of src to dst (a named pipe or a file)."""
+    """Write the bytes [start, end) of src to dst (a named pipe or a file): in the kernel where
+    it can (copy_file_range: no pass through Python's buffers), else in pieces."""
     with src.open("rb") as fin, open(dst, "wb") as fout:
-        fin.seek(start)
         left = end - start
+        try:
+            while left > 0:
+                n = os.copy_file_range(
+                    fin.fileno(), fout.fileno(), min(left, 1 << 30), start + (end - start - left)
+                )
+                if n <= 0:
+                    break
+                left -= n
+        except (AttributeError, OSError):  # not Linux, or not between these two files
+            pass
+        fin.seek(end - left)
         while left > 0:
             chunk = fin.read(min(left, 1 << 22))
             if not chunk:
@@ -190,7 +199,7 @@ ARG_KEYS = (
     "Sequence Number", "seq", "Fwd thread id", "Fwd Thread Id", "Record function id", "Input Dims",
     "Input dims", "Input type", "Input types", "flops", "Flops", "In msg nelems", "Out msg nelems",
     "Group size", "dtype", "Process Group Name", "Bytes", "Total Allocated", "Total Reserved",
-    "Device Id", "Device Type", "Addr", "name", "labels",
+    "Device Id", "Device Type", "Addr", "name", "labels", "Call stack",
 )  # fmt: skip
 
 
@@ -277,7 +286,7 @@ SELECT kind, CASE WHEN kind = 'flow' THEN coalesce(cat, 'None') ELSE category EN
     _kin_int({_a("Record function id")}) AS rf_id,
     CAST({_a("Input Dims", "Input dims")} AS VARCHAR) AS input_dims_json,
     CAST({_a("Input type", "Input types")} AS VARCHAR) AS input_types_json,
-    _kin_int({_a("flops", "Flops")}) AS flops,
+    _kin_int({_a("flops", "Flops")}) AS flops, _kin_text({_a("Call stack")}) AS call_stack,
     {_a("Collective name")} IS NOT NULL AS has_comm,
     _kin_text({_a("Collective name")}) AS collective,
     _kin_int({_a("In msg nelems")}) AS in_nelems, _kin_int({_a("Out msg nelems")}) AS out_nelems,
@@ -299,13 +308,13 @@ FROM (
 """
 
 
-# The staging tables of kineto_events.STAGING, from `_kin_ev` (rowid: the event's index).
+# The staging tables of kineto_events.STAGING: views of `_kin_ev` (rowid: the event's index).
 TABLES = {
     "_kin_gpu": "SELECT rowid AS idx, category, name, pid, tid, ts, dur, device, context, stream, correlation, "
     "external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, smem, bytes "
     "FROM _kin_ev WHERE kind = 'gpu'",
     "_kin_host": "SELECT e.rowid AS idx, category, name, pid, tid, ts, dur, correlation, external_id, seq, "
-    "fwd_tid, rf_id, d.text AS input_dims, t.text AS input_types, flops FROM _kin_ev AS e "
+    "fwd_tid, rf_id, d.text AS input_dims, t.text AS input_types, flops, call_stack FROM _kin_ev AS e "
     "LEFT JOIN _kin_json AS d ON d.raw = e.input_dims_json LEFT JOIN _kin_json AS t ON t.raw = e.input_types_json "
     "WHERE kind = 'host'",
     "_kin_mem": "SELECT rowid AS idx, pid, tid, ts, mem_bytes AS bytes, allocated, reserved, device_id, "
@@ -315,88 +324,80 @@ TABLES = {
     "_kin_comm": "SELECT rowid AS idx, category, external_id, collective, in_nelems, out_nelems, group_size, "
     "dtype, process_group FROM _kin_ev WHERE kind IN ('gpu', 'host') AND has_comm",
 }
+# What `stage` leaves in the connection besides the views.
+_STORED = ("_kin_ev", "_kin_json")
+_MACROS = re.findall(r"MACRO (_kin_\w+)", MACROS)
 
 
 class Scanned:
-    """The staging tables in the workspace's connection; drop() removes them (as
-    kineto_events.Stager.drop)."""
+    """The staging views in the workspace's connection; drop() removes them and what they read
+    (as kineto_events.Stager.drop)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
 
     def drop(self) -> None:
         try:
-            for table in TABLES:
+            for view in TABLES:
+                self.con.execute(f"DROP VIEW IF EXISTS {view}")
+            for table in _STORED:
                 self.con.execute(f"DROP TABLE IF EXISTS {table}")
+            for macro in _MACROS:
+                self.con.execute(f"DROP MACRO IF EXISTS {macro}")
         except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
             pass
 
 
-def _json_texts(aux: duckdb.DuckDBPyConnection) -> None:
+def _json_texts(con: duckdb.DuckDBPyConnection) -> None:
     """`Input Dims` / `Input type` as kineto_events._json_text writes them, once per distinct value."""
     from .kineto_events import _json_text
 
-    rows = aux.execute(
-        "SELECT input_dims_json FROM _kin_ev WHERE kind = 'host' AND input_dims_json IS NOT NULL UNION "
-        "SELECT input_types_json FROM _kin_ev WHERE kind = 'host' AND input_types_json IS NOT NULL"
-    ).fetchall()
-    aux.execute("CREATE TABLE _kin_json (raw VARCHAR, text VARCHAR)")
-    pairs = [(raw, _json_text(json.loads(raw, parse_float=Decimal))) for (raw,) in rows]
-    if pairs:
-        aux.executemany("INSERT INTO _kin_json VALUES (?, ?)", pairs)
-
-
-def _read(path: Path, where: Located, folder: str) -> duckdb.DuckDBPyConnection | None:
-    """A connection of its own holding `_kin_ev`, so that an event DuckDB rejects leaves the
-    ingest's transaction as it was; None when it rejects one or a time is not exact."""
-    small = where.end - where.start < AUX_FILE_BYTES
-    aux = duckdb.connect(":memory:" if small else os.path.join(folder, "events.duckdb"))
-    try:
-        aux.execute(f"SET temp_directory = {params.literal(folder)}")
-        aux.execute(f"SET memory_limit = '{AUX_MEMORY >> 20}MiB'")
-        aux.execute("SET preserve_insertion_order = true")
-        aux.execute(MACROS.replace("{exact}", str(EXACT_US)))
-        source = events_file(path, where, folder)
-        try:
-            aux.execute(f"CREATE TABLE _kin_ev AS {_events_sql(source)}")
-        finally:
-            Path(source).unlink()
-        if params.first_row(aux.execute("SELECT count(*) FILTER (WHERE inexact) FROM _kin_ev"))[0]:
-            aux.close()
-            return None
-    except duckdb.Error:
-        aux.close()
-        return None
-    return aux
+    raws = [
+        raw
+        for (raw,) in con.execute(
+            "SELECT input_dims_json FROM _kin_ev WHERE kind = 'host' AND input_dims_json IS NOT NULL UNION "
+            "SELECT input_types_json FROM _kin_ev WHERE kind = 'host' AND input_types_json IS NOT NULL"
+        ).fetchall()
+    ]
+    texts = pa.table(  # noqa: F841  # read by name below
+        {
+            "raw": pa.array(raws, pa.string()),
+            "text": pa.array([_json_text(json.loads(r, parse_float=Decimal)) for r in raws], pa.string()),
+        }
+    )
+    con.execute("CREATE OR REPLACE TEMP TABLE _kin_json AS SELECT * FROM texts")
 
 
 def stage(
     con: duckdb.DuckDBPyConnection, path: Path, where: Located
 ) -> tuple[Scanned, dict[str, int], int | None] | None:
-    """The staging tables of the trace at `path` in `con`, the events per kind and the
-    profiling window's start; None (nothing left behind) when DuckDB cannot read the events
-    exactly."""
+    """The staging views of the trace at `path` in `con`, the events per kind and the profiling
+    window's start; None (nothing left behind) when DuckDB cannot read the events exactly.
+    Run outside a transaction: a rejected event then fails its own statement only."""
     folder = tempfile.mkdtemp(prefix="nsa-kineto-")
+    scanned = Scanned(con)
     try:
-        aux = _read(path, where, folder)
-        if aux is None:
+        con.execute(MACROS.replace("{exact}", str(EXACT_US)))
+        source = events_file(path, where, folder)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _kin_ev AS {_events_sql(source)}")
+        Path(source).unlink()
+        if params.first_row(con.execute("SELECT count(*) FILTER (WHERE inexact) FROM _kin_ev"))[0]:
+            scanned.drop()
             return None
-        try:
-            _json_texts(aux)
-            counts: dict[str, int] = {}
-            for kind, category, n in aux.execute(
-                "SELECT kind, category, count(*) FROM _kin_ev "
-                "WHERE kind IN ('gpu', 'host', 'mem', 'flow', 'meta') GROUP BY ALL"
-            ).fetchall():
-                name = {"mem": "memory", "flow": "flow", "meta": "meta"}.get(kind, category)
-                counts[name] = counts.get(name, 0) + int(n)
-            start = params.first_row(aux.execute("SELECT min(ts) FROM _kin_ev WHERE kind = 'trace'"))[0]
-            scanned = Scanned(con)
-            for table, sql in TABLES.items():
-                batches = aux.execute(sql).to_arrow_reader(BATCH_ROWS)  # noqa: F841  # read by name below
-                con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM batches")
-        finally:
-            aux.close()
+        _json_texts(con)
+        counts: dict[str, int] = {}
+        for kind, category, n in con.execute(
+            "SELECT kind, category, count(*) FROM _kin_ev "
+            "WHERE kind IN ('gpu', 'host', 'mem', 'flow', 'meta') GROUP BY ALL"
+        ).fetchall():
+            name = {"mem": "memory", "flow": "flow", "meta": "meta"}.get(kind, category)
+            counts[name] = counts.get(name, 0) + int(n)
+        start = params.first_row(con.execute("SELECT min(ts) FROM _kin_ev WHERE kind = 'trace'"))[0]
+        for view, sql in TABLES.items():
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS {sql}")
+    except duckdb.Error:
+        scanned.drop()
+        return None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return scanned, counts, None if start is None else int(start)

@@ -85,6 +85,19 @@ CREATE OR REPLACE MACRO nsa_window_gaps(nsa_rid, nsa_min_gap_ns) AS TABLE
             ELSE a.start_ns > f.first_ns
         END;
 
+-- nsa_gap_launches(nsa_rid, nsa_min_gap_ns): the gaps of nsa_window_gaps, one row each, with the
+-- thread that launched the work ending the gap: report_id, dev, gap_start_ns, gap_end_ns and
+-- global_tid, the thread of the CUDA API call with the ending activity's report_id, pid and
+-- correlation_id (the earliest such call; NULL when none has a thread).
+CREATE OR REPLACE MACRO nsa_gap_launches(nsa_rid, nsa_min_gap_ns) AS TABLE
+    SELECT g.report_id, g.dev, g.gap_start_ns, any_value(g.gap_end_ns) AS gap_end_ns,
+           arg_min(c.global_tid, c.start_ns) AS global_tid
+    FROM nsa_window_gaps(nsa_rid, nsa_min_gap_ns) AS g
+    LEFT JOIN cuda_api AS c
+        ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
+        AND c.global_tid IS NOT NULL AND (nsa_rid IS NULL OR c.report_id = nsa_rid)
+    GROUP BY g.report_id, g.dev, g.gap_start_ns;
+
 -- nsa_blocking_call(api_name): how a CUDA API call blocks the calling host thread, or NULL when it
 -- does not:
 --   'synchronize': cuda/cu Device-, Thread-, Ctx-, Stream- and EventSynchronize (any _vN suffix;

@@ -51,21 +51,14 @@
 -- col traced_ns BIGINT: the part of attributed_ns the launching thread spent in a traced activity (enclosing ones left out); the rest is host code no source traced (ns).
 -- col gaps BIGINT: the device's gaps in the window.
 WITH
-gap AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
+-- every gap of the window, with the thread that launched the work ending it (NULL: unknown)
+gap AS (SELECT * FROM nsa_gap_launches($report_id, $min_gap_ns)),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns, count(*) AS gaps
     FROM gap
     GROUP BY ALL
 ),
--- the thread of the call that launched the work ending each gap
-launch AS (
-    SELECT g.report_id, g.dev, g.gap_start_ns, any_value(g.gap_end_ns) AS gap_end_ns,
-           arg_min(c.global_tid, c.start_ns) AS global_tid
-    FROM gap AS g
-    JOIN cuda_api AS c ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
-    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.global_tid IS NOT NULL
-    GROUP BY g.report_id, g.dev, g.gap_start_ns
-),
+launch AS (SELECT * FROM gap WHERE global_tid IS NOT NULL),
 -- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus
 -- the part of that gap before t
 cum AS (
@@ -82,36 +75,68 @@ attributed AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS attributed_ns FROM cum GROUP BY ALL
 ),
 threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
--- the activities of the launching threads, narrow for the sorts (names are joined back to the
--- few that overlap the gaps): src 0 cuda, 1 osrt, 5 mpi (calls, flat), 2 nvtx, 3 cpu_op, 4 python
--- (they nest); row = rowid
+-- the activities' names as numbers (nid), so that the sorts and sums below carry no strings:
+-- src 0 cuda, 1 osrt, 5 mpi (calls, flat), 2 nvtx, 3 cpu_op, 4 python (they nest)
+sources AS (
+    SELECT * FROM (VALUES (0, 'cuda'), (1, 'osrt'), (5, 'mpi'), (2, 'nvtx'), (3, 'cpu_op'), (4, 'python'))
+        AS v(src, source)
+),
+names AS (
+    SELECT src, name, row_number() OVER (ORDER BY src, name) AS nid
+    FROM (
+        SELECT DISTINCT 0 AS src, name FROM cuda_api WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT DISTINCT 1, name FROM osrt_api WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT DISTINCT 5, name FROM host_waits
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND source = 'mpi'
+        UNION ALL
+        SELECT DISTINCT 2, coalesce(base_name, name) FROM nvtx_ranges
+        WHERE $report_id IS NULL OR report_id = $report_id
+        UNION ALL
+        SELECT DISTINCT CASE WHEN category = 'python_function' THEN 4 ELSE 3 END, name FROM cpu_ops
+        WHERE $report_id IS NULL OR report_id = $report_id
+    )
+    WHERE name IS NOT NULL
+),
+-- the activities of the launching threads, narrow for the sorts; row = rowid, nid NULL for a
+-- NULL name
 host AS (
-    SELECT report_id, global_tid, start_ns, end_ns, 0 AS src, rowid AS row FROM cuda_api
-    WHERE $report_id IS NULL OR report_id = $report_id
+    SELECT c.report_id, c.global_tid, c.start_ns, c.end_ns, 0 AS src, c.rowid AS row, n.nid
+    FROM cuda_api AS c
+    LEFT JOIN names AS n ON n.src = 0 AND n.name = c.name
+    WHERE $report_id IS NULL OR c.report_id = $report_id
     UNION ALL
-    SELECT report_id, global_tid, start_ns, end_ns, 1 AS src, rowid AS row FROM osrt_api
-    WHERE $report_id IS NULL OR report_id = $report_id
-    UNION ALL
-    SELECT report_id, global_tid, start_ns, end_ns, 5 AS src, rowid AS row FROM host_waits
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND source = 'mpi'
-    UNION ALL
-    SELECT n.report_id, n.global_tid, n.start_ns, n.end_ns, 2 AS src, n.rowid AS row
-    FROM nvtx_ranges AS n
-    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
-        ON s.report_id = n.report_id AND s.series = n.global_tid AND s.start_ns = n.start_ns AND s.end_ns = n.end_ns
-    WHERE ($report_id IS NULL OR n.report_id = $report_id) AND n.end_ns IS NOT NULL
-        AND n.report_id NOT IN (SELECT DISTINCT report_id FROM cpu_ops)
-    UNION ALL
-    SELECT o.report_id, o.global_tid, o.start_ns, o.end_ns,
-           CASE WHEN o.category = 'python_function' THEN 4 ELSE 3 END AS src, o.rowid AS row
-    FROM cpu_ops AS o
-    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
-        ON s.report_id = o.report_id AND s.series = o.global_tid AND s.start_ns = o.start_ns AND s.end_ns = o.end_ns
+    SELECT o.report_id, o.global_tid, o.start_ns, o.end_ns, 1 AS src, o.rowid AS row, n.nid
+    FROM osrt_api AS o
+    LEFT JOIN names AS n ON n.src = 1 AND n.name = o.name
     WHERE $report_id IS NULL OR o.report_id = $report_id
+    UNION ALL
+    SELECT w.report_id, w.global_tid, w.start_ns, w.end_ns, 5 AS src, w.rowid AS row, n.nid
+    FROM host_waits AS w
+    LEFT JOIN names AS n ON n.src = 5 AND n.name = w.name
+    WHERE ($report_id IS NULL OR w.report_id = $report_id) AND w.source = 'mpi'
+    UNION ALL
+    SELECT r.report_id, r.global_tid, r.start_ns, r.end_ns, 2 AS src, r.rowid AS row, n.nid
+    FROM nvtx_ranges AS r
+    LEFT JOIN names AS n ON n.src = 2 AND n.name = coalesce(r.base_name, r.name)
+    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
+        ON s.report_id = r.report_id AND s.series = r.global_tid AND s.start_ns = r.start_ns AND s.end_ns = r.end_ns
+    WHERE ($report_id IS NULL OR r.report_id = $report_id) AND r.end_ns IS NOT NULL
+        AND r.report_id NOT IN (SELECT DISTINCT report_id FROM cpu_ops)
+    UNION ALL
+    SELECT p.report_id, p.global_tid, p.start_ns, p.end_ns,
+           CASE WHEN p.category = 'python_function' THEN 4 ELSE 3 END AS src, p.rowid AS row, n.nid
+    FROM cpu_ops AS p
+    LEFT JOIN names AS n
+        ON n.src = CASE WHEN p.category = 'python_function' THEN 4 ELSE 3 END AND n.name = p.name
+    ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
+        ON s.report_id = p.report_id AND s.series = p.global_tid AND s.start_ns = p.start_ns AND s.end_ns = p.end_ns
+    WHERE $report_id IS NULL OR p.report_id = $report_id
 ),
 -- G at each activity's start; at its end too when it ends before the next gap starts (most do)
 at_start AS (
-    SELECT h.report_id, t.dev, h.global_tid, h.src, h.row, h.start_ns, h.end_ns,
+    SELECT h.report_id, t.dev, h.global_tid, h.src, h.row, h.nid, h.start_ns, h.end_ns,
            coalesce(a.before_ns + least(greatest(h.start_ns - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g_start,
            CASE
                WHEN a.gap_start_ns IS NOT NULL AND h.end_ns < coalesce(a.next_start_ns, 9223372036854775807)
@@ -125,14 +150,14 @@ at_start AS (
 ),
 -- the rest (an activity that starts before the first gap or spans a gap's start): G at its end
 at_end AS (
-    SELECT x.report_id, x.dev, x.global_tid, x.src, x.row, x.start_ns, x.end_ns, x.g_start,
+    SELECT x.report_id, x.dev, x.global_tid, x.src, x.row, x.nid, x.start_ns, x.end_ns, x.g_start,
            coalesce(b.before_ns + least(greatest(x.end_ns - b.gap_start_ns, 0), b.gap_end_ns - b.gap_start_ns), 0) AS g_end
     FROM (SELECT * FROM at_start WHERE g_end_near IS NULL) AS x
     ASOF LEFT JOIN cum AS b
         ON b.report_id = x.report_id AND b.dev = x.dev AND b.global_tid = x.global_tid AND x.end_ns >= b.gap_start_ns
 ),
 overlapping AS (
-    SELECT report_id, dev, global_tid, src, row, start_ns, end_ns, g_start, g_end_near AS g_end
+    SELECT report_id, dev, global_tid, src, row, nid, start_ns, end_ns, g_start, g_end_near AS g_end
     FROM at_start
     WHERE g_end_near > g_start
     UNION ALL
@@ -150,26 +175,11 @@ calls AS (
         AND (contains(c.name, 'Launch') OR contains(c.name, 'Memcpy') OR contains(c.name, 'Memset'))
         AND NOT contains(c.name, 'HostFunc')
 ),
--- the names of the few activities that overlap the gaps
-named AS (
-    SELECT x.*, 'cuda' AS source, c.name FROM overlapping AS x JOIN cuda_api AS c ON c.rowid = x.row WHERE x.src = 0
-    UNION ALL
-    SELECT x.*, 'osrt' AS source, o.name FROM overlapping AS x JOIN osrt_api AS o ON o.rowid = x.row WHERE x.src = 1
-    UNION ALL
-    SELECT x.*, 'mpi' AS source, w.name FROM overlapping AS x JOIN host_waits AS w ON w.rowid = x.row WHERE x.src = 5
-    UNION ALL
-    SELECT x.*, 'nvtx' AS source, coalesce(n.base_name, n.name) AS name
-    FROM overlapping AS x JOIN nvtx_ranges AS n ON n.rowid = x.row WHERE x.src = 2
-    UNION ALL
-    SELECT x.*, CASE WHEN x.src = 4 THEN 'python' ELSE 'cpu_op' END AS source, p.name
-    FROM overlapping AS x JOIN cpu_ops AS p ON p.rowid = x.row WHERE x.src IN (3, 4)
-),
--- whether a range, op or frame encloses two or more launches (calls never count as enclosing)
+-- the ranges, ops and frames, and whether each encloses two or more launches (calls never count
+-- as enclosing: they stay in `overlapping` alone, not copied)
 inside AS (
-    SELECT x.*, false AS encloses FROM named AS x WHERE x.src IN (0, 1, 5)
-    UNION ALL
     SELECT x.*, coalesce(e.n, 0) - coalesce(s.n, 0) >= 2 AS encloses
-    FROM (SELECT * FROM named WHERE src IN (2, 3, 4)) AS x
+    FROM (SELECT * FROM overlapping WHERE src IN (2, 3, 4)) AS x
     ASOF LEFT JOIN calls AS e ON e.report_id = x.report_id AND e.global_tid = x.global_tid AND x.end_ns >= e.start_ns
     ASOF LEFT JOIN calls AS s ON s.report_id = x.report_id AND s.global_tid = x.global_tid AND x.start_ns > s.start_ns
 ),
@@ -180,14 +190,14 @@ kept AS (
            max(end_ns) OVER w AS prev_end,
            arg_max(g_end, end_ns) OVER w AS g_prev_end
     FROM inside
-    WHERE src IN (2, 3, 4) AND NOT encloses
+    WHERE NOT encloses
     WINDOW w AS (
-        PARTITION BY report_id, dev, global_tid, src, name ORDER BY start_ns, end_ns DESC, row
+        PARTITION BY report_id, dev, global_tid, src, nid ORDER BY start_ns, end_ns DESC, row
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     )
 ),
 merged AS (
-    SELECT report_id, dev, source, name,
+    SELECT report_id, dev, src, nid,
            sum(CASE
                WHEN prev_end IS NULL OR start_ns >= prev_end THEN g_end - g_start
                WHEN end_ns <= prev_end THEN 0
@@ -201,15 +211,11 @@ merged AS (
 -- (+1) and ends (-1), ends before starts at the same time, outer starts before inner ones, inner
 -- ends before outer ones; calls (cuda, osrt, mpi) do not nest
 events AS (
-    SELECT report_id, dev, global_tid, src, source, name, start_ns AS t, 1 AS step, -end_ns AS tie, row AS key,
-           g_start AS g
+    SELECT report_id, dev, global_tid, src, nid, start_ns AS t, 1 AS step, -end_ns AS tie, row AS key, g_start AS g
     FROM inside
-    WHERE src IN (2, 3, 4)
     UNION ALL
-    SELECT report_id, dev, global_tid, src, source, name, end_ns AS t, -1 AS step, -start_ns AS tie, -row AS key,
-           g_end AS g
+    SELECT report_id, dev, global_tid, src, nid, end_ns AS t, -1 AS step, -start_ns AS tie, -row AS key, g_end AS g
     FROM inside
-    WHERE src IN (2, 3, 4)
 ),
 sweep AS (
     SELECT *,
@@ -220,31 +226,31 @@ sweep AS (
     WINDOW w AS (PARTITION BY report_id, dev, global_tid, src ORDER BY t, step, tie, key)
 ),
 starts AS (
-    SELECT report_id, dev, global_tid, src, source, name, seq, open_after - 1 AS depth
+    SELECT report_id, dev, global_tid, src, nid, seq, open_after - 1 AS depth
     FROM sweep
     WHERE step = 1
 ),
 -- after each event, the innermost open activity of the source: the latest to start at the depth
--- still open (NULL when none is)
+-- still open (nid NULL when none is)
 innermost AS (
-    SELECT s.report_id, s.dev, s.global_tid, s.src, s.t, s.seq, s.g, s.g_next, o.source, o.name
+    SELECT s.report_id, s.dev, s.global_tid, s.src, s.t, s.seq, s.g, s.g_next, o.nid
     FROM sweep AS s
     ASOF LEFT JOIN starts AS o
         ON o.report_id = s.report_id AND o.dev = s.dev AND o.global_tid = s.global_tid AND o.src = s.src
         AND o.depth = s.open_after - 1 AND s.seq >= o.seq
 ),
 self AS (
-    SELECT report_id, dev, source, name, sum(g_next - g) AS self_ns
+    SELECT report_id, dev, src, nid, sum(g_next - g) AS self_ns
     FROM innermost
-    WHERE name IS NOT NULL AND g_next > g
+    WHERE nid IS NOT NULL AND g_next > g
     GROUP BY ALL
     UNION ALL
-    SELECT report_id, dev, source, name, sum(g_end - g_start) FROM inside WHERE src IN (0, 1, 5) GROUP BY ALL
+    SELECT report_id, dev, src, nid, sum(g_end - g_start) FROM overlapping WHERE src IN (0, 1, 5) GROUP BY ALL
 ),
 shape AS (
-    SELECT report_id, dev, source, name, count(*) AS instances, min(depth) AS depth FROM starts GROUP BY ALL
+    SELECT report_id, dev, src, nid, count(*) AS instances, min(depth) AS depth FROM starts GROUP BY ALL
     UNION ALL
-    SELECT report_id, dev, source, name, count(*), 0 FROM inside WHERE src IN (0, 1, 5) GROUP BY ALL
+    SELECT report_id, dev, src, nid, count(*), 0 FROM overlapping WHERE src IN (0, 1, 5) GROUP BY ALL
 ),
 -- the parent: the innermost NVTX range or profiler op open just before an activity starts (its own
 -- source's parent for a range or op), summed over the instances in in_gaps_ns; named_open is
@@ -263,7 +269,11 @@ cover AS (
            max(g_end) OVER w AS g_reach,
            max(open_seq) OVER w AS parent_seq
     FROM (
-        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, source, name, g_start, g_end, NULL AS open_seq
+        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
+        FROM overlapping
+        WHERE src IN (0, 1, 5)
+        UNION ALL
+        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
         FROM inside
         WHERE NOT encloses
         UNION ALL
@@ -283,19 +293,21 @@ covered AS (
     GROUP BY ALL
 ),
 parents AS (
-    SELECT k.report_id, k.dev, k.source, k.name, o.source AS parent_source, o.name AS parent_name,
+    SELECT k.report_id, k.dev, k.src, k.nid, o.src AS parent_src, o.nid AS parent_nid,
            sum(k.g_end - k.g_start) AS parent_ns
     FROM cover AS k
     JOIN named_open AS o
         ON o.report_id = k.report_id AND o.dev = k.dev AND o.global_tid = k.global_tid AND o.open_seq = k.parent_seq
-    WHERE o.name IS NOT NULL AND (o.source <> k.source OR o.name <> k.name)
+    WHERE o.nid IS NOT NULL AND (o.src <> k.src OR o.nid <> k.nid)
     GROUP BY ALL
 ),
 top_parent AS (
-    SELECT *
-    FROM parents
+    SELECT p.report_id, p.dev, p.src, p.nid, ps.source AS parent_source, pn.name AS parent_name, p.parent_ns
+    FROM parents AS p
+    JOIN sources AS ps ON ps.src = p.parent_src
+    JOIN names AS pn ON pn.nid = p.parent_nid
     QUALIFY row_number() OVER (
-        PARTITION BY report_id, dev, source, name ORDER BY parent_ns DESC, parent_source, parent_name
+        PARTITION BY p.report_id, p.dev, p.src, p.nid ORDER BY p.parent_ns DESC, parent_source, parent_name
     ) = 1
 ),
 -- CPU samples of the launching threads inside the gaps, per function (the innermost named frame,
@@ -320,15 +332,19 @@ sampled AS (
     WHERE ($report_id IS NULL OR x.report_id = $report_id) AND x.ts_ns < c.gap_end_ns
 ),
 sample_parents AS (
-    SELECT x.report_id, x.dev, 'sample' AS source, x.name, o.source AS parent_source, o.name AS parent_name,
+    SELECT x.report_id, x.dev, 'sample' AS source, x.name, so.source AS parent_source, nm.name AS parent_name,
            count(*) AS samples
-    FROM sampled AS x
-    ASOF JOIN named_open AS o
-        ON o.report_id = x.report_id AND o.dev = x.dev AND o.global_tid = x.global_tid AND x.ts_ns >= o.t
-    WHERE o.name IS NOT NULL
-    GROUP BY x.report_id, x.dev, x.name, o.source, o.name
+    FROM (
+        SELECT x.report_id, x.dev, x.name, o.src, o.nid
+        FROM sampled AS x
+        ASOF JOIN named_open AS o
+            ON o.report_id = x.report_id AND o.dev = x.dev AND o.global_tid = x.global_tid AND x.ts_ns >= o.t
+    ) AS x
+    JOIN sources AS so ON so.src = x.src
+    JOIN names AS nm ON nm.nid = x.nid
+    GROUP BY x.report_id, x.dev, x.name, so.source, nm.name
     QUALIFY row_number() OVER (
-        PARTITION BY x.report_id, x.dev, x.name ORDER BY count(*) DESC, o.source, o.name
+        PARTITION BY x.report_id, x.dev, x.name ORDER BY count(*) DESC, so.source, nm.name
     ) = 1
 ),
 sample_names AS (
@@ -345,21 +361,27 @@ sample_names AS (
                    PARTITION BY report_id, dev, global_tid ORDER BY start_ns
                    RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
                ) AS reach_ns
-        FROM inside
+        FROM (
+            SELECT report_id, dev, global_tid, start_ns, end_ns FROM overlapping WHERE src IN (0, 1, 5)
+            UNION ALL
+            SELECT report_id, dev, global_tid, start_ns, end_ns FROM inside WHERE NOT encloses
+        ) AS i
         SEMI JOIN (SELECT DISTINCT report_id, global_tid FROM sampled) AS t USING (report_id, global_tid)
-        WHERE NOT encloses
     ) AS c
         ON c.report_id = x.report_id AND c.dev = x.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.start_ns
     GROUP BY ALL
 ),
 per_name AS (
-    SELECT sh.report_id, sh.dev, sh.source, sh.name,
-           CASE WHEN sh.source IN ('cuda', 'osrt', 'mpi') THEN f.self_ns ELSE coalesce(m.in_gaps_ns, 0) END AS in_gaps_ns,
+    SELECT sh.report_id, sh.dev, so.source, nm.name,
+           CASE WHEN src IN (0, 1, 5) THEN f.self_ns ELSE coalesce(m.in_gaps_ns, 0) END AS in_gaps_ns,
            coalesce(f.self_ns, 0) AS self_ns, sh.instances, sh.depth, tp.parent_source, tp.parent_name, tp.parent_ns
     FROM shape AS sh
-    LEFT JOIN merged AS m USING (report_id, dev, source, name)
-    LEFT JOIN self AS f USING (report_id, dev, source, name)
-    LEFT JOIN top_parent AS tp USING (report_id, dev, source, name)
+    -- a NULL name (nid) matches none of these, as in a join on the name
+    LEFT JOIN merged AS m USING (report_id, dev, src, nid)
+    LEFT JOIN self AS f USING (report_id, dev, src, nid)
+    LEFT JOIN top_parent AS tp USING (report_id, dev, src, nid)
+    JOIN sources AS so USING (src)
+    LEFT JOIN (SELECT nid, name FROM names) AS nm USING (nid)
     UNION ALL
     SELECT n.report_id, n.dev, n.source, n.name, n.in_gaps_ns, n.untraced_ns, n.instances, 0, sp.parent_source,
            sp.parent_name, sp.samples * n.period_ns

@@ -75,9 +75,13 @@ per_call AS (
     FROM (SELECT call_id, device_id, sum(side * busy_until) AS busy_ns FROM b GROUP BY ALL)
     GROUP BY ALL
 ),
+-- from cuda_api again rather than from api, so that api (with its names) has one reader and is
+-- never materialised
 spans AS (
-    SELECT report_id, pid, max(end_ns) - min(start_ns) AS pid_span_ns
-    FROM api GROUP BY ALL
+    SELECT a.report_id, a.pid, max(a.end_ns) - min(greatest(a.start_ns, coalesce(w.ws, a.start_ns))) AS pid_span_ns
+    FROM cuda_api AS a LEFT JOIN win AS w USING (report_id)
+    WHERE ($report_id IS NULL OR a.report_id = $report_id) AND (w.ws IS NULL OR a.end_ns > w.ws)
+    GROUP BY ALL
 )
 SELECT c.report_id, c.pid, c.name, count(*) AS calls,
        CAST(sum(c.duration_ns) AS BIGINT) AS blocked_ns,

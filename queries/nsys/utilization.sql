@@ -8,7 +8,8 @@
 -- is traced as a memset either way). copy_busy_ns is the union of the memory operations and
 -- copy_only_ns the part of it during which no kernel ran (any_busy_ns - kernel_busy_ns), i.e.
 -- copies not hidden behind compute; so any_busy_ns = kernel_busy_ns + copy_only_ns. Computed in
--- one sorted pass per device (running max of earlier ends).
+-- one sorted pass per device (running maxima of earlier kernel and copy ends), graph executions
+-- in a pass of their own.
 -- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
 -- first steady step (nsa_steady) to its last GPU activity: activities are clipped to that window
 -- and span_ns is its length; with 'startup', over the time before it. Reports without steps keep
@@ -54,25 +55,47 @@ a AS (
         we,
         windowed,
         CASE WHEN kind IN ('kernel', 'graph') THEN end_ns END AS k_end,
-        CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END AS c_end,
-        CASE WHEN kind = 'graph' THEN end_ns END AS g_end
+        CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END AS c_end
     FROM x
     WHERE end_ns >= start_ns
 ),
 -- Rows are ordered by start only: rows starting together add max(their ends) - start to a union
--- in any order, and a sort on one key is cheaper (1.31M rows: 0.26 s -> 0.20 s on 2 cores).
+-- in any order, and a sort on one key is cheaper (1.31M rows: 0.26 s -> 0.20 s on 2 cores). Two
+-- running maxima: the latest end of all earlier rows is the larger of the two (every row is a
+-- kernel or a copy), and each running maximum costs about as much as the sort.
 w AS (
     SELECT
         *,
         max(k_end) OVER prev AS k_prev,
-        max(c_end) OVER prev AS c_prev,
-        max(g_end) OVER prev AS g_prev,
-        max(end_ns) OVER prev AS all_prev
+        max(c_end) OVER prev AS c_prev
     FROM a
     WINDOW prev AS (
         PARTITION BY report_id, device_id ORDER BY start_ns
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     )
+),
+-- graph executions alone (usually none or few), clipped as in x: their own union. Read on their
+-- own rather than from x, so that x has one reader and is never materialised.
+graphs AS (
+    SELECT report_id, device_id, sum(nsa_union_ns(end_ns, start_ns, g_prev)) AS graph_busy_ns
+    FROM (
+        SELECT *,
+               max(end_ns) OVER (
+                   PARTITION BY report_id, device_id ORDER BY start_ns
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+               ) AS g_prev
+        FROM (
+            SELECT
+                g.report_id, g.device_id,
+                CASE WHEN w.ws IS NOT NULL THEN greatest(g.start_ns, w.ws) ELSE g.start_ns END AS start_ns,
+                CASE WHEN w.we IS NOT NULL THEN least(g.end_ns, w.we) ELSE g.end_ns END AS end_ns
+            FROM nsa_gpu_activity($report_id) AS g
+            LEFT JOIN win AS w USING (report_id)
+            WHERE g.kind = 'graph'
+        )
+        WHERE end_ns >= start_ns
+    )
+    GROUP BY ALL
 ),
 d AS (
     SELECT
@@ -82,14 +105,13 @@ d AS (
         coalesce(any_value(we), max(end_ns)) - coalesce(any_value(ws), min(start_ns)) AS span_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE k_end IS NOT NULL), 0) AS kernel_busy_ns,
         coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE c_end IS NOT NULL), 0) AS copy_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, g_prev)) FILTER (WHERE g_end IS NOT NULL), 0) AS graph_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, all_prev)), 0) AS any_busy_ns
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, greatest(k_prev, c_prev))), 0) AS any_busy_ns
     FROM w
     GROUP BY ALL
 )
 SELECT
-    report_id,
-    device_id,
+    d.report_id,
+    d.device_id,
     CASE WHEN windowed THEN $phase ELSE 'run' END AS phase,
     CAST(span_ns AS BIGINT) AS span_ns,
     CAST(kernel_busy_ns AS BIGINT) AS kernel_busy_ns,
@@ -97,6 +119,7 @@ SELECT
     CAST(any_busy_ns AS BIGINT) AS any_busy_ns,
     CAST(span_ns - any_busy_ns AS BIGINT) AS idle_ns,
     CAST(any_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns,
-    CAST(graph_busy_ns AS BIGINT) AS graph_busy_ns
+    CAST(coalesce(g.graph_busy_ns, 0) AS BIGINT) AS graph_busy_ns
 FROM d
-ORDER BY report_id, device_id
+LEFT JOIN graphs AS g ON g.report_id = d.report_id AND g.device_id IS NOT DISTINCT FROM d.device_id
+ORDER BY d.report_id, d.device_id

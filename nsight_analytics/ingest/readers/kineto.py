@@ -19,7 +19,7 @@ import duckdb
 
 from ... import params
 from ...errors import InputError
-from .. import kineto, kineto_events, stacks
+from .. import kineto, kineto_events, kineto_scan, stacks
 from ..kineto_sniff import is_kineto_trace
 from ..reader import SNIFF_BYTES, LoadResult, Progress, Reader
 
@@ -35,8 +35,9 @@ KINDS = {
     "memory_events": "memory",
     "comm_ops": "comm",
 }
-# DuckDB's memory while a trace is staged (see _limit_memory)
+# DuckDB's memory while a trace is staged (see _limit_memory): half the trace's size, within these.
 MEMORY_LIMIT_BYTES = 1 << 30
+MEMORY_FLOOR_BYTES = 256 << 20
 # the rows `nsa ingest` reports, in this order
 SHOWN = (
     "kernels", "comm_ops", "memcpy", "memset", "cuda_api", "cpu_ops", "nvtx_ranges", "memory_events", "steps"
@@ -49,6 +50,8 @@ class Trace:
 
     path: Path
     meta: kineto_events.TraceMeta
+    # the staging tables DuckDB's JSON reader made; None: the exact reader reads the events in load
+    scanned: tuple[kineto_scan.Scanned, kineto_events.Staged] | None = None
 
 
 class KinetoReader(Reader[Trace]):
@@ -70,10 +73,16 @@ class KinetoReader(Reader[Trace]):
             meta = kineto_events.read_meta(path)
         except kineto_events.ijson.JSONError as exc:
             raise kineto_events.json_error(path, exc) from exc
-        previous = _limit_memory(con)
+        previous = _limit_memory(con, path.stat().st_size // 2)
+        scanned = None
         try:
-            yield Trace(path, meta)
+            # Before the pipeline's transaction: an event DuckDB's reader rejects fails its own
+            # statement, and the exact reader takes over in load.
+            scanned = kineto_events.scan(con, path)
+            yield Trace(path, meta, scanned)
         finally:
+            if scanned is not None:  # after the transaction, whatever its end
+                scanned[0].drop()
             con.execute(f"SET memory_limit = '{previous}'")
 
     def load(
@@ -87,7 +96,7 @@ class KinetoReader(Reader[Trace]):
         path = handle.path
         if progress:
             progress("events", 0, 2)
-        stager, staged = kineto_events.stage(con, path)
+        stager, staged = handle.scanned or kineto_events.read_exactly(con, path)
         try:
             if not any(n for what, n in staged.counts.items() if what != "meta"):
                 raise InputError(
@@ -116,15 +125,17 @@ class KinetoReader(Reader[Trace]):
         return stacks.load_kineto(con, report_id)
 
 
-def _limit_memory(con: duckdb.DuckDBPyConnection) -> str:
-    """Cap DuckDB's memory while a trace is staged, so a large trace spills to the workspace's
-    temporary folder instead of growing with the file; returns the setting to restore."""
+def _limit_memory(con: duckdb.DuckDBPyConnection, wanted: int) -> str:
+    """Cap DuckDB's memory while a trace is staged (at `wanted` bytes, within MEMORY_FLOOR_BYTES
+    and MEMORY_LIMIT_BYTES), so that the staged events spill to the workspace's temporary folder
+    instead of growing with the file; returns the setting to restore."""
+    cap = min(MEMORY_LIMIT_BYTES, max(MEMORY_FLOOR_BYTES, wanted))
     previous = str(params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0])
     m = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B|bytes)", previous)
     scale = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
              "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
-    if m is None or float(m.group(1)) * scale.get(m.group(2), 1) > MEMORY_LIMIT_BYTES:
-        con.execute(f"SET memory_limit = '{MEMORY_LIMIT_BYTES >> 20}MiB'")
+    if m is None or float(m.group(1)) * scale.get(m.group(2), 1) > cap:
+        con.execute(f"SET memory_limit = '{cap >> 20}MiB'")
     return previous
 
 
