@@ -7,7 +7,9 @@ OUT gets SRC's schema; every time-stamped activity table (any table with a `star
 `timestamp` column: CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS, OSRT_API, DIAGNOSTIC_EVENT, ...) holds N
 copies of SRC's rows, copy i shifted by i * (span + margin) ns, with `correlationId` offset by
 i * (max correlationId + 1) in every table, so kernel <-> API pairs stay pairs and never collide
-across copies. Everything else (StringIds, ENUM_*, META_DATA_*, TARGET_INFO_*, PROCESSES,
+across copies. Call stacks are tiled with their owners: SAMPLING_CALLCHAINS with COMPOSITE_EVENTS
+(`id`), CUDA_CALLCHAINS with CUPTI_ACTIVITY_KIND_RUNTIME and OSRT_CALLCHAINS with OSRT_API
+(`callchainId`; NULL, and OSRT_API's 0, meaning none) get N copies with the ids offset alike. Everything else (StringIds, ENUM_*, META_DATA_*, TARGET_INFO_*, PROCESSES,
 ThreadNames...) is copied once; ANALYSIS_DETAILS' stopTime/duration are stretched to the new
 span. The whole copy is SQL inside SQLite (ATTACH, one INSERT ... SELECT per table over a
 recursive CTE of copy numbers, one transaction, journal and sync off): 300 copies of a 2.2 MB
@@ -27,6 +29,13 @@ from pathlib import Path
 TIME_COLUMNS = ("start", "end", "timestamp", "qmdBulkReleaseDone", "qmdPreexitDone", "qmdLastCtaDone")
 # Ids that pair rows across tables (kernel <-> API, NVTX start/end ranges): offset per copy.
 ID_COLUMNS = ("correlationId", "rangeId")
+# Backtrace tables (not time-stamped), the (table, column) of the rows that point at their `id`
+# and the value that means "no backtrace" there besides NULL (CUDA_CALLCHAINS has an id 0).
+CHAINS = {
+    "SAMPLING_CALLCHAINS": ("COMPOSITE_EVENTS", "id", None),
+    "CUDA_CALLCHAINS": ("CUPTI_ACTIVITY_KIND_RUNTIME", "callchainId", None),
+    "OSRT_CALLCHAINS": ("OSRT_API", "callchainId", 0),
+}
 
 
 def _q(name: str) -> str:
@@ -85,7 +94,19 @@ def make_large_export(
             "WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY type = 'table' DESC, rowid"
         ).fetchall()
         tables = {name: _columns(con, "src", name) for typ, name, _, _ in objects if typ == "table"}
-        tiled = {t: c for t, c in tables.items() if is_tiled(c)}
+        # a backtrace table is tiled with its owner, both ids offset by one amount per copy
+        chain_ids: dict[tuple[str, str], int] = {}
+        no_chain: dict[tuple[str, str], int] = {}
+        for chain, (owner, col, none) in CHAINS.items():
+            if "id" in tables.get(chain, ()) and col in tables.get(owner, ()):
+                top = con.execute(
+                    f"SELECT max(m) FROM (SELECT max(id) AS m FROM src.{_q(chain)} "
+                    f"UNION ALL SELECT max({_q(col)}) FROM src.{_q(owner)})"
+                ).fetchone()[0]
+                chain_ids[(chain, "id")] = chain_ids[(owner, col)] = int(top or 0) + 1
+                if none is not None:
+                    no_chain[(owner, col)] = none
+        tiled = {t: c for t, c in tables.items() if is_tiled(c) or (t, "id") in chain_ids}
 
         starts = [v for v in (_min(con, tiled, "start"), _min(con, tiled, "timestamp")) if v is not None]
         ends = [v for v in (_max(con, tiled, "end"), _max(con, tiled, "start"), _max(con, tiled, "timestamp"))
@@ -104,7 +125,14 @@ def make_large_export(
             if table in tiled:
                 exprs = []
                 for c in cols:
-                    if c in TIME_COLUMNS:
+                    if (table, c) in no_chain:
+                        none, step = no_chain[(table, c)], chain_ids[(table, c)]
+                        exprs.append(
+                            f"CASE WHEN s.{_q(c)} = {none} THEN {none} ELSE s.{_q(c)} + k.i * {step} END"
+                        )
+                    elif (table, c) in chain_ids:  # NULL stays NULL
+                        exprs.append(f"s.{_q(c)} + k.i * {chain_ids[(table, c)]}")
+                    elif c in TIME_COLUMNS:
                         exprs.append(f"s.{_q(c)} + k.i * {period}")
                     elif c in ID_COLUMNS:
                         exprs.append(f"s.{_q(c)} + k.i * {id_offsets[c]}")
@@ -138,6 +166,7 @@ def make_large_export(
         "span_ns": span,
         "period_ns": period,
         "id_offsets": id_offsets,
+        "chain_offsets": {f"{t}.{c}": v for (t, c), v in chain_ids.items()},
         "tiled_tables": sorted(tiled),
         "rows": counts,
         "bytes": out.stat().st_size,

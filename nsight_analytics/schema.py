@@ -534,8 +534,8 @@ TABLES: tuple[Table, ...] = (
         "The frames of a report's call stacks, each once (native, kernel and Python frames in one "
         "table): nsys backtraces (SAMPLING_CALLCHAINS, CUDA_CALLCHAINS, OSRT_CALLCHAINS), nsys Python "
         "frames (`--python-sampling`, `--python-backtrace=cuda`: NVTX extended payloads, exported "
-        "with `--include-blobs=true`) and PyTorch-profiler `python_function` events "
-        "(`with_stack=True`). Copied on first use.",
+        "with `--include-blobs=true`), PyTorch-profiler `python_function` events "
+        "(`with_stack=True`) and the `Call stack` argument of older traces' ops. Copied on first use.",
         (
             RID,
             _c("frame_id", "BIGINT", "", "The frame's id in its report; joins `stacks.frame_id`."),
@@ -599,9 +599,11 @@ TABLES: tuple[Table, ...] = (
                 "",
                 "'cpu_sample' (nsys `-s cpu`: native frames), 'python_sample' (nsys "
                 "`--python-sampling`), 'cuda_call' (`--cudabacktrace`: the native stack of a CUDA "
-                "API call), 'python_cuda' (`--python-backtrace=cuda`: its Python stack), "
-                "'osrt_call' (an OS runtime call's backtrace) or 'kineto_python' (a PyTorch "
-                "profiler `python_function` event, its stack the frames enclosing it).",
+                "API call), 'python_cuda' (`--python-backtrace=cuda`: its Python stack, below it the "
+                "call's native frames up to the interpreter's when `--cudabacktrace` recorded them), "
+                "'osrt_call' (an OS runtime call's backtrace), 'kineto_python' (a PyTorch "
+                "profiler `python_function` event, its stack the frames enclosing it) or "
+                "'kineto_callstack' (an op of a PyTorch 1.8-1.12 trace and its `Call stack` argument).",
             ),
             _c("start_ns", "BIGINT", "ns", "When the sample was taken, or the call or frame started."),
             _c(
@@ -916,6 +918,14 @@ TABLES: tuple[Table, ...] = (
             ),
             _c("input_types", "VARCHAR", "", 'Input dtypes as JSON, e.g. ["float", "float"].'),
             _c("flops", "BIGINT", "count", "Floating-point operations (`with_flops=True`), when estimated."),
+            _c(
+                "call_stack",
+                "VARCHAR",
+                "",
+                "Kineto `Call stack` as written (torch 1.8-1.12 with `with_stack=True`): the op's Python "
+                "stack as `;`-separated frames, e.g. `train.py(88): step;train.py(120): main`; NULL in newer "
+                "traces, which record Python frames as `python_function` ops instead.",
+            ),
         ),
         "kineto",
     ),

@@ -31,6 +31,8 @@ def cases() -> list[Case]:
         out.append(Case(f"data-{p.name}", (p,), "nsys"))
     for p in _glob(DATA / "kineto", "*.json.gz"):
         out.append(Case(f"data-{p.name}", (p,), "kineto"))
+    for p in _glob(DATA / "stacks" / "nsys", "*_stacks.sqlite.gz"):  # the flame graph of the idle time
+        out.append(Case(f"data-{p.name}", (p,), "nsys"))
     for p in _glob(DATA / "ncu-rep", "*.ncu-rep.gz"):
         out.append(Case(f"data-{p.name}", (p,), "ncu"))
     power = {"fused": REALDATA / "power" / "h100_nvml_train_fused.csv",

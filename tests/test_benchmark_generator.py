@@ -113,3 +113,44 @@ def test_cli_entry_point(tmp_path, real: Path):
     con = sqlite3.connect(out)
     assert _count(con, "CUPTI_ACTIVITY_KIND_KERNEL") == 2 * kernels > 0
     con.close()
+
+
+STACKS = ROOT / "tests" / "data" / "stacks" / "nsys" / "h100_nsys2025.3_stack_loop_stacks.sqlite.gz"
+
+
+def test_call_stacks_are_tiled_with_their_owners(tmp_path: Path) -> None:
+    """CPU samples, CUDA and OS runtime calls keep their own backtraces in every copy: the chain
+    tables get N copies with the ids offset as their owners' (CUDA_CALLCHAINS has an id 0; OSRT_API's
+    callchainId 0 means none)."""
+    real = tmp_path / "stacks.sqlite"
+    real.write_bytes(gzip.decompress(STACKS.read_bytes()))
+    out = tmp_path / "x3.sqlite"
+    _generator().make_large_export(real, 3, out)
+    src = sqlite3.connect(f"file:{real}?mode=ro", uri=True)
+    dst = sqlite3.connect(out)
+    pairs = (
+        ("SAMPLING_CALLCHAINS", "COMPOSITE_EVENTS", "id", ""),
+        ("CUDA_CALLCHAINS", "CUPTI_ACTIVITY_KIND_RUNTIME", "callchainId", ""),
+        ("OSRT_CALLCHAINS", "OSRT_API", "callchainId", " AND o.callchainId <> 0"),
+    )
+    for chains, owner, col, none in pairs:
+        assert _count(dst, chains) == 3 * _count(src, chains)
+        # each owner row's chain: the same frames as the source row's, copy by copy
+        sql = (
+            f"SELECT o.start, group_concat(c.symbol || '@' || c.stackDepth, ',') FROM {owner} o "
+            f"JOIN (SELECT * FROM {chains} ORDER BY id, stackDepth) c ON c.id = o.{col} WHERE o.{col} IS NOT NULL{none} GROUP BY o.rowid ORDER BY 1"
+        )
+        before, after = src.execute(sql).fetchall(), dst.execute(sql).fetchall()
+        assert before and len(after) == 3 * len(before)
+        period = (after[len(before)][0] - before[0][0]) if len(after) > len(before) else 0
+        assert period > 0
+        for i in range(3):
+            assert [(t + i * period, f) for t, f in before] == after[i * len(before) : (i + 1) * len(before)]
+        (ids,) = dst.execute(f"SELECT count(DISTINCT id) FROM {chains}").fetchone()
+        assert ids == 3 * src.execute(f"SELECT count(DISTINCT id) FROM {chains}").fetchone()[0]
+    assert (
+        dst.execute("SELECT count(*) FROM OSRT_API WHERE callchainId = 0").fetchone()[0]
+        == 3 * (src.execute("SELECT count(*) FROM OSRT_API WHERE callchainId = 0").fetchone()[0])
+    )
+    src.close()
+    dst.close()

@@ -21,7 +21,8 @@ from nsight_analytics import api, render
 
 ARTIFACTS = Path(os.environ.get("NSA_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "report"
 SINGLE_PANELS = {"findings", "timeline", "utilization", "top_kernels", "phases", "nvtx", "copies", "graphs",
-                 "stalls", "speed_of_light", "occupancy", "roofline", "gpu_metrics", "memory", "energy"}  # fmt: skip
+                 "stalls", "speed_of_light", "occupancy", "roofline", "gpu_metrics", "memory", "energy",
+                 "idle_stacks"}  # fmt: skip
 DIFF_PANELS = {"verdict", "steps", "attribution", "kernels_changed", "metrics", "findings_changed", "timeline",
                "timeline1"}  # fmt: skip
 

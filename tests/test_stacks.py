@@ -10,6 +10,7 @@ import json
 import shutil
 import sqlite3
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import nsight_analytics as nsa
 from conftest import ROOT
 from nsight_analytics import api
+from nsight_analytics.ingest import nsys_cli, stacks
 
 DATA = ROOT / "tests" / "data" / "stacks"
 PROGRAM = ROOT / "fixtures" / "captures" / "stack_loop.py"
@@ -270,3 +272,288 @@ def test_findings_do_not_depend_on_stacks(ws) -> None:
         found[name] = {f.rule_id for f in nsa.findings(con, report_id=ids[name])} - {"fp32-matmul"}
     assert found["stacks"] == found["native"] == found["nostacks"]
     assert {"gpu-idle", "small-kernel-storm"} <= found["stacks"]
+
+
+# --- .nsys-rep: the export must carry the Python frames ------------------------------------------
+
+REP = DATA / "nsys-rep" / "h100_nsys2025.3_stack_loop_stacks.nsys-rep.gz"
+
+
+def _stack_rows(con, rid: int) -> dict[str, list[tuple]]:
+    """A report's stack tables without its id (frame and stack ids are given by content)."""
+    return {
+        t: con.execute(
+            f"SELECT * EXCLUDE (report_id) FROM {t} WHERE report_id = ? ORDER BY ALL", [rid]
+        ).fetchall()
+        for t in ("stack_frames", "stacks", "stack_events")
+    }
+
+
+def _fake_nsys(folder: Path, export: Path, help_text: str) -> Path:
+    """An nsys whose `export --help` prints help_text and whose export copies `export`, keeping
+    NVTX_EVENTS.binaryData only when asked for with --include-blobs=true (as nsys does)."""
+    path = folder / "nsys"
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import shutil, sqlite3, sys\n"
+        "argv = sys.argv[1:]\n"
+        f"open({str(folder / 'calls.log')!r}, 'a').write(' '.join(argv) + '\\n')\n"
+        "if argv == ['--version']:\n    print('NVIDIA Nsight Systems version 2025.3.1.0'); sys.exit(0)\n"
+        f"if argv == ['export', '--help']:\n    print({help_text!r}); sys.exit(0)\n"
+        "out = argv[argv.index('-o') + 1]\n"
+        f"shutil.copy({str(export)!r}, out)\n"
+        "if '--include-blobs=true' not in argv:\n"
+        "    with sqlite3.connect(out) as db:\n"
+        "        db.execute('UPDATE NVTX_EVENTS SET binaryData = NULL')\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("has_option", [True, False])
+def test_nsys_rep_export_asks_for_the_frames(
+    ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_option: bool
+) -> None:
+    """nsa passes --include-blobs=true to an nsys whose `export --help` lists it (2022.4's does not,
+    and refuses it), so that the .nsys-rep gives the same stacks as the export made with it."""
+    con, ids, plain = ws
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    help_text = (
+        "--include-blobs=\n   Possible values are 'true' or 'false'." if has_option else "-o, --output="
+    )
+    nsys = _fake_nsys(folder, plain["stacks"], help_text)
+    monkeypatch.setenv("NSYS", str(nsys))
+    monkeypatch.setenv("PATH", str(folder / "nowhere"))
+    monkeypatch.setattr(nsys_cli, "INSTALL_GLOBS", ())
+    other = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(other, REP).report_id
+        api.materialise(other, list(stacks.TABLES))
+        exports = [
+            c for c in (folder / "calls.log").read_text().splitlines() if c.startswith("export --type")
+        ]
+        assert len(exports) == 1 and ("--include-blobs=true" in exports[0]) == has_option
+        bare = other.execute(
+            "SELECT count(*) FILTER (stack_id IS NULL), count(*) FROM stack_events "
+            "WHERE report_id = ? AND source IN ('python_sample', 'python_cuda')",
+            [rid],
+        ).fetchone()
+        (python,) = (
+            sqlite3.connect(plain["stacks"])
+            .execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34")
+            .fetchone()
+        )
+        assert bare == ((0 if has_option else python), python)
+        if has_option:
+            api.materialise(con, list(stacks.TABLES))
+            assert _stack_rows(other, rid) == _stack_rows(con, ids["stacks"])
+    finally:
+        other.close()
+
+
+def test_nsys_rep_stacks_equal_the_export(ws, tmp_path: Path) -> None:
+    """The raw report through a real nsys that can open it (2025.3 or newer) gives the stack tables
+    of the export made with --include-blobs=true."""
+    con, ids, _ = ws
+    report = tmp_path / REP.name.removesuffix(".gz")
+    report.write_bytes(gzip.decompress(REP.read_bytes()))
+    tried = []
+    for nsys in nsys_cli.candidates():
+        try:
+            nsys_cli.export_sqlite(nsys, report, tmp_path / "probe.sqlite", None)
+        except nsys_cli.InputError as exc:
+            tried.append(str(exc))
+            continue
+        break
+    else:
+        pytest.skip(f"no nsys here opens a 2025.3 report: {tried or 'none found'}")
+    other = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(other, REP).report_id
+        api.materialise(other, list(stacks.TABLES))
+        api.materialise(con, list(stacks.TABLES))
+        assert _stack_rows(other, rid) == _stack_rows(con, ids["stacks"])
+    finally:
+        other.close()
+
+
+# --- older Kineto traces: the `Call stack` argument of ops ---------------------------------------
+
+
+def _old_kineto_trace(path: Path) -> list[dict]:
+    """A PyTorch 1.10-style trace (`with_stack=True`, no python_function events): ops whose
+    `Call stack` is `file(line): function;...;`, innermost first, with deliberate edge cases: a
+    path with spaces and parentheses, a frame without a line, a library frame, an op without one."""
+    stacks_ = [
+        (
+            "/home/u/my proj (v2)/train.py(88): load_batch;/home/u/my proj (v2)/train.py(120): main;"
+            "/home/u/my proj (v2)/train.py(130): <module>;"
+        ),
+        (
+            "/usr/lib/python3.8/site-packages/torch/optim/sgd.py(112): step;/home/u/my proj (v2)/train.py(95): "
+            "step_fn;/home/u/my proj (v2)/train.py(120): main;/home/u/my proj (v2)/train.py(130): <module>;"
+        ),
+        "<built-in method item of Tensor object>;/home/u/my proj (v2)/train.py(101): report;",
+    ]
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}}]
+    ts = 1_000.0
+    for i in range(30):
+        args: dict = {"External id": i + 1}
+        if i % 5 != 4:
+            args["Call stack"] = stacks_[i % 3]
+        events.append(
+            {"ph": "X", "cat": "Operator", "name": f"aten::op{i % 4}", "pid": 7, "tid": 7, "ts": ts, "dur": 50.5,
+             "args": args}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts + 100, "dur": 5.0,
+             "args": {"device": 0, "stream": 7, "correlation": 1000 + i, "external id": i + 1}}
+        )  # fmt: skip
+        ts += 400.0
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return events
+
+
+def test_kineto_call_stack_argument(tmp_path: Path) -> None:
+    path = tmp_path / "old_trace.json"
+    events = _old_kineto_trace(path)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        ops = [e for e in events if e.get("cat") == "Operator"]
+        # the trace's times relative to where the workspace put its first op
+        (first,) = con.execute("SELECT min(start_ns) FROM cpu_ops WHERE report_id = ?", [rid]).fetchone()
+        shift = first - round(ops[0]["ts"] * 1000)
+        # the reader keeps the argument (cpu_ops.call_stack) and defers the stacks to first use
+        assert (
+            "stack_events"
+            in con.execute("SELECT deferred_steps FROM reports WHERE report_id = ?", [rid]).fetchone()[0]
+        )
+        api.materialise(con, ["stack_events"])
+        (written,) = con.execute(
+            "SELECT count(*) FROM stack_events WHERE report_id = ? AND source = 'kineto_callstack'", [rid]
+        ).fetchone()
+        with_stack = [e for e in events if "Call stack" in e.get("args", {})]
+        assert written == len(with_stack) == 24
+        # each event's stack, innermost first, rebuilt from the JSON with plain string operations
+        expected = []
+        for e in with_stack:
+            frames = []
+            for part in e["args"]["Call stack"].split(";"):
+                if not part:
+                    continue
+                head, sep, function = part.rpartition("): ")
+                if sep:
+                    file, line = head.rsplit("(", 1)
+                    frames.append((function, file, int(line)))
+                else:
+                    frames.append((part, None, None))
+            start = round(e["ts"] * 1000) + shift
+            expected.append((start, start + round(e["dur"] * 1000), tuple(frames)))
+        rows = con.execute(
+            "SELECT e.start_ns, e.end_ns, list((f.function, f.file, f.line) ORDER BY s.depth) "
+            "FROM stack_events e JOIN stacks s USING (report_id, stack_id) "
+            "JOIN stack_frames f USING (report_id, frame_id) WHERE e.report_id = ? AND e.source = 'kineto_callstack' "
+            "GROUP BY e.start_ns, e.end_ns ORDER BY 1",
+            [rid],
+        ).fetchall()
+        got = [(s, end, tuple(tuple(f) for f in frames)) for s, end, frames in rows]
+        assert got == expected
+        # frames and stacks once each; the user's frames are the program's, not torch's or built-ins
+        frames = {f for _, _, stack in expected for f in stack}
+        assert con.execute("SELECT count(*) FROM stack_frames WHERE report_id = ?", [rid]).fetchone() == (
+            len(frames),
+        )
+        distinct = {stack for _, _, stack in expected}
+        assert con.execute(
+            "SELECT count(DISTINCT stack_id) FROM stacks WHERE report_id = ?", [rid]
+        ).fetchone() == (len(distinct),)
+        users = con.execute(
+            "SELECT DISTINCT function FROM stack_frames WHERE report_id = ? AND user ORDER BY 1", [rid]
+        ).fetchall()
+        assert users == [("<module>",), ("load_batch",), ("main",), ("report",), ("step_fn",)]
+    finally:
+        con.close()
+
+
+def test_python_and_native_backtraces_of_a_call_are_one_stack(ws) -> None:
+    """A CUDA call with both backtraces (`--cudabacktrace=all --python-backtrace=cuda`): its
+    python_cuda event's stack is the native frames from the leaf up to the first frame of the
+    Python interpreter, then the Python frames, innermost first; read here from the export."""
+    con, ids, plain = ws
+    api.materialise(con, ["stack_events"])
+    db = sqlite3.connect(plain["stacks"])
+    strings = dict(db.execute("SELECT id, value FROM StringIds").fetchall())
+    domain = dict(db.execute("SELECT text, domainId FROM NVTX_EVENTS WHERE eventType = 75").fetchall())
+    backtraces = db.execute(
+        "SELECT n.start, n.globalTid, n.binaryData, r.callchainId, r.correlationId FROM NVTX_EVENTS n "
+        "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.globalTid = n.globalTid AND r.start = n.start "
+        "WHERE n.eventType = 34 AND n.domainId = ? AND r.callchainId IS NOT NULL ORDER BY n.start LIMIT 400",
+        [domain["Python Backtrace on CUDA"]],
+    ).fetchall()
+    assert len(backtraces) == 400
+    checked = 0
+    for start, gtid, blob, chain, corr in backtraces[::8]:
+        native = []
+        for symbol, module in db.execute(
+            "SELECT symbol, module FROM CUDA_CALLCHAINS WHERE id = ? ORDER BY stackDepth", [chain]
+        ):
+            if Path(strings.get(module, "")).name.startswith(("python", "libpython")):
+                break
+            native.append((strings.get(symbol), strings.get(module)))
+        n = struct.unpack_from("<I", blob, 32 + 12)[0]
+        python = []
+        for i in range(n):
+            fn, file, line = struct.unpack_from("<QQi", blob, 32 + 16 + 24 * i)
+            python.append((strings[fn].replace("&lt;", "<").replace("&gt;", ">"), strings[file], line))
+        got = con.execute(
+            "SELECT list((f.kind, f.function, f.file, f.line, f.module) ORDER BY s.depth) FROM stack_events e "
+            "JOIN stacks s USING (report_id, stack_id) JOIN stack_frames f USING (report_id, frame_id) "
+            "WHERE e.report_id = ? AND e.source = 'python_cuda' AND e.global_tid = ? AND e.start_ns = ? "
+            "AND e.correlation_id = ?",
+            [ids["stacks"], gtid, start, corr],
+        ).fetchone()[0]
+        frames = [tuple(f) for f in got]
+        assert frames == [("native", s, None, None, m) for s, m in native] + [
+            ("python", f, file, line, None) for f, file, line in python
+        ]
+        checked += 1
+    assert checked == 50
+
+
+def test_statically_linked_cuda_runtime_is_not_the_users_code(tmp_path: Path) -> None:
+    """A CUDA C++ binary links the CUDA runtime into itself (`__cudart1050`, `cudaDeviceSynchronize`
+    in cuda-cloverleaf): those frames are a library's though their module is the program, so the
+    innermost user frame of a sample is the application function that called the runtime."""
+    from conftest import realdata
+
+    path = realdata("nsys", "a100_nsys2024.5_perlmutter_cloverleaf.sqlite")
+    with sqlite3.connect(path) as src:  # the binary's own symbols, from the export
+        symbols = {
+            s
+            for (s,) in src.execute(
+                "SELECT DISTINCT s.value FROM SAMPLING_CALLCHAINS c JOIN StringIds s ON s.id = c.symbol "
+                "JOIN StringIds m ON m.id = c.module WHERE m.value LIKE '%/bin/cuda-cloverleaf'"
+            )
+        }
+    runtime = {
+        s for s in symbols if s.startswith(("__cudart", "cuda", "cu")) and s[2:3] != "_" and s != "cuda"
+    }
+    runtime = {s for s in runtime if s.startswith("__cudart") or s[:4] == "cuda" and s[4:5].isupper()}
+    assert runtime and "hydro(global_variables&, parallel_&)" in symbols
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    api.materialise(con, {"stack_frames"})
+    user = dict(
+        con.execute(
+            "SELECT function, bool_or(\"user\") FROM stack_frames WHERE report_id = ? AND kind = 'native' "
+            "GROUP BY function",
+            [rid],
+        ).fetchall()
+    )
+    assert not any(user[s] for s in runtime if s in user), sorted(s for s in runtime if user.get(s))
+    assert user["hydro(global_variables&, parallel_&)"] and user["main"]
+    top = nsa.query(con, "gap_stacks", report_id=rid).fetchall()
+    assert not any(str(r[4] or "").startswith(("__cudart", "cuda")) for r in top)  # user_function
+    con.close()

@@ -7,6 +7,7 @@ Errors are sentences naming the nsys that was used, its version and what to do.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -54,6 +55,32 @@ class Nsys:
             return "unknown version"
         found = _VERSION.search(out.stdout + out.stderr)
         return found.group(1) if found else "unknown version"
+
+    def supports(self, option: str) -> bool:
+        """Does this nsys's `nsys export --help` list `option`? (`--include-blobs` is absent from
+        2022.4's, which refuses it as a usage error.)"""
+        return option in _export_help(str(self.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _export_help(path: str) -> str:
+    try:
+        out = subprocess.run(
+            [path, "export", "--help"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout + out.stderr if out.returncode == 0 else ""
+
+
+# The export's binary columns (NVTX_EVENTS.binaryData: the Python frames of `--python-sampling`
+# and `--python-backtrace`, NVTX extended payloads) are left out unless asked for.
+INCLUDE_BLOBS = "--include-blobs"
+
+
+def export_options(nsys: Nsys) -> list[str]:
+    """The `nsys export` options nsa adds where this nsys has them."""
+    return [f"{INCLUDE_BLOBS}=true"] if nsys.supports(INCLUDE_BLOBS) else []
 
 
 class TooOld(InputError):
@@ -150,6 +177,7 @@ def export_sqlite(nsys: Nsys, report: Path, out: Path, progress: Progress | None
         "sqlite",
         "--force-overwrite",
         "true",
+        *export_options(nsys),
         "-o",
         str(out),
         str(report),

@@ -13,7 +13,12 @@ Where each capture keeps them:
   file as StringIds ids, line), innermost first. `nsys export` writes binaryData only with
   `--include-blobs=true`; without it the events keep their time and thread and lose the frames.
 - PyTorch profiler `with_stack=True`: `python_function` events (cpu_ops), nested by time on their
-  thread; an event's stack is its chain of enclosing frames (Kineto's `Python parent id`).
+  thread; an event's stack is its chain of enclosing frames (Kineto's `Python parent id`). Traces
+  of PyTorch 1.8-1.12 have no such events: their ops carry a `Call stack` argument instead
+  (cpu_ops.call_stack where the reader keeps it).
+
+A CUDA call with both a native and a Python backtrace gets them as one stack on its python_cuda
+event: the native frames from the CUDA runtime up to the interpreter's, then the Python frames.
 
 Frames are deduplicated per report (one frame_id per kind, function, file, line and module) and
 so are stacks (one stack_id per list of frames), so a million samples of one loop cost one stack.
@@ -86,6 +91,15 @@ LIBRARY_NATIVE = (
     r"|nvJitLink\w*|cufft\w*|curand\w*|cusparse\w*|cusolver\w*|python[0-9.]*|torch\w*|c10\w*|ToolsInjection\w*"
     r"|InterceptorInjection\w*|unwind|z|ffi|numa|ibverbs|mpi\w*|ucp|ucs|uct|open-pal|open-rte)[.-][^/]*$)"
 )
+# Native functions that are a library's even inside the program's own binary: a statically linked
+# CUDA runtime (`__cudart1050`, `cudaDeviceSynchronize`, `cuLaunchKernel`, nvcc's `__cudaRegister...`,
+# cuda_runtime.h's templates `cudaError cudaLaunchKernel<char>(...)`)
+# and the C start-up code (`_start`, `__libc_csu_init`); without this a CUDA C++ program's innermost
+# "user" frame is the runtime's, not the line that called it.
+LIBRARY_NATIVE_FUNCTION = (
+    r"^(cudaError(_t)? )?(__cudart[0-9]*|__cuda[A-Za-z_]\w*|cuda[A-Z]\w*|cu[A-Z]\w*|_start|__libc_csu_\w+)"
+    r"(\(|<|$)"
+)
 
 
 def user_sql(kind: str, function: str, file: str, module: str) -> str:
@@ -97,7 +111,10 @@ def user_sql(kind: str, function: str, file: str, module: str) -> str:
         f"AND NOT regexp_matches({file}, {params.literal(LIBRARY_PY)}) "
         f"AND (starts_with({file}, '/') OR {top} NOT IN ({names}))"
     )
-    native = f"{module} IS NOT NULL AND NOT regexp_matches({module}, {params.literal(LIBRARY_NATIVE)})"
+    native = (
+        f"{module} IS NOT NULL AND NOT regexp_matches({module}, {params.literal(LIBRARY_NATIVE)}) "
+        f"AND NOT regexp_matches(coalesce({function}, ''), {params.literal(LIBRARY_NATIVE_FUNCTION)})"
+    )
     return f"CASE {kind} WHEN 'python' THEN {python} WHEN 'native' THEN {native} ELSE false END"
 
 
@@ -204,7 +221,7 @@ def _layout(con: duckdb.DuckDBPyConnection, src: Source, domain: int) -> _Layout
     return _Layout(top, frame, size, enum_sizes, states)
 
 
-def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table, pa.Table]:
+def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table, pa.Table] | None:
     """nsys' Python frames: (events, chains). An event: source, start, globalTid, thread state and
     the key of its chain (NULL when the export has no binaryData); a chain: key, depth, the
     function and file (StringIds ids) and line. Identical frame lists share one key."""
@@ -213,10 +230,10 @@ def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table,
     ch: dict[str, list[int]] = {"chain": [], "depth": [], "fn": [], "file": [], "line": []}
     cols = tables.get(NVTX, set())
     if not {"eventType", "domainId", "start", "globalTid"} <= cols:
-        return _arrow(ev, ch)
+        return None
     layouts = _layouts(con, src)
     if not layouts:
-        return _arrow(ev, ch)
+        return None
     blob = "binaryData" if "binaryData" in cols else "NULL"
     domains = ", ".join(str(d) for d in layouts)
     # read with sqlite3: nsys declares binaryData TEXT, which DuckDB's SQLite reader refuses for a BLOB
@@ -229,35 +246,54 @@ def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table,
         f"WHERE eventType = {PYTHON_EVENT} AND domainId IN ({domains})"
     )
     keys: dict[bytes, int] = {}
+    # per row only the header is decoded; a list of frames is decoded the first time it is seen
+    base_at = struct.Struct("<Q")
+    decode = {
+        d: (
+            source,
+            layout,
+            struct.Struct("<" + layout.state[1]) if layout and layout.state else None,
+            struct.Struct("<" + layout.count[1]) if layout else None,
+        )
+        for d, (source, layout) in layouts.items()
+    }
+    sources, starts, gtids, states, chains = ev["source"], ev["start"], ev["gtid"], ev["state"], ev["chain"]
     while batch := cur.fetchmany(50_000):
         for domain, start, gtid, data in batch:
-            source, layout = layouts[int(domain)]
+            source, layout, state_at, count_at = decode[int(domain)]
             state, key = None, None
-            if data is not None and layout is not None:
-                data = bytes(data)
-                base = struct.unpack_from("<Q", data, 24)[0] if len(data) >= 32 else 0
-                if layout.state:
-                    code = struct.unpack_from("<" + layout.state[1], data, base + layout.state[0])[0]
+            if data is not None and layout is not None and count_at is not None:
+                base = base_at.unpack_from(data, 24)[0] if len(data) >= 32 else 0
+                if state_at is not None and layout.state:
+                    code = state_at.unpack_from(data, base + layout.state[0])[0]
                     state = layout.states.get(code, str(code))
-                n = struct.unpack_from("<" + layout.count[1], data, base + layout.count[0])[0]
+                n = count_at.unpack_from(data, base + layout.count[0])[0]
                 first = base + layout.frames
-                raw = data[first : first + n * layout.size]
+                raw = bytes(data[first : first + n * layout.size])
                 key = keys.get(raw)
                 if key is None:
                     key = keys[raw] = len(keys)
-                    for depth in range(n):
-                        at = first + depth * layout.size
-                        fn, file, line = (
-                            struct.unpack_from("<" + f, data, at + o)[0] for o, f in layout.fields
-                        )
-                        for k, v in zip(
-                            ("chain", "depth", "fn", "file", "line"), (key, depth, fn, file, line)
-                        ):
-                            ch[k].append(v)
-            for k, v in zip(ev, (source, start, gtid, state, key)):
-                ev[k].append(v)
+                    _frames(ch, key, raw, n, layout)
+            sources.append(source)
+            starts.append(start)
+            gtids.append(gtid)
+            states.append(state)
+            chains.append(key)
     db.close()
     return _arrow(ev, ch)
+
+
+def _frames(ch: dict[str, list[int]], key: int, raw: bytes, n: int, layout: _Layout) -> None:
+    """Append the n frames packed in `raw` to the chains' columns under `key`."""
+    fields = [(o, struct.Struct("<" + f)) for o, f in layout.fields]
+    for depth in range(n):
+        at = depth * layout.size
+        fn, file, line = (f.unpack_from(raw, at + o)[0] for o, f in fields)
+        ch["chain"].append(key)
+        ch["depth"].append(depth)
+        ch["fn"].append(fn)
+        ch["file"].append(file)
+        ch["line"].append(line)
 
 
 def _arrow(ev: dict[str, list[object]], ch: dict[str, list[int]]) -> tuple[pa.Table, pa.Table]:
@@ -280,48 +316,115 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
     tables, ref = src.tables, src.ref
     if not has_stacks(tables):
         return 0
-    py_events, py_chains = _python_rows(con, src)
-    con.register("_stk_py_events", py_events)
-    con.register("_stk_py_chains", py_chains)
-    try:
-        # nsys writes `<module>` HTML-escaped
-        python = (
-            "SELECT 'p' AS chain, c.chain AS chain_id, c.depth, 'python' AS kind, "
-            "replace(replace(replace(fs.value, '&lt;', '<'), '&gt;', '>'), '&amp;', '&') AS function, "
-            "fi.value AS file, CAST(c.line AS INTEGER) AS line, NULL::VARCHAR AS module "
-            f"FROM _stk_py_chains c LEFT JOIN {STRINGS} fs ON fs.id = c.fn LEFT JOIN {STRINGS} fi ON fi.id = c.file"
+    py = _python_rows(con, src)
+    if py is None:  # no Python payloads (most exports): no Arrow, which would import pandas (~0.35 s)
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW _stk_py_events AS SELECT NULL::VARCHAR AS source, NULL::BIGINT AS start, "
+            "NULL::BIGINT AS gtid, NULL::VARCHAR AS state, NULL::BIGINT AS chain WHERE false"
         )
-        raw = [python]
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW _stk_py_chains AS SELECT NULL::BIGINT AS chain, NULL::BIGINT AS depth, "
+            "NULL::BIGINT AS fn, NULL::BIGINT AS file, NULL::BIGINT AS line WHERE false"
+        )
+    else:
+        con.register("_stk_py_events", py[0])
+        con.register("_stk_py_chains", py[1])
+    try:
+        # the frames as StringIds ids (kind, a: function or symbol, b: file, line, m: module; -1 for
+        # none), so that the millions of rows are matched on integers and only the distinct ones
+        # are turned into text
+        raw = [
+            (
+                "SELECT 'p' AS chain, chain AS chain_id, depth, 'python' AS kind, fn AS a, coalesce(file, -1) AS b, "
+                "coalesce(CAST(line AS INTEGER), -1) AS line, -1 AS m FROM _stk_py_chains"
+            )
+        ]
         for letter, table, _, _ in NATIVE:
             cols = tables.get(table, set())
             if not {"id", "symbol", "stackDepth"} <= cols:
                 continue
-            kernel = "f.kernelMode = 1" if "kernelMode" in cols else "false"
-            module = "fm.value" if "module" in cols else "NULL"
-            mjoin = f" LEFT JOIN {STRINGS} fm ON fm.id = f.module" if "module" in cols else ""
+            kernel = "kernelMode = 1" if "kernelMode" in cols else "false"
+            module = "coalesce(module, -1)" if "module" in cols else "-1"
             raw.append(
-                f"SELECT '{letter}', f.id, f.stackDepth, CASE WHEN {kernel} THEN 'kernel' ELSE 'native' END, "
-                f"fs.value, NULL, NULL, {module} FROM {ref(table)} f LEFT JOIN {STRINGS} fs ON fs.id = f.symbol{mjoin}"
+                f"SELECT '{letter}', id, stackDepth, CASE WHEN {kernel} THEN 'kernel' ELSE 'native' END, "
+                f"coalesce(symbol, -1), -1, -1, {module} FROM {ref(table)}"
             )
         con.execute("CREATE OR REPLACE TEMP TABLE _stk_raw AS " + "\nUNION ALL\n".join(raw))
+        # nsys writes `<module>` HTML-escaped
+        function = (
+            "CASE WHEN k.kind = 'python' THEN replace(replace(replace(fs.value, '&lt;', '<'), '&gt;', '>'), "
+            "'&amp;', '&') ELSE fs.value END"
+        )
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _stk_keys AS SELECT k.*, k.kind AS kind_, {function} AS function, "
+            "fi.value AS file, nullif(k.line, -1) AS line_, "
+            f"fm.value AS module FROM (SELECT DISTINCT kind, a, b, line, m FROM _stk_raw) k "
+            f"LEFT JOIN {STRINGS} fs ON fs.id = k.a LEFT JOIN {STRINGS} fi ON fi.id = k.b "
+            f"LEFT JOIN {STRINGS} fm ON fm.id = k.m"
+        )
         # the CUDA calls a Python backtrace may belong to, keyed by thread and start (a join with
         # the export's table inside the union would scan it once per row)
         calls = (
-            "SELECT NULL::BIGINT AS globalTid, NULL::BIGINT AS start, NULL::BIGINT AS corr, NULL::BIGINT AS e"
+            "SELECT NULL::BIGINT AS globalTid, NULL::BIGINT AS start, NULL::BIGINT AS corr, NULL::BIGINT AS e, "
+            "NULL::BIGINT AS native"
         )
         if RUNTIME in tables and {"correlationId", "globalTid", "start"} <= tables[RUNTIME]:
+            # and the call's native backtrace (--cudabacktrace), which the Python one continues
+            native = "NULL::BIGINT"
+            if "callchainId" in tables[RUNTIME] and "CUDA_CALLCHAINS" in tables:
+                native = 'arg_max(callchainId, "end")'
             calls = (
-                'SELECT globalTid, start, arg_max(correlationId, "end") AS corr, max("end") AS e '
+                f'SELECT globalTid, start, arg_max(correlationId, "end") AS corr, max("end") AS e, {native} AS native '
                 f"FROM {ref(RUNTIME)} WHERE start IN (SELECT start FROM _stk_py_events "
                 "WHERE source = 'python_cuda') GROUP BY ALL"
             )
         con.execute(f"CREATE OR REPLACE TEMP TABLE _stk_calls AS {calls}")
         return _write(con, report_id, _events_sql(tables, ref))
     finally:
-        con.unregister("_stk_py_events")
-        con.unregister("_stk_py_chains")
-        for t in ("_stk_raw", "_stk_calls", "_stk_frames", "_stk_chains", "_stk_ids"):
+        for name in ("_stk_py_events", "_stk_py_chains"):
+            if py is None:
+                con.execute(f"DROP VIEW IF EXISTS {name}")
+            else:
+                con.unregister(name)
+        for t in (
+            "_stk_raw",
+            "_stk_keys",
+            "_stk_keymap",
+            "_stk_calls",
+            "_stk_frames",
+            "_stk_chains",
+            "_stk_ids",
+        ):
             con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+# a Python backtrace on CUDA whose call has a native backtrace too gets the two as one stack (chain
+# 'm', id: the Python chain's key above the native chain's id)
+MERGED = "p.chain IS NOT NULL AND rt.native IS NOT NULL"
+# the interpreter's own frames in a native backtrace: where the Python frames take over
+INTERPRETER = r"(^|/)(lib)?python[0-9.]*(d|m|dm)?(\.so[0-9.]*|\.dll|\.exe)?$"
+
+
+def _merge(con: duckdb.DuckDBPyConnection) -> None:
+    """Add to _stk_chains one chain per (Python backtrace, native backtrace) pair of a CUDA call:
+    the native frames from the leaf (the CUDA runtime, libtorch...) up to the first frame of the
+    Python interpreter, then the Python frames, innermost first. The interpreter's frames
+    (_PyEval_EvalFrameDefault, Py_RunMain, main) are what the Python frames stand for."""
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _stk_pairs AS SELECT DISTINCT p.chain AS py, rt.native "
+        "FROM _stk_py_events p JOIN _stk_calls rt ON rt.globalTid = p.gtid AND rt.start = p.start "
+        f"WHERE p.source = 'python_cuda' AND {MERGED}"
+    )
+    con.execute(
+        "INSERT INTO _stk_chains SELECT 'm', (x.py << 32) | x.native, "
+        "list_concat(list_slice(n.frames, 1, coalesce(cut.depth, len(n.frames))), p.frames) "
+        "FROM _stk_pairs x JOIN _stk_chains p ON p.chain = 'p' AND p.chain_id = x.py "
+        "JOIN _stk_chains n ON n.chain = 'c' AND n.chain_id = x.native "
+        "LEFT JOIN (SELECT r.chain_id, min(r.depth) AS depth FROM _stk_raw r JOIN _stk_keys k USING (kind, a, b, line, m) "
+        f"WHERE r.chain = 'c' AND r.chain_id IN (SELECT native FROM _stk_pairs) "
+        f"AND regexp_matches(k.module, {params.literal(INTERPRETER)}) GROUP BY 1) cut ON cut.chain_id = x.native"
+    )
+    con.execute("DROP TABLE _stk_pairs")
 
 
 def _events_sql(tables: dict[str, set[str]], r: Callable[[str], str]) -> str:
@@ -354,7 +457,8 @@ def _events_sql(tables: dict[str, set[str]], r: Callable[[str], str]) -> str:
         "FROM _stk_py_events p WHERE p.source <> 'python_cuda'"
     )
     parts.append(
-        "SELECT p.source, p.start, rt.e, p.gtid, 'p', p.chain, p.state, rt.corr FROM _stk_py_events p "
+        f"SELECT p.source, p.start, rt.e, p.gtid, CASE WHEN {MERGED} THEN 'm' ELSE 'p' END, "
+        f"CASE WHEN {MERGED} THEN (p.chain << 32) | rt.native ELSE p.chain END, p.state, rt.corr FROM _stk_py_events p "
         "LEFT JOIN _stk_calls rt ON rt.globalTid = p.gtid AND rt.start = p.start WHERE p.source = 'python_cuda'"
     )
     names = "source, start_ns, end_ns, global_tid, chain, chain_id, thread_state, correlation_id"
@@ -362,24 +466,33 @@ def _events_sql(tables: dict[str, set[str]], r: Callable[[str], str]) -> str:
 
 
 def _write(con: duckdb.DuckDBPyConnection, report_id: int, events: str) -> int:
-    """Frames, stacks and events from _stk_raw (chain, chain_id, depth, kind, function, file, line,
-    module) and the events' SELECT."""
+    """Frames, stacks and events from _stk_raw (chain, chain_id, depth and the frame's key: kind,
+    a, b, line, m), _stk_keys (each key once with its text) and the events' SELECT."""
+    # a frame is its text: ids numbered in the order of (kind, function, file, line, module)
     con.execute(
         "CREATE OR REPLACE TEMP TABLE _stk_frames AS "
         "SELECT (row_number() OVER (ORDER BY kind, function, file, line, module) - 1)::BIGINT AS frame_id, * "
-        "FROM (SELECT DISTINCT kind, function, file, line, module FROM _stk_raw)"
+        "FROM (SELECT DISTINCT kind_ AS kind, function, file, line_ AS line, module FROM _stk_keys)"
     )
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _stk_chains AS "
-        "SELECT r.chain, r.chain_id, list(f.frame_id ORDER BY r.depth) AS frames "
-        "FROM _stk_raw r JOIN _stk_frames f ON f.kind = r.kind AND f.function IS NOT DISTINCT FROM r.function "
-        "AND f.file IS NOT DISTINCT FROM r.file AND f.line IS NOT DISTINCT FROM r.line "
-        "AND f.module IS NOT DISTINCT FROM r.module GROUP BY r.chain, r.chain_id"
+        "CREATE OR REPLACE TEMP TABLE _stk_keymap AS SELECT k.kind, k.a, k.b, k.line, k.m, f.frame_id "
+        "FROM _stk_keys k JOIN _stk_frames f ON f.kind = k.kind_ AND f.function IS NOT DISTINCT FROM k.function "
+        "AND f.file IS NOT DISTINCT FROM k.file AND f.line IS NOT DISTINCT FROM k.line_ "
+        "AND f.module IS NOT DISTINCT FROM k.module"
     )
+    # each chain's frame ids in depth order: an ordered list() sorts per group and costs several
+    # times more than sorting a list of (depth << 40 | frame_id) afterwards
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE _stk_ids AS "
-        "SELECT frames, (row_number() OVER (ORDER BY frames) - 1)::BIGINT AS stack_id "
-        "FROM (SELECT DISTINCT frames FROM _stk_chains)"
+        "CREATE OR REPLACE TEMP TABLE _stk_chains AS SELECT r.chain, r.chain_id, "
+        "list_transform(list_sort(list((r.depth::BIGINT << 40) | f.frame_id)), x -> x & 1099511627775) AS frames "
+        "FROM _stk_raw r JOIN _stk_keymap f USING (kind, a, b, line, m) GROUP BY r.chain, r.chain_id"
+    )
+    _merge(con)
+    # a stack is its list of frames, numbered in the lists' order; each chain gets its stack's id
+    # here, so that the events are matched to it on two integers
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _stk_ids AS SELECT chain, chain_id, frames, "
+        "(dense_rank() OVER (ORDER BY frames) - 1)::BIGINT AS stack_id FROM _stk_chains"
     )
     rid = {"rid": report_id}
     user = user_sql("kind", "function", "file", "module")
@@ -392,7 +505,8 @@ def _write(con: duckdb.DuckDBPyConnection, report_id: int, events: str) -> int:
     params.execute(
         con,
         f"INSERT INTO stacks ({_cols('stacks')}) SELECT $rid, stack_id, CAST(generate_subscripts(frames, 1) - 1 "
-        "AS INTEGER), unnest(frames) FROM _stk_ids",
+        "AS INTEGER), unnest(frames) FROM (SELECT stack_id, any_value(frames) AS frames FROM _stk_ids "
+        "GROUP BY stack_id)",
         rid,
     )
     row = params.execute(
@@ -400,8 +514,7 @@ def _write(con: duckdb.DuckDBPyConnection, report_id: int, events: str) -> int:
         f"INSERT INTO stack_events ({_cols('stack_events')}) "
         "SELECT $rid, e.source, e.start_ns, e.end_ns, (e.global_tid >> 24) & 16777215, e.global_tid & 16777215, "
         "e.global_tid, i.stack_id, e.thread_state, e.correlation_id "
-        f"FROM ({events}) e LEFT JOIN _stk_chains c ON c.chain = e.chain AND c.chain_id = e.chain_id "
-        "LEFT JOIN _stk_ids i ON i.frames = c.frames",
+        f"FROM ({events}) e LEFT JOIN _stk_ids i ON i.chain = e.chain AND i.chain_id = e.chain_id",
         rid,
     ).fetchone()
     return int(row[0]) if row else 0
@@ -425,11 +538,108 @@ def has_kineto_frames(con: duckdb.DuckDBPyConnection, report_id: int) -> bool:
         "SELECT count(*) FROM (SELECT 1 FROM cpu_ops WHERE report_id = $rid AND category = 'python_function' LIMIT 1)",
         {"rid": report_id},
     ).fetchone()
+    if row and row[0]:
+        return True
+    if not _has_call_stack(con):
+        return False
+    row = params.execute(
+        con,
+        "SELECT count(*) FROM (SELECT 1 FROM cpu_ops WHERE report_id = $rid AND call_stack IS NOT NULL LIMIT 1)",
+        {"rid": report_id},
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _has_call_stack(con: duckdb.DuckDBPyConnection) -> bool:
+    """Does cpu_ops keep Kineto's `Call stack` argument (column call_stack)?"""
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'cpu_ops' AND column_name = 'call_stack' "
+        "AND NOT internal"
+    ).fetchone()
     return bool(row and row[0])
 
 
 def load_kineto(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
-    """The `stacks` step of a PyTorch profiler trace, from its Python frames in cpu_ops: each
+    """The `stacks` step of a PyTorch profiler trace: its `python_function` events (PyTorch 1.13
+    on) and the `Call stack` argument of its ops (older traces); returns the events written."""
+    written = _kineto_python(con, report_id)
+    if _has_call_stack(con):
+        written += _kineto_call_stacks(con, report_id)
+    return written
+
+
+def _kineto_call_stacks(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
+    """Ops of PyTorch 1.8-1.12 traces recorded with `with_stack=True` carry their Python stack as
+    one string (torch/csrc/profiler/util.cpp, stacksToStr of callstackStr): frames
+    `file(line): function` joined and ended by ';', innermost first, the line the one running
+    (not the def line as in `python_function` names). Each op becomes a stack event (source
+    'kineto_callstack'); frame and stack ids continue after those of the Python events."""
+    rid = {"rid": report_id}
+    # (CREATE ... AS cannot be prepared: the ids are integers written into the SQL)
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _stk_cs AS SELECT pid, tid, global_tid, start_ns, end_ns, "
+        f"call_stack FROM cpu_ops WHERE report_id = {int(report_id)} AND call_stack IS NOT NULL"
+    )
+    try:
+        first = params.first_row(
+            params.execute(
+                con,
+                "SELECT (SELECT coalesce(max(frame_id) + 1, 0) FROM stack_frames WHERE report_id = $rid), "
+                "(SELECT coalesce(max(stack_id) + 1, 0) FROM stacks WHERE report_id = $rid)",
+                rid,
+            )
+        )
+        f0, s0 = int(first[0]), int(first[1])
+        # each distinct string once: its frames, split and parsed in SQL
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _stk_cs_ids AS SELECT call_stack, "
+            f"{s0} + row_number() OVER (ORDER BY call_stack) - 1 AS stack_id, "
+            "list_filter(list_transform(string_split(trim(call_stack, '\"'), ';'), x -> trim(x)), x -> x <> '') "
+            "AS parts FROM (SELECT DISTINCT call_stack FROM _stk_cs)"
+        )
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _stk_cs_rows AS SELECT stack_id, "
+            "CAST(generate_subscripts(parts, 1) - 1 AS INTEGER) AS depth, unnest(parts) AS frame "
+            "FROM _stk_cs_ids"
+        )
+        pattern = params.literal(KINETO_FRAME.pattern)
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _stk_cs_frames AS SELECT frame, "
+            f"{f0} + row_number() OVER (ORDER BY frame) - 1 AS frame_id, "
+            f"CASE WHEN regexp_matches(frame, {pattern}) THEN regexp_extract(frame, {pattern}, 3) "
+            "ELSE frame END AS function, "
+            f"CASE WHEN regexp_matches(frame, {pattern}) THEN regexp_extract(frame, {pattern}, 1) END AS file, "
+            f"CASE WHEN regexp_matches(frame, {pattern}) THEN CAST(regexp_extract(frame, {pattern}, 2) AS INTEGER) "
+            "END AS line FROM (SELECT DISTINCT frame FROM _stk_cs_rows)"
+        )
+        user = user_sql("'python'", "function", "file", "NULL")
+        params.execute(
+            con,
+            f"INSERT INTO stack_frames ({_cols('stack_frames')}) SELECT $rid, frame_id, 'python', function, file, "
+            f"line, NULL, {user} FROM _stk_cs_frames",
+            rid,
+        )
+        params.execute(
+            con,
+            f"INSERT INTO stacks ({_cols('stacks')}) SELECT $rid, r.stack_id, r.depth, f.frame_id "
+            "FROM _stk_cs_rows r JOIN _stk_cs_frames f USING (frame)",
+            rid,
+        )
+        row = params.execute(
+            con,
+            f"INSERT INTO stack_events ({_cols('stack_events')}) SELECT $rid, 'kineto_callstack', e.start_ns, "
+            "e.end_ns, e.pid, e.tid, e.global_tid, i.stack_id, NULL, NULL FROM _stk_cs e "
+            "JOIN _stk_cs_ids i USING (call_stack) WHERE len(i.parts) > 0",
+            rid,
+        ).fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        for t in ("_stk_cs", "_stk_cs_ids", "_stk_cs_rows", "_stk_cs_frames"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _kineto_python(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
+    """Kineto's Python frames in cpu_ops: each
     `python_function` event becomes a stack event (source 'kineto_python') whose stack is the
     event and the frames enclosing it on its thread. Frames of one thread nest (Kineto records
     them from the interpreter's stack), so one pass in time order with a stack of open frames

@@ -89,6 +89,8 @@ def report_sections(data: dict[str, Any]) -> list[str]:
         section("copies", "Copies by direction and memory kind", _copies(p.get("copies", [])),
                 "No memory copies in this report."),
         section("graphs", "CUDA graph launches", _graphs(p.get("graphs", [])), "No CUDA graph launches."),
+        section("idle_stacks", "Call stacks behind the GPU's idle time", _idle_stacks(p.get("idle_stacks") or {}),
+                _no_stacks(p.get("idle_stacks") or {})),
     ]  # fmt: skip
     ncu = ncu_sections(p, str(data["format"]).startswith("ncu"))
     out = [out[0], *ncu, *out[1:]] if data["timeline"] is None else out + ncu
@@ -342,3 +344,48 @@ def _energy(
     cols: list[Col] = [("name", "window", fmt_text), ("energy_j", "energy (J)", fmt_num), ("avg_power_w", "power (W)", fmt_num),
                        ("coverage", "coverage", fmt_num), ("method", "method", fmt_text)]  # fmt: skip
     return chart + (table(rows, cols, "energy") if rows else "")
+
+
+STACK_SOURCES = {
+    "python_sample": "nsys Python samples",
+    "cpu_sample": "nsys CPU samples (native frames)",
+    "kineto_python": "PyTorch profiler Python frames",
+    "kineto_callstack": "PyTorch profiler op call stacks",
+}
+NO_STACKS = (
+    "No call stacks in this report: record them with nsys `-s cpu --python-sampling=true --cudabacktrace=all` "
+    "(and `--python-backtrace=cuda`), or `torch.profiler.profile(with_stack=True)`."
+)
+
+
+def _idle_stacks(panel: dict[str, Any]) -> str | None:
+    """One flame graph per stack source (report/flame.py), gap_stacks' rows as a tree."""
+    trees = panel.get("trees") or []
+    if not trees:
+        return None
+    out = [
+        (
+            '<p class="note">The stacks on the thread that launched the work ending each idle gap, sampled or '
+            "recorded while the gap lasted (<code>nsa query gap_stacks</code>): the top row is the idle time, each "
+            "frame below its caller, as wide as the idle time it explains; dark frames are the program's own code. "
+            "Hover a frame for its file, line and time.</p>"
+        )
+    ]
+    for tree in trees:
+        name = STACK_SOURCES.get(tree["source"], tree["source"])
+        share = tree["explained_ns"] / tree["idle_ns"] * 100 if tree["idle_ns"] else 0.0
+        out.append(
+            f"<h3>{escape(name)}: {escape(fmt_ns(tree['explained_ns']))} of {escape(fmt_ns(tree['idle_ns']))} "
+            f"idle explained ({share:.0f} %)</h3>"
+        )
+        out.append(
+            f'<div class="flame" data-source="{escape(tree["source"], quote=True)}">'
+            + svg.flame(tree["root"], f"idle stacks {tree['source']}")
+            + "</div>"
+        )
+    return "".join(out)
+
+
+def _no_stacks(panel: dict[str, Any]) -> str:
+    """gap_stacks' own note when it has one (it names the option), else the capture options."""
+    return str(panel.get("note") or NO_STACKS)

@@ -331,3 +331,66 @@ def histograms(series: dict[str, Sequence[float]], label: str, width: int = 760,
     body.append(f'<text x="{left}" y="{height - 4}">{escape(fmt_ns(lo))}</text>')
     body.append(f'<text x="{width - 10}" y="{height - 4}" text-anchor="end">{escape(fmt_ns(hi))}</text>')
     return _svg(width, height, body, label)
+
+
+FLAME_COLORS = {"idle": "#dddddd", "caller": "#a0cbe8", "user": "#4e79a7", "library": "#bab0ac"}
+FLAME_ROW = 18
+FLAME_DEPTH = 40  # rows drawn at most; deeper frames are in the tooltip of the last row's
+
+
+def _where(node: dict[str, object]) -> str:
+    """`file:line` of a frame, the file shortened to its last two parts."""
+    file, line = node.get("file"), node.get("line")
+    if not file:
+        return ""
+    short = "/".join(str(file).split("/")[-2:])
+    return f"{short}:{line}" if line is not None else short
+
+
+def flame(root: dict[str, object], label: str, width: int = 760) -> str:
+    """An icicle flame graph: the root (all idle time) on top, each frame below its caller, as
+    wide as the time it explains; the width left free under a frame is time no deeper frame
+    explains. A frame's label is written inside when it fits; its `<title>` (hover) gives the
+    function, file:line, the time and its share of the root."""
+    total = float(root.get("ns") or 0)  # type: ignore[arg-type]
+    if total <= 0:
+        return ""
+    scale = width / total
+    body: list[str] = []
+    deepest = 0
+
+    def draw(node: dict[str, object], x: float, depth: int) -> None:
+        nonlocal deepest
+        ns = float(node.get("ns") or 0)  # type: ignore[arg-type]
+        w = ns * scale
+        if w < 0.5 or depth >= FLAME_DEPTH:
+            return
+        deepest = max(deepest, depth)
+        kind = str(node.get("kind"))
+        name = str(node.get("name"))
+        where = _where(node)
+        tip = "\n".join(
+            t for t in (name, where, f"{fmt_ns(ns)} ({ns / total * 100:.1f} % of the idle time)") if t
+        )
+        y = depth * FLAME_ROW
+        fill = FLAME_COLORS.get(kind, "#bab0ac")
+        body.append(
+            f'<g class="frame" data-name="{escape(name, quote=True)}" data-kind="{kind}" data-ns="{ns:.0f}"'
+            f' data-where="{escape(where, quote=True)}"><title>{escape(tip)}</title>'
+            f'<rect class="mark" x="{x:.2f}" y="{y}" width="{max(w - 0.5, 0.5):.2f}" height="{FLAME_ROW - 1}" '
+            f'fill="{fill}"/>'
+        )
+        text = f"{name} {where}" if where else name
+        if w > 3 * CHAR_W:
+            color = "#ffffff" if kind == "user" else "#222222"
+            body.append(
+                f'<text x="{x + 3:.2f}" y="{y + 12.5}" fill="{color}">{escape(_fit(text, w - 6))}</text>'
+            )
+        body.append("</g>")
+        at = x
+        for child in node.get("children") or []:  # type: ignore[attr-defined]
+            draw(child, at, depth + 1)
+            at += float(child.get("ns") or 0) * scale
+
+    draw(root, 0.0, 0)
+    return _svg(width, (deepest + 1) * FLAME_ROW + 2, body, label)

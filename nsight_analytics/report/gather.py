@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from .. import params, queries
+from .flame import flames
 from .pins import pin_findings
 from .timeline import DEFAULT_MAX_EVENTS, gather_timeline
 from .timeline import READS as TIMELINE_READS
@@ -33,7 +34,7 @@ PANEL_QUERIES = {
     "roofline": "roofline",
     "energy": "energy",
 }
-OPTIONAL = ("gpu_metrics_timeline", "memory_timeline", "gpu_metrics_summary")
+OPTIONAL = ("gpu_metrics_timeline", "memory_timeline", "gpu_metrics_summary", "gap_stacks")
 
 
 def reads() -> set[str]:
@@ -64,7 +65,9 @@ def gather(
             {"rid": report_id},
         )
     )
-    panels = {key: rows(con, name, report_id) for key, name in PANEL_QUERIES.items() if _known(name)}
+    panels: dict[str, Any] = {
+        key: rows(con, name, report_id) for key, name in PANEL_QUERIES.items() if _known(name)
+    }
     panels["top_kernels"] = sorted(panels.get("top_kernels", []), key=lambda r: -r["total_ns"])[:TOP_KERNELS]
     panels["nvtx"] = sorted(panels.get("nvtx", []), key=lambda r: -(r["total_ns"] or 0))[:TOP_NVTX]
     for key in ("stalls", "speed_of_light", "occupancy", "roofline"):
@@ -79,6 +82,9 @@ def gather(
     panels["gpu_metrics"] = _gpu_metrics(con, report_id, span)
     panels["memory"] = _memory(con, report_id)
     panels["power"] = _power(con, report_id, timeline)
+    panels["idle_stacks"] = (
+        flames(rows(con, "gap_stacks", report_id, top_n=None)) if _known("gap_stacks") else {}
+    )
     found = [f.to_dict() for f in findings]
     if timeline:
         pin_findings(found, timeline, panels)

@@ -37,18 +37,12 @@
 -- col idle_ns BIGINT: idle time of the window's gaps, or of the gap (ns).
 -- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
 WITH
-gap AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
+-- every gap of the window, with the thread that launched the work ending it (NULL: unknown)
+gap AS (SELECT * FROM nsa_gap_launches($report_id, $min_gap_ns)),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
 ),
-launch AS (
-    SELECT g.report_id, g.dev, g.gap_start_ns, any_value(g.gap_end_ns) AS gap_end_ns,
-           arg_min(c.global_tid, c.start_ns) AS global_tid
-    FROM gap AS g
-    JOIN cuda_api AS c ON c.report_id = g.report_id AND c.pid = g.pid AND c.correlation_id = g.correlation_id
-    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.global_tid IS NOT NULL
-    GROUP BY g.report_id, g.dev, g.gap_start_ns
-),
+launch AS (SELECT * FROM gap WHERE global_tid IS NOT NULL),
 -- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus the
 -- part of that gap before t
 cum AS (
@@ -126,7 +120,7 @@ timed AS (
 -- per stack: the innermost user frame, the frame it calls, and its user callers
 used AS (SELECT DISTINCT report_id, stack_id FROM timed),
 framed AS (
-    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind
+    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind, f.module
     FROM stacks AS s
     SEMI JOIN used AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
     JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
@@ -142,7 +136,7 @@ callers AS (
     GROUP BY ALL
 ),
 described AS (
-    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.function) AS user_file,
+    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.module) AS user_file,
            uf.line AS user_line, uf.frame_id AS user_frame_id,
            CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
                THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,

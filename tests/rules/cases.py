@@ -120,6 +120,38 @@ def _storm(n: int, dur: int = 2 * US, gap: int = 3 * US) -> dict[str, list[dict]
     return {"kernels": ks, "cuda_api": apis}
 
 
+def _with_stacks(rows: dict[str, list[dict]], lines: dict[int, int]) -> dict[str, list[dict]]:
+    """`rows` plus a Python backtrace (nsys --python-backtrace=cuda) on each CUDA call whose
+    correlation id `lines` maps to a line of /home/u/train.py: `step` at that line calls torch's
+    `mul_`, called from `main`. Calls without a correlation id (syncs) are matched by their index
+    in cuda_api, as the negative key -(i + 1)."""
+    frames = [
+        {"report_id": 1, "frame_id": 1, "kind": "python", "function": "mul_",
+         "file": "/usr/lib/python3/site-packages/torch/_tensor.py", "line": 40, "user": False},
+        {"report_id": 1, "frame_id": 2, "kind": "python", "function": "main", "file": "/home/u/train.py",
+         "line": 120, "user": True},
+    ]  # fmt: skip
+    stacks, events = [], []
+    for line in sorted(set(lines.values())):
+        frames.append({"report_id": 1, "frame_id": 100 + line, "kind": "python", "function": "step",
+                       "file": "/home/u/train.py", "line": line, "user": True})  # fmt: skip
+        for depth, frame in enumerate((1, 100 + line, 2)):
+            stacks.append({"report_id": 1, "stack_id": line, "depth": depth, "frame_id": frame})
+    apis = [dict(a) for a in rows["cuda_api"]]
+    for i, a in enumerate(apis):
+        if a["correlation_id"] is None and -(i + 1) in lines:
+            a["correlation_id"] = 10_000 + i
+            line = lines[-(i + 1)]
+        elif a["correlation_id"] in lines:
+            line = lines[a["correlation_id"]]
+        else:
+            continue
+        events.append({"report_id": 1, "source": "python_cuda", "start_ns": a["start_ns"], "end_ns": a["end_ns"],
+                       "pid": PID, "tid": PID, "global_tid": PID, "stack_id": line,
+                       "correlation_id": a["correlation_id"]})  # fmt: skip
+    return {**rows, "cuda_api": apis, "stack_frames": frames, "stacks": stacks, "stack_events": events}
+
+
 def _warmup_then_steps(steady_busy: int) -> dict[str, list[dict]]:
     """A 100 ms warm-up step (the GPU busy 2 ms of it) and five 10 ms steps whose kernels run
     `steady_busy` ns each: the steps table flags step 0 as warm-up."""
@@ -301,6 +333,15 @@ CASES: list[dict[str, Any]] = [
         "expect": [("host-sync", "critical")],
     },
     {
+        # the same, the synchronize call (the third CUDA call) backtraced to line 61
+        "id": "sync-while-idle-names-the-line",
+        "rules": ["host-sync"],
+        "rows": _with_stacks(_idle(9, "sync"), {-3: 61}),
+        "expect": [("host-sync", "critical")],
+        "location": {"function": "step", "line": 61, "calls": 1, "blocked_ns": 9 * MS},
+        "says": ["The blocking calls came from train.py:61 in step, calling mul_"],
+    },
+    {
         "id": "sync-while-busy-info",
         "rules": ["host-sync"],
         "rows": {
@@ -384,6 +425,15 @@ CASES: list[dict[str, Any]] = [
         "rules": ["small-kernel-storm"],
         "rows": _storm(600),
         "expect": [("small-kernel-storm", "critical")],
+    },
+    {
+        # the same storm with Python backtraces: 500 launches from line 88, 100 from line 95
+        "id": "storm-critical-names-the-line",
+        "rules": ["small-kernel-storm"],
+        "rows": _with_stacks(_storm(600), {i + 1: 88 if i < 500 else 95 for i in range(600)}),
+        "expect": [("small-kernel-storm", "critical")],
+        "location": {"function": "step", "line": 88, "calls": 500, "total_calls": 600},
+        "says": ["500 launched from train.py:88 in step", "calling mul_"],
     },
     {"id": "few-small-kernels-pass", "rules": ["small-kernel-storm"], "rows": _storm(100), "expect": []},
     # trimmed exports carry no deviceId: the kernels' device is NULL and still one device

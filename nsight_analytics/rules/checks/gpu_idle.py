@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from .. import host_activity
+from .. import host_activity, stacks
 from ..context import Context, steady_evidence, steady_scope
 from ..model import GPU_ACTIVITY, Finding, Threshold, rule
 from ..units import count, dur, pct, plural
@@ -77,9 +77,9 @@ _HOST_DETAIL = ("nvtx_ranges", "osrt_api", "cpu_samples", "cpu_ops")
     "gpu-idle",
     order=80,
     needs=(GPU_ACTIVITY,),
-    queries=("utilization", "gaps", "kernel_span", "gap_host", "graph_launches"),
+    queries=("utilization", "gaps", "kernel_span", "gap_host", "graph_launches", "gap_stacks"),
     reads=("steps", "processes"),
-    optional_reads=_HOST_DETAIL,
+    optional_reads=(*_HOST_DETAIL, *stacks.TABLES),
     severities=("warning", "critical"),
     thresholds=(
         Threshold(
@@ -146,6 +146,12 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     for a Python program) and the phase most of the idle time falls in. When NVTX ranges, OS
     runtime calls or CPU samples were left in an export that has moved since ingest, the rule
     judges without them and says which are missing.
+
+    Which line of code (query `gap_stacks`): where the report has call stacks sampled on the
+    launching thread during the idle time (nsys Python or CPU samples, PyTorch-profiler Python
+    frames), the finding names the innermost user frame that explains the most of it
+    (`stack_loop.py:31 in busy_python`, with its callers) in its message and under `location` in
+    its evidence; without stacks it says once which capture option records them.
 
     Fix: depends on the lead activity and the dominant cause; the finding says which and what to
     change.
@@ -286,6 +292,10 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
             "that file has moved or changed since (`nsa ingest --replace --full FILE` brings it in)."
         )
         ev["host_detail_missing"] = missing
+    line = _stack_line(ctx, rid)
+    if isinstance(line, tuple):
+        message += f" {line[0]}"
+        ev["location"] = line[1]
     if window is not None:
         message += f" Start-up before step {window.first_step} is not counted (see the startup rule)."
     elif startup_ns or loading:
@@ -297,6 +307,8 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
                 " To profile only the steady state, start the capture later (`nsys profile --delay`, or "
                 "--capture-range=cudaProfilerApi around the loop)."
             )
+    if isinstance(line, str):
+        recommendation += f" {line}"
     title = f"GPU idle {pct(share)} of the {'steady state' if window is not None else 'run'}{where}"
     if found:
         lead_ns = found.act.in_gaps_ns / devices
@@ -308,6 +320,23 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     elif "dominant_cause" in ev:
         title += f", mostly {ev['dominant_cause'].replace('_', ' ')}"
     return [Finding("gpu-idle", severity, rid, title, message, recommendation, ev, savings)]
+
+
+def _stack_line(ctx: Context, rid: int) -> str | tuple[str, dict[str, Any]] | None:
+    """(sentence, evidence) naming the user frame the idle time waited on most, or the capture
+    hint (a str) where the report has no samples or Python frames, or None."""
+    if not stacks.sources(ctx, rid) & set(stacks.SAMPLE_SOURCES):
+        return stacks.capture_hint(ctx, rid)
+    rows = ctx.query("gap_stacks", rid)
+    top = stacks.top_user(rows, stacks.SAMPLE_SOURCES, "share", 1.0)
+    if top is None:
+        return stacks.no_user_frame_hint(ctx, rid, rows)
+    callers = f" (called from {top.callers})" if top.callers else ""
+    sentence = (
+        f"The idle time waited most on {stacks.where(top)}{callers}{stacks.beneath(top)}: "
+        f"{dur(top.explained_ns)}, {pct(top.share)} of it by {stacks.SOURCE_WORDS[top.source]}."
+    )
+    return sentence, stacks.location(top, explained_ns=int(top.explained_ns), share=float(top.share))
 
 
 # gap_host rows per report, device and source: enough for the chain of Python frames under an op.

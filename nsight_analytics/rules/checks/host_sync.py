@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stacks
 from ..context import Context, steady_evidence, steady_scope
 from ..model import Finding, Threshold, rule
 from ..units import count, dur, pct
@@ -13,7 +14,8 @@ from ..units import count, dur, pct
     "host-sync",
     order=100,
     needs=("cuda_api",),
-    queries=("sync_beyond_gpu",),
+    queries=("sync_beyond_gpu", "launch_stacks"),
+    optional_reads=stacks.TABLES,
     severities=("info", "warning", "critical"),
     thresholds=(
         Threshold(
@@ -47,6 +49,13 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
 
     Judged on the steady state (the whole run for reports without steps): calls before the first
     steady step are start-up, and a call running into it counts from there.
+
+    Which line of code (query `launch_stacks`, kind `sync`): where the report holds the call
+    stacks of the blocking calls (nsys `--python-backtrace=cuda` / `--cudabacktrace`, PyTorch
+    profiler `with_stack=True`), the message names the user frames that blocked longest (the
+    `.item()` line: `stack_loop.py:61 in report_loss`, calling cudaStreamSynchronize), the evidence
+    the same under `location`; without stacks the finding says once which capture option records
+    them.
 
     est_savings_ns: the blocked time during which the process's GPUs were idle ("beyond GPU
     work"), for the process the finding names (the one with the largest such share of its run,
@@ -118,5 +127,41 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
             "dependencies with cudaEventRecord + cudaStreamWaitEvent, use cudaMemcpyAsync into pinned "
             "buffers and consume results one step later (PyTorch: avoid .item()/.cpu()/print per step)."
         )
+    callers = _callers(ctx, rid, None if window is None else int(window.start_ns))
+    if isinstance(callers, str):
+        recommendation += f" {callers}"
+    elif callers:
+        named = [
+            f"{stacks.where(r)}{stacks.beneath(r, r.api_name)} ({dur(r.api_ns)} in {count(r.calls)} calls)"
+            for r in callers
+        ]
+        message += f" The blocking calls came from {' and '.join(named)}, by {stacks.SOURCE_WORDS[callers[0].source]}."
+        ev["location"] = stacks.location(
+            callers[0], calls=int(callers[0].calls), blocked_ns=int(callers[0].api_ns)
+        )
+        if len(callers) > 1:
+            ev["locations"] = [
+                stacks.location(r, calls=int(r.calls), blocked_ns=int(r.api_ns)) for r in callers
+            ]
     savings = int(w["beyond_ns"])  # the process the finding names, so message and estimate agree
     return [Finding("host-sync", severity, rid, title, message, recommendation, ev, savings)]
+
+
+def _callers(ctx: Context, rid: int, start_ns: int | None) -> list[Any] | str | None:
+    """The launch_stacks rows of the user frames whose blocking calls blocked longest (up to two,
+    each at least stacks.MIN_SHARE of the blocked time of their source), the capture hint (a str)
+    where the report holds no stacks of its calls, or None."""
+    source = stacks.first_source(ctx, rid, stacks.CALL_SOURCES)
+    if source is None:
+        return stacks.capture_hint(ctx, rid)
+    rows = ctx.query("launch_stacks", rid, source=source, kind="sync", start_ns=start_ns)
+    for source in stacks.CALL_SOURCES:
+        mine = [r for r in rows if r.source == source and r.kind == "sync"]
+        blocked = sum(r.api_ns for r in mine)
+        named = sorted(
+            (r for r in mine if r.user_function is not None and r.api_ns >= stacks.MIN_SHARE * blocked),
+            key=lambda r: (-r.api_ns, r.user_file, r.user_line or 0),
+        )
+        if named:
+            return named[:2]
+    return stacks.no_user_frame_hint(ctx, rid, rows)

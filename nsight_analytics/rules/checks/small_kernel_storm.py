@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import stacks
 from ..context import Context, steady_evidence
 from ..model import Finding, Threshold, rule, severity_for
 from ..units import clip, count, dur, pct, plural
@@ -18,8 +21,10 @@ from ..units import clip, count, dur, pct, plural
         "small_kernel_storms",
         "small_kernel_names",
         "graph_launches",
+        "launch_stacks",
     ),
     reads=("steps",),
+    optional_reads=stacks.TABLES,
     severities=("info", "warning", "critical"),
     thresholds=(
         Threshold(
@@ -62,6 +67,13 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     elementwise chain; fused/foreach optimizers for parameter updates), and capture the
     steady-state step in a CUDA graph (torch.cuda.CUDAGraph / cudaStreamBeginCapture) so one
     launch replays them all. Batch small operations so each kernel does more work.
+
+    Which line of code (query `launch_stacks`): where the report holds the call stacks of the
+    launches (nsys `--python-backtrace=cuda` / `--cudabacktrace`, PyTorch profiler
+    `with_stack=True`), the title and message name the innermost user frame that launched most of
+    the tiny kernels in the steady state ("3,000 launched from stack_loop.py:57 in scale_params"),
+    its evidence the same under `location`; without stacks the finding says once which capture
+    option records them.
 
     A program that already replays graphs (table `graph_executions`, or kernels with a
     graph_node_id) is told so: its graph kernels pay one launch per replay, and only fusion is
@@ -160,6 +172,22 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         if top
         else f"{count(n_small)} tiny kernels"
     )
+    launcher = _launcher(ctx, rid, int(small), None if window is None else int(window.start_ns))
+    located = None
+    if isinstance(launcher, str):
+        recommendation += f" {launcher}"
+    elif launcher is not None:
+        row = launcher
+        title += f"; {count(row.calls)} launched from {stacks.where(row)}"
+        callers = f" (called from {row.callers})" if row.callers else ""
+        message += (
+            f" {count(row.calls)} of the {count(row.total_calls)} tiny-kernel launches"
+            f"{' of the steady state' if window is not None else ''} ({pct(row.share)}) came from "
+            f"{stacks.where(row)}{callers}{stacks.beneath(row, row.api_name)}, by "
+            f"{stacks.SOURCE_WORDS[row.source]}: start there."
+        )
+        located = stacks.location(row, calls=int(row.calls), total_calls=int(row.total_calls),
+                                  gpu_ns=int(row.gpu_ns), api_ns=int(row.api_ns))  # fmt: skip
     ev = {
         "small_kernel_ns": int(small),
         "kernels": int(s.kernels),
@@ -184,6 +212,8 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         ],
         **steady_evidence(window),
     }
+    if located is not None:
+        ev["location"] = located
     return [
         Finding(
             "small-kernel-storm",
@@ -196,3 +226,17 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
             None if not storms else savings,
         )
     ]
+
+
+def _launcher(ctx: Context, rid: int, small_ns: int, start_ns: int | None) -> Any:
+    """The launch_stacks row of the user frame that launched the most tiny kernels, the capture
+    hint (a str) where the report holds no stacks of its launches, or None."""
+    source = stacks.first_source(ctx, rid, stacks.CALL_SOURCES)
+    if source is None:
+        return stacks.capture_hint(ctx, rid)
+    rows = ctx.query(
+        "launch_stacks", rid, source=source, kind="kernel", max_gpu_ns=small_ns, start_ns=start_ns
+    )
+    total = max((r.total_calls or 0 for r in rows), default=0)
+    top = stacks.top_user(rows, stacks.CALL_SOURCES, "calls", total)
+    return top if top is not None else stacks.no_user_frame_hint(ctx, rid, rows)

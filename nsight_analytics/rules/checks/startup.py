@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import stacks
 from ..context import Context, steady_evidence
 from ..model import GPU_ACTIVITY, Finding, Threshold, rule
 from ..units import count, dur, pct
@@ -23,8 +26,9 @@ _CATEGORY_FIX = {
     "startup",
     order=90,
     needs=(GPU_ACTIVITY,),
-    queries=("utilization", "startup_calls"),
+    queries=("utilization", "startup_calls", "hot_stacks"),
     reads=("steps",),
+    optional_reads=stacks.TABLES,
     severities=("info",),
     thresholds=(
         Threshold(
@@ -48,6 +52,10 @@ def startup(ctx: Context, rid: int) -> list[Finding]:
     Fix: profile the steady state (`nsys profile --delay`, or --capture-range=cudaProfilerApi
     / nvtx around the loop); where start-up matters (short jobs, serving cold starts), cut the
     largest host cost it names.
+
+    Which line of code (query `hot_stacks`): where the report holds Python or CPU samples, the
+    message names the user frame the sampled start-up time ran under most (an import, a model
+    built or moved to the GPU), the evidence the same under `location`.
 
     est_savings_ns: None (start-up is paid once per run, not per step).
     """
@@ -75,6 +83,12 @@ def startup(ctx: Context, rid: int) -> list[Finding]:
     )
     if parts:
         message += " Host time in CUDA calls before the steady state: " + "; ".join(parts[:4]) + "."
+    hot = _hot_frame(ctx, rid, int(window.start_ns))
+    if hot is not None:
+        message += (
+            f" Of the host's start-up {stacks.SOURCE_WORDS[hot.source]}, {pct(hot.user_samples / hot.samples)} "
+            f"({dur(hot.user_ns)}) ran under {stacks.frame_text(hot)}."
+        )
     message += " Timeline findings judge the steady state only."
     fixes = [
         _CATEGORY_FIX[r.category]
@@ -98,5 +112,14 @@ def startup(ctx: Context, rid: int) -> list[Finding]:
         "host_calls": {str(r.category): {"calls": int(r.calls), "total_ns": int(r.total_ns)} for r in by_cat},
         **steady_evidence(window),
     }
+    if hot is not None:
+        ev["location"] = stacks.frame_location(hot)
     title = f"Start-up fills {pct(startup_ns / total)} of the capture ({dur(startup_ns)} before {steps})"
     return [Finding("startup", "info", rid, title, message, recommendation, ev, None)]
+
+
+def _hot_frame(ctx: Context, rid: int, end_ns: int) -> Any:
+    """The hot_stacks row of the user frame most start-up samples ran under, or None."""
+    if not stacks.sources(ctx, rid) & {"python_sample", "cpu_sample"}:
+        return None
+    return stacks.hot_user(ctx.query("hot_stacks", rid, end_ns=end_ns, top_n=None))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stacks
 from ..context import Context
 from ..model import Finding, Threshold, rule
 from ..runs import Excess, excesses, median, ranks_text, straggler
@@ -26,8 +27,9 @@ _COMM = ("mpi_", "nccl", "ucp_", "shmem_", "gloo", "c10d::")
     order=130,
     scope="run",
     needs=("kernel", "comm"),
-    queries=("collective_skew", "rank_balance", "rank_activity"),
+    queries=("collective_skew", "rank_balance", "rank_activity", "hot_stacks"),
     reads=("runs", "ranks"),
+    optional_reads=stacks.TABLES,
     severities=("warning", "critical"),
     thresholds=(
         STRAGGLER_LAST_SHARE,
@@ -73,6 +75,10 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
     kernels (its batch holds more work: balance it, see load-imbalance; else its GPU is slower:
     check its clocks, temperature and power limits with nvidia-smi -q -d PERFORMANCE,CLOCK).
     Do not tune the other ranks' communication: their wait is the straggler's.
+
+    Which line of code (query `hot_stacks`): where the straggler's report holds Python or CPU
+    samples, the message names the user frame its samples in its steady steps ran under most,
+    the evidence the same under `location`.
 
     est_savings_ns: the straggler's mean lateness per steady step times its steady steps: the
     time the other ranks wait for it at each step, which they would get back if it arrived with
@@ -164,6 +170,12 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         message += (
             " No NVTX range or host wait covers that host time (Python, data preparation outside ranges)."
         )
+    hot = _hot_frame(ctx, late.report_id, late.rank, run_id)
+    if hot is not None:
+        message += (
+            f" {me[0].upper()}{me[1:]}'s {stacks.SOURCE_WORDS[hot.source]} in its steady steps ran most under "
+            f"{stacks.frame_text(hot)} ({pct(hot.user_samples / hot.samples)} of them)."
+        )
     own_report = (
         all(r.pid is None for r in ctx.run_ranks(run_id) if int(r.report_id) == int(late.report_id))
         and sum(int(r.report_id) == int(late.report_id) for r in ctx.run_ranks(run_id)) == 1
@@ -198,6 +210,8 @@ def straggler_rank(ctx: Context, run_id: int) -> list[Finding]:
         "idle_ns": idle,
         "median_idle_ns": idle_median,
     }
+    if hot is not None:
+        ev["location"] = stacks.frame_location(hot)
     return [
         Finding(
             "straggler-rank", severity, late.report_id, title, message, recommendation, ev, int(savings),
@@ -291,3 +305,14 @@ def _advice(
         f"{text[0].upper()}{text[1:]}. Do not tune the other ranks' communication: their wait inside the "
         f"collectives is {me}'s lateness."
     )
+
+
+def _hot_frame(ctx: Context, report_id: int, rank: int, run_id: int) -> Any:
+    """The hot_stacks row of the user frame the straggler's samples in its steady steps ran under
+    most (its process only where the report holds several ranks), or None."""
+    if not stacks.sources(ctx, report_id) & {"python_sample", "cpu_sample"}:
+        return None
+    window = ctx.steady(report_id)
+    pid = next((r.pid for r in ctx.run_ranks(run_id) if r.rank == rank), None)
+    start = None if window is None else int(window.start_ns)
+    return stacks.hot_user(ctx.query("hot_stacks", report_id, pid=pid, start_ns=start, top_n=None))

@@ -1,0 +1,188 @@
+"""Which line of code: the user frame a finding names, read from the stack queries (gap_stacks,
+launch_stacks, hot_stacks), and the capture option that records stacks where a report has none.
+
+A finding names the innermost frame of the program's own code (`stack_loop.py:57 in
+scale_params`) and the library call beneath it; its evidence carries the same under `location`.
+Where the report holds no stacks for the question, the rule says once per report (the first
+finding of a `nsa findings` run that could have named a line) which capture option adds them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .context import Context
+from .units import clip
+
+# The stack sources each query reports, the program's own frames first: Python frames name the
+# user's line in a Python program; native frames (CPU samples, CUDA backtraces) are the user's own
+# only in a compiled program.
+SAMPLE_SOURCES = ("python_sample", "kineto_python", "cpu_sample")
+CALL_SOURCES = ("python_cuda", "kineto_python", "cuda_call")
+# The stack tables, which a rule can do without (it then says which capture option records them).
+TABLES = ("stack_events", "stack_frames", "stacks")
+
+# How much of a function's name a sentence shows (C++ template signatures run to thousands).
+NAME_WIDTH = 80
+# A group of stacks is named when it explains at least this share of what the finding is about.
+MIN_SHARE = 0.05
+
+NSYS_HINT = (
+    "To see the line of code behind it, capture with `nsys profile -s cpu --python-sampling=true "
+    "--cudabacktrace=all --python-backtrace=cuda` and export with `nsys export --type sqlite "
+    "--include-blobs=true`: nsa then names the function and line (`nsa query gap_stacks`, `launch_stacks`)."
+)
+KINETO_HINT = (
+    "To see the line of code behind it, profile with `torch.profiler.profile(with_stack=True)`: nsa then "
+    "names the function and line (`nsa query gap_stacks`, `launch_stacks`)."
+)
+
+LIBRARY_ONLY_HINT = (
+    "The call stacks of this capture hold only library frames, none of the program's own code: for a "
+    "Python program capture its frames too (`nsys profile --python-sampling=true --python-backtrace=cuda`, "
+    "exported with `--include-blobs=true`); for a native one keep its symbols (build with -g, do not strip)."
+)
+
+_hinted: weakref.WeakKeyDictionary[Context, set[int]] = weakref.WeakKeyDictionary()
+
+
+def where(row: Any) -> str:
+    """'stack_loop.py:57 in scale_params': a query row's user frame, its file by its last part."""
+    file = str(row.user_file or "")
+    function = clip(str(row.user_function), NAME_WIDTH)
+    if row.user_line is None:  # a native frame: its binary
+        binary = file.rsplit("/", 1)[-1]
+        return function if binary in ("", row.user_function) else f"{function} in {binary}"
+    return f"{file.rsplit('/', 1)[-1]}:{row.user_line} in {function}"
+
+
+def beneath(row: Any, api: str | None = None) -> str:
+    """', calling mul_': the library frame beneath the user frame (or the CUDA call), '' when none."""
+    lib = row.library_frame or api
+    return f", calling {clip(_short(str(lib)), NAME_WIDTH)}" if lib else ""
+
+
+def location(row: Any, **extra: Any) -> dict[str, Any]:
+    """The evidence of a named frame: function, file, line, the library frame below, the callers."""
+    return {
+        "source": row.source,
+        "function": row.user_function,
+        "file": row.user_file,
+        "line": None if row.user_line is None else int(row.user_line),
+        "library_frame": row.library_frame,
+        "callers": row.callers,
+        **extra,
+    }
+
+
+def top_user(rows: Any, sources: tuple[str, ...], weight: str, whole: float) -> Any:
+    """The group of stacks that explains the most of `whole` (by column `weight`) with a user frame,
+    from the first source in `sources` that has one; None when none reaches MIN_SHARE."""
+    for source in sources:
+        mine = [r for r in rows if r.source == source and r.user_function is not None]
+        if not mine:
+            continue
+        best = max(mine, key=lambda r: (getattr(r, weight) or 0, -(r.user_line or 0)))
+        if whole > 0 and (getattr(best, weight) or 0) / whole >= MIN_SHARE:
+            return best
+        return None
+    return None
+
+
+def has_stacks(rows: Any) -> bool:
+    """Did the query find stacks for the report (rows other than its note)?"""
+    return any(r.source is not None for r in rows)
+
+
+def capture_hint(ctx: Context, rid: int) -> str | None:
+    """The capture option that records stacks, the first time a rule asks for this report in this
+    run of the rules; None after (once per report, not on every finding)."""
+    done = _hinted.setdefault(ctx, set())
+    if rid in done:
+        return None
+    done.add(rid)
+    fmt = next((r.format for r in ctx.reports() if r.report_id == rid), None)
+    return KINETO_HINT if fmt == "kineto" else NSYS_HINT
+
+
+def no_user_frame_hint(ctx: Context, rid: int, rows: Any) -> str | None:
+    """Where the query found stacks but none with a frame of the program's own code and the capture
+    holds no Python frames: the hint that says how to get them (once per report, as capture_hint);
+    else None."""
+    python = {"python_sample", "python_cuda", "kineto_python"}
+    if any(r.user_function is not None for r in rows) or sources(ctx, rid) & python:
+        return None
+    done = _hinted.setdefault(ctx, set())
+    if rid in done:
+        return None
+    done.add(rid)
+    return LIBRARY_ONLY_HINT
+
+
+def _short(frame: str) -> str:
+    """A library frame without its site-packages path: 'mse_loss (torch/nn/functional.py:3952)'."""
+    if " (" in frame and "site-packages/" in frame:
+        name, path = frame.split(" (", 1)
+        return f"{name} ({path.rsplit('site-packages/', 1)[-1]}"
+    return frame
+
+
+def sources(ctx: Context, rid: int) -> set[str]:
+    """The stack sources of a report that carry frames (stack_events.source)."""
+    rows = ctx.sql(
+        "stack_sources",
+        "SELECT DISTINCT report_id, source FROM stack_events WHERE stack_id IS NOT NULL "
+        "AND ($rid IS NULL OR report_id = $rid)",
+        rid,
+    )
+    return {str(r.source) for r in rows}
+
+
+def first_source(ctx: Context, rid: int, order: tuple[str, ...]) -> str | None:
+    """The first of `order` the report has stacks of: the one a rule asks its query about (Python
+    frames name the user's line; native backtraces only in a compiled program)."""
+    have = sources(ctx, rid)
+    return next((s for s in order if s in have), None)
+
+
+SOURCE_WORDS = {
+    "python_sample": "Python samples",
+    "kineto_python": "the profiler's Python frames",
+    "cpu_sample": "CPU samples",
+    "python_cuda": "Python backtraces of the CUDA calls",
+    "cuda_call": "native backtraces of the CUDA calls",
+}
+
+
+def hot_user(rows: Any) -> Any:
+    """The hot_stacks row of the user frame the most samples ran under (Python samples first, then
+    CPU samples), when it holds at least MIN_SHARE of its source's samples; else None."""
+    for source in ("python_sample", "cpu_sample"):
+        mine = [r for r in rows if r.source == source and r.user and r.user_samples]
+        if mine:
+            best = max(mine, key=lambda r: (r.user_samples, -(r.frame_id or 0)))
+            return best if best.user_samples >= MIN_SHARE * best.samples else None
+    return None
+
+
+def frame_text(row: Any) -> str:
+    """A hot_stacks frame: 'stack_loop.py:23 in <module>' (Python), 'main in cuda-cloverleaf' (native)."""
+    function = clip(str(row.function), NAME_WIDTH)
+    if row.line is not None:
+        return f"{str(row.file).rsplit('/', 1)[-1]}:{row.line} in {function}"
+    return f"{function} in {str(row.module or '').rsplit('/', 1)[-1]}"
+
+
+def frame_location(row: Any) -> dict[str, Any]:
+    """The evidence of a hot_stacks frame."""
+    return {
+        "source": row.source,
+        "function": row.function,
+        "file": row.file,
+        "line": None if row.line is None else int(row.line),
+        "module": row.module,
+        "samples": int(row.user_samples),
+        "of_samples": int(row.samples),
+        "ns": int(row.user_ns),
+    }

@@ -1,0 +1,224 @@
+-- Which line of code issued the GPU work or the blocking call: per report, stack source and kind,
+-- the CUDA API calls grouped by the innermost user frame of their call stack (the program's own
+-- code, not a library: stack_frames.user) and the library frame that frame was calling, with the
+-- calls, the GPU work they launched and its time, and their own API time. Stack sources:
+--   python_cuda    nsys Python backtraces of CUDA calls (`--python-backtrace=cuda`), by correlation id;
+--   cuda_call      nsys native backtraces of CUDA calls (`--cudabacktrace=all`), by correlation id;
+--   kineto_python  PyTorch-profiler Python frames (`with_stack=True`): the innermost frame open on
+--                  the calling thread when the call started.
+-- A call's kind is 'sync' when it blocks the host (nsa_blocking_call: synchronize, synchronous
+-- copies and memsets), else the kind of the work it launched (kernel, memcpy, memset, graph), else
+-- 'other'; the `kind` parameter also matches the launched work of a blocking call (a synchronous
+-- cudaMemcpy is a memcpy). Where a report has matching calls but no stack of any source for them,
+-- one row with source NULL says why in `note` and which capture option records them. Linear:
+-- calls, their work and their backtraces joined by (report, pid, correlation id); Kineto frames
+-- placed by an ASOF join per thread on the frame boundaries (no join of calls against frames by
+-- range).
+-- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, reports, stack_events, stack_frames, stacks
+-- param report_id INTEGER = NULL: only this report; all reports when NULL.
+-- param source VARCHAR = NULL one of ('python_cuda', 'cuda_call', 'kineto_python'): only stacks of this source; all when NULL.
+-- param kind VARCHAR = NULL one of ('kernel', 'memcpy', 'memset', 'graph', 'sync', 'other'): only calls of this kind; all when NULL.
+-- param pattern VARCHAR = NULL: only calls whose API name or launched work's name matches this regular expression (case-insensitive).
+-- param max_gpu_ns BIGINT = NULL: only calls whose launched work ran at most this long (ns): tiny kernels.
+-- param start_ns BIGINT = NULL: only calls starting at or after this time (ns).
+-- param end_ns BIGINT = NULL: only calls starting before this time (ns).
+-- param top_n INTEGER = 10: keep the N rows with the most calls per report, source and kind; all when NULL.
+-- col report_id INTEGER: workspace report id.
+-- col source VARCHAR: python_cuda, cuda_call or kineto_python; NULL on a note row.
+-- col kind VARCHAR: sync, kernel, memcpy, memset, graph or other.
+-- col user_function VARCHAR: the innermost user frame's function (`scale_params`); NULL when the stack has no user frame.
+-- col user_file VARCHAR: its file (Python) or binary (native).
+-- col user_line INTEGER: its line (Python frames; Kineto gives the function's first line).
+-- col library_frame VARCHAR: the frame the user frame was calling (`mul_`, `cudaLaunchKernel`), or the innermost frame when no user frame; NULL when the user frame is the innermost.
+-- col callers VARCHAR: the user frames calling the user frame, innermost first (`train_step < main < <module>`), of its most frequent stack.
+-- col api_name VARCHAR: the most frequent CUDA API call of the group.
+-- col calls BIGINT: calls with this stack.
+-- col launched BIGINT: GPU activities (kernels, copies, memsets, graph replays) those calls launched.
+-- col gpu_ns BIGINT: GPU time of what they launched (ns).
+-- col api_ns BIGINT: host time in the calls themselves (ns).
+-- col share DOUBLE: calls / total_calls.
+-- col total_calls BIGINT: the report's calls of this kind that match the parameters, with a stack of this source or not; on a note row, all kinds (NULL where the report has no stacks).
+-- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
+WITH
+-- the reports holding backtraces of CUDA calls or Python frames: only theirs are joined
+has AS (
+    SELECT DISTINCT report_id FROM stack_events
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND stack_id IS NOT NULL
+        AND source IN ('python_cuda', 'cuda_call', 'kineto_python') AND ($source IS NULL OR source = $source)
+),
+work AS (
+    SELECT report_id, pid, correlation_id, any_value(kind) AS work_kind, any_value(label) AS work_name,
+           count(*) AS launched, sum(end_ns - start_ns) AS gpu_ns, max(end_ns - start_ns) AS max_ns
+    FROM nsa_gpu_activity($report_id)
+    WHERE correlation_id IS NOT NULL AND report_id IN (SELECT report_id FROM has)
+    GROUP BY ALL
+),
+call AS (
+    SELECT c.report_id, c.pid, c.global_tid, c.correlation_id, c.start_ns, c.name,
+           coalesce(c.end_ns - c.start_ns, 0) AS api_ns,
+           CASE WHEN nsa_blocking_call(c.name) IS NOT NULL THEN 'sync' ELSE coalesce(w.work_kind, 'other') END AS kind,
+           w.work_kind, coalesce(w.launched, 0) AS launched, coalesce(w.gpu_ns, 0) AS gpu_ns
+    FROM cuda_api AS c
+    LEFT JOIN work AS w ON w.report_id = c.report_id AND w.pid = c.pid AND w.correlation_id = c.correlation_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.report_id IN (SELECT report_id FROM has)
+        AND ($start_ns IS NULL OR c.start_ns >= $start_ns) AND ($end_ns IS NULL OR c.start_ns < $end_ns)
+        AND ($max_gpu_ns IS NULL OR w.max_ns <= $max_gpu_ns)
+        AND ($pattern IS NULL OR regexp_matches(c.name, $pattern, 'i')
+             OR regexp_matches(coalesce(w.work_name, ''), $pattern, 'i'))
+),
+matched AS (
+    SELECT * FROM call WHERE $kind IS NULL OR kind = $kind OR work_kind = $kind
+),
+totals AS (SELECT report_id, kind, count(*) AS total_calls FROM matched GROUP BY ALL),
+ev AS (
+    SELECT * FROM stack_events
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND stack_id IS NOT NULL
+        AND ($source IS NULL OR source = $source)
+),
+-- nsys: the call's own backtraces, by correlation id
+recorded AS (
+    SELECT m.*, e.source, e.stack_id
+    FROM matched AS m
+    JOIN ev AS e ON e.report_id = m.report_id AND e.pid = m.pid AND e.correlation_id = m.correlation_id
+    WHERE e.source IN ('python_cuda', 'cuda_call')
+),
+-- Kineto: frame intervals nest on their thread; at each start the frame's own stack holds, at each
+-- end its parent's (the frame one level out that started last before it, by ASOF on depth)
+-- only the calls of reports with Kineto frames go through the ASOF join (it sorts its left side)
+framed_calls AS (
+    SELECT * FROM matched
+    WHERE report_id IN (SELECT DISTINCT report_id FROM ev WHERE source = 'kineto_python')
+),
+threads AS (SELECT DISTINCT report_id, global_tid FROM framed_calls),
+frames AS (
+    SELECT x.report_id, x.global_tid, x.start_ns, x.end_ns, x.stack_id, d.depth
+    FROM ev AS x
+    SEMI JOIN threads AS t ON t.report_id = x.report_id AND t.global_tid = x.global_tid
+    JOIN (SELECT report_id, stack_id, max(depth) AS depth FROM stacks GROUP BY ALL) AS d
+        ON d.report_id = x.report_id AND d.stack_id = x.stack_id
+    WHERE x.source = 'kineto_python' AND x.end_ns IS NOT NULL
+),
+-- at one moment, ends before starts, inner ends before outer ones, outer starts before inner ones
+bounds AS (
+    SELECT report_id, global_tid, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
+    UNION ALL
+    SELECT f.report_id, f.global_tid, f.end_ns, 0, -f.depth, p.stack_id
+    FROM frames AS f
+    ASOF LEFT JOIN frames AS p
+        ON p.report_id = f.report_id AND p.global_tid = f.global_tid AND p.depth = f.depth - 1
+        AND f.start_ns >= p.start_ns
+),
+-- the last boundary at or before each moment decides the stack open then
+segments AS (
+    SELECT report_id, global_tid, t, stack_id
+    FROM bounds
+    QUALIFY row_number() OVER (PARTITION BY report_id, global_tid, t ORDER BY step DESC, o DESC) = 1
+),
+open_frame AS (
+    SELECT m.*, 'kineto_python' AS source, s.stack_id
+    FROM framed_calls AS m
+    ASOF JOIN segments AS s ON s.report_id = m.report_id AND s.global_tid = m.global_tid AND m.start_ns >= s.t
+    WHERE s.stack_id IS NOT NULL
+),
+stacked AS (
+    SELECT * FROM recorded
+    UNION ALL
+    SELECT * FROM open_frame
+),
+-- per stack: the innermost user frame, the frame it calls, and its user callers
+used AS (SELECT DISTINCT report_id, stack_id FROM stacked),
+framed AS (
+    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind, f.module
+    FROM stacks AS s
+    SEMI JOIN used AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
+    JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
+),
+innermost_user AS (
+    SELECT report_id, stack_id, min(depth) AS depth FROM framed WHERE user GROUP BY ALL
+),
+callers AS (
+    SELECT c.report_id, c.stack_id, string_agg(c.function, ' < ' ORDER BY c.depth) AS callers
+    FROM framed AS c
+    JOIN innermost_user AS iu USING (report_id, stack_id)
+    WHERE c.user AND c.depth > iu.depth
+    GROUP BY ALL
+),
+described AS (
+    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.module) AS user_file,
+           uf.line AS user_line,
+           CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
+               THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,
+           c.callers
+    FROM used AS u
+    LEFT JOIN innermost_user AS iu USING (report_id, stack_id)
+    LEFT JOIN callers AS c USING (report_id, stack_id)
+    LEFT JOIN framed AS uf ON uf.report_id = u.report_id AND uf.stack_id = u.stack_id AND uf.depth = iu.depth
+    LEFT JOIN framed AS lf ON lf.report_id = u.report_id AND lf.stack_id = u.stack_id
+        AND lf.depth = coalesce(iu.depth - 1, 0)
+),
+by_stack AS (
+    SELECT report_id, source, kind, stack_id, count(*) AS calls, sum(launched) AS launched, sum(gpu_ns) AS gpu_ns,
+           sum(api_ns) AS api_ns, mode(name) AS api_name
+    FROM stacked
+    GROUP BY ALL
+),
+grouped AS (
+    SELECT b.report_id, b.source, b.kind, d.user_function, d.user_file, d.user_line, d.library_frame,
+           arg_max(d.callers, b.calls) AS callers, arg_max(b.api_name, b.calls) AS api_name,
+           sum(b.calls) AS calls, sum(b.launched) AS launched, sum(b.gpu_ns) AS gpu_ns, sum(b.api_ns) AS api_ns
+    FROM by_stack AS b
+    JOIN described AS d USING (report_id, stack_id)
+    GROUP BY ALL
+),
+ranked AS (
+    SELECT g.*, t.total_calls
+    FROM grouped AS g
+    JOIN totals AS t USING (report_id, kind)
+    QUALIFY $top_n IS NULL OR row_number() OVER (
+        PARTITION BY g.report_id, g.source, g.kind
+        ORDER BY g.calls DESC, g.gpu_ns DESC, g.user_file, g.user_line, g.library_frame
+    ) <= $top_n
+),
+-- reports with CUDA calls but no stack for the matching ones: say which option records them
+-- (total_calls counted only where the report has stacks)
+bare AS (
+    SELECT r.report_id, t.total_calls,
+           CASE
+               WHEN r.format = 'kineto'
+                   THEN 'no Python frames in this trace: profile with `torch.profiler.profile(with_stack=True)`'
+               WHEN r.report_id IN (SELECT report_id FROM has)
+                   THEN 'no backtrace was recorded for these calls: nsys keeps them for calls longer than the '
+                        || '`--cudabacktrace` threshold'
+               ELSE 'no backtraces of CUDA calls in this capture: profile with `nsys profile --cudabacktrace=all '
+                    || '--python-backtrace=cuda` (and export with `nsys export --type sqlite --include-blobs=true`)'
+           END AS note
+    FROM reports AS r
+    LEFT JOIN (SELECT report_id, sum(total_calls) AS total_calls FROM totals GROUP BY ALL) AS t USING (report_id)
+    WHERE ($report_id IS NULL OR r.report_id = $report_id) AND list_contains(r.activity_kinds, 'cuda_api')
+        AND r.report_id NOT IN (SELECT report_id FROM stacked)
+        AND (r.report_id NOT IN (SELECT report_id FROM has) OR t.total_calls > 0)
+)
+SELECT
+    report_id,
+    source,
+    kind,
+    user_function,
+    user_file,
+    CAST(user_line AS INTEGER) AS user_line,
+    library_frame,
+    callers,
+    api_name,
+    CAST(calls AS BIGINT) AS calls,
+    CAST(launched AS BIGINT) AS launched,
+    CAST(gpu_ns AS BIGINT) AS gpu_ns,
+    CAST(api_ns AS BIGINT) AS api_ns,
+    CAST(calls / total_calls AS DOUBLE) AS share,
+    CAST(total_calls AS BIGINT) AS total_calls,
+    NULL::VARCHAR AS note
+FROM ranked
+UNION ALL
+SELECT report_id, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NULL::INTEGER, NULL::VARCHAR,
+       NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::DOUBLE,
+       CAST(total_calls AS BIGINT), note
+FROM bare
+ORDER BY report_id, source NULLS FIRST, kind, calls DESC, gpu_ns DESC, user_file, user_line, library_frame
