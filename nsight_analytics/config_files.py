@@ -9,6 +9,8 @@
 The settings have the --config file's meaning and layout (rules/config.py: threshold names at the
 top, under `[thresholds]` or under a rule's id); in `pyproject.toml` they sit under `[tool.nsa]`
 (`[tool.nsa.gpu-idle]`). Only the first file found counts: settings are not merged across files.
+Two keys name folders instead of thresholds, relative to the file: `queries = ["dir", ...]` (a
+team's .sql queries) and `rules = ["dir", ...]` (TOML rule packs; docs/extending.md).
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def find(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> C
     if user.is_file():
         return ConfigFile(user, _read(user))
     return None
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A settings file given by name (--config): its TOML, or InputError saying what is wrong."""
+    return _read(path)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -145,6 +145,14 @@ class Query:
     def family(self) -> str:
         return self.path.parent.name
 
+    @property
+    def source(self) -> str:
+        """Where the query is written: `queries/nsys/gaps.sql` for the library's, else its file."""
+        root = query_root()
+        if self.path.is_relative_to(root):
+            return f"queries/{self.path.relative_to(root).as_posix()}"
+        return str(self.path)
+
     def bind(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
         values = dict(values or {})
         unknown = set(values) - {p.name for p in self.params}
@@ -238,16 +246,61 @@ def query_root() -> Path:
     return Path(str(resources.files("nsight_analytics") / "sql"))
 
 
+# Folders of a team's own queries (config `queries = [...]`, `--queries DIR`, plugins), after the
+# library's: same contract, same macros, listed and run like the built-in ones.
+_FOLDERS: list[Path] = []
+
+
+def add_folder(folder: str | Path) -> None:
+    """Add a folder of `.sql` queries (searched recursively) to the library. A query named like
+    one already in it is an error when the library is next read (`library`)."""
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise QueryError(f"query folder {folder} is not a directory; give a folder of .sql files.")
+    if path not in _FOLDERS and path != query_root().resolve():
+        _FOLDERS.append(path)
+        library.cache_clear()
+        _macro_bodies.cache_clear()
+
+
+def remove_folder(folder: str | Path) -> None:
+    """Take an added folder out of the library again (a plugin whose queries do not parse)."""
+    path = Path(folder).expanduser().resolve()
+    if path in _FOLDERS:
+        _FOLDERS.remove(path)
+        library.cache_clear()
+        _macro_bodies.cache_clear()
+
+
+def folders() -> list[Path]:
+    """The added query folders, in the order they were added."""
+    return list(_FOLDERS)
+
+
+def reset_folders() -> None:
+    """Forget the added folders: the library is the built-in queries again."""
+    _FOLDERS.clear()
+    library.cache_clear()
+    _macro_bodies.cache_clear()
+
+
 @cache
 def library() -> dict[str, Query]:
     found: dict[str, Query] = {}
-    for path in sorted(query_root().rglob("*.sql")):
-        if path.name.startswith("_"):
-            continue
-        q = parse(path)
-        if q.name in found:
-            raise QueryError(f"two queries named {q.name}: {found[q.name].path} and {path}.")
-        found[q.name] = q
+    for root in (query_root(), *_FOLDERS):
+        for path in sorted(root.rglob("*.sql")):
+            if path.name.startswith("_"):
+                continue
+            q = parse(path)
+            if q.name in found:
+                first = found[q.name].path
+                if root != query_root() and first.is_relative_to(query_root()):
+                    raise QueryError(
+                        f"{path}: query {q.name} has the name of a built-in query ({first}); "
+                        "rename the file (a query's name is its file name)."
+                    )
+                raise QueryError(f"two queries named {q.name}: {first} and {path}.")
+            found[q.name] = q
     return found
 
 
@@ -260,7 +313,8 @@ def get(name: str) -> Query:
 
 
 def macro_files() -> list[Path]:
-    return sorted(query_root().rglob("_*.sql"))
+    """The shared macro files: the library's, then those of the added folders."""
+    return [p for root in (query_root(), *_FOLDERS) for p in sorted(root.rglob("_*.sql"))]
 
 
 _COMMENT = re.compile(r"--[^\n]*")

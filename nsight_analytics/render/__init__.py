@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         to_markdown,
         to_table,
     )
-    from .rules import render_rules
+    from .rules import explain_rule, render_rules
     from .schema import render_schema, schema_page
     from .summary import render as render_summary
     from .summary import render_run as render_run_summary
@@ -50,6 +50,7 @@ _NAMES = {
     "Result": (".rows", "Result"),
     "copy_rows": (".rows", "copy_rows"),
     "duration": ("..rules.units", "dur"),
+    "explain_rule": (".rules", "explain_rule"),
     "head": (".rows", "head"),
     "jsonable": (".rows", "jsonable"),
     "queries_page": (".queries", "queries_page"),
@@ -94,6 +95,7 @@ __all__ = [
     "Result",
     "copy_rows",
     "duration",
+    "explain_rule",
     "head",
     "jsonable",
     "queries_page",

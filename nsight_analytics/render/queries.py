@@ -111,7 +111,7 @@ def query_contract(q: queries.Query, width: int | None = None) -> str:
     def para(text: str, indent: str = "", hang: str = "") -> list[str]:
         return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=hang or indent) or [indent]
 
-    out = [f"{q.name} ({q.family}: queries/{q.family}/{q.path.name})", ""]
+    out = [f"{q.name} ({q.family}: {q.source})", ""]
     out += [*para(q.doc), ""]
     out += [*para("Reads " + ", ".join(sorted(q.tables())) + "."), ""]
     if q.params:

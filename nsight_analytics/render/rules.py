@@ -3,6 +3,7 @@ machines, and the Markdown reference tables."""
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import textwrap
 from collections.abc import Sequence
@@ -67,3 +68,30 @@ def render_rules(
         "thresholds (change with --config FILE or --set name=value)",
     )  # fmt: skip
     return text
+
+
+def explain_rule(r: Rule, thresholds: Sequence[Threshold], width: int | None = None) -> str:
+    """`nsa rules --explain ID`: the rule's whole documentation (its check's docstring, or a rule
+    file's summary, conditions and fix), what it reads and its thresholds with their values."""
+    width = min(width or shutil.get_terminal_size((100, 24)).columns, 100)
+    values = {t.name: t.default for t in thresholds}
+    scope = "per run" if r.scope == "run" else "per report"
+    out = [f"{r.id}  ({' / '.join(r.severities)}; reads {r.needs_text}; {scope})", ""]
+    for para in inspect.cleandoc(r.check.__doc__ or "").split("\n\n"):
+        lines = para.splitlines()
+        if any(line.startswith((" ", "-", "*")) for line in lines[1:]):
+            out += [*lines, ""]  # a list or an example: as written
+        else:
+            out += [*textwrap.wrap(" ".join(para.split()), width), ""]
+    if r.queries:
+        out += [f"Queries: {', '.join(r.queries)} (`nsa query --list NAME`).", ""]
+    if r.declared:
+        out.append("Thresholds (--set NAME=VALUE, or the settings file):")
+        for t in r.declared:
+            out += textwrap.wrap(
+                f"{t.name} = {values.get(t.name, t.default)} ({t.unit}): {t.doc}",
+                width,
+                initial_indent="  ",
+                subsequent_indent="      ",
+            )
+    return "\n".join(out).rstrip() + "\n"

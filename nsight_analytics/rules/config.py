@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     DEFAULTS: dict[str, Threshold]  # built from the rules on first use (__getattr__)
 
 
+# Settings-file keys that name folders (of rule packs, of .sql queries), not thresholds.
+FOLDER_KEYS = ("rules", "queries")
+
+
 class ConfigError(NsaError):
     """A rules config file or a --set override is wrong."""
 
@@ -54,9 +58,9 @@ def table(ruleset: Sequence[Rule] | None = None) -> dict[str, Threshold]:
 def _ruleset(ruleset: Sequence[Rule] | None) -> Sequence[Rule]:
     if ruleset is not None:
         return ruleset
-    from .discovery import builtin  # imports every rule module: only when thresholds are looked up
+    from .discovery import registered  # imports every rule module: only when thresholds are looked up
 
-    return builtin()
+    return registered()
 
 
 def __getattr__(name: str) -> Any:
@@ -163,6 +167,8 @@ def _file_values(
         found[name] = (number, where.strip())
 
     for key, value in data.items():
+        if key in FOLDER_KEYS and isinstance(value, (list, str)):
+            continue  # folders of rule files and queries (api.extend), not thresholds
         if not isinstance(value, dict):
             put(key, value, "")
             continue

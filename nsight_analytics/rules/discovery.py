@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from functools import cache
 
 from .model import Rule
@@ -41,3 +42,33 @@ def discover(package: str) -> list[Rule]:
 def builtin() -> tuple[Rule, ...]:
     """The rules that ship with nsa."""
     return tuple(discover(BUILTIN))
+
+
+# Rules added beside the built-in ones: a team's rule files (rules/files.py) and plugins' rules.
+_ADDED: list[Rule] = []
+
+
+def add(new: Iterable[Rule]) -> None:
+    """Run these rules too, wherever the built-in ones run (`nsa findings`, the diff, `nsa
+    rules`); an id already taken is an error."""
+    taken = {r.id: r for r in registered()}
+    for r in new:
+        if not isinstance(r, Rule):
+            raise TypeError(f"not a rule: {r!r}")
+        if r.id in taken and taken[r.id] is not r:
+            raise ValueError(
+                f"rule {r.id} is defined twice: {taken[r.id].check.__module__} and {r.check.__module__}"
+            )
+        if r.id not in taken:
+            _ADDED.append(r)
+            taken[r.id] = r
+
+
+def reset() -> None:
+    """Forget the added rules: the built-in ones only."""
+    _ADDED.clear()
+
+
+def registered() -> tuple[Rule, ...]:
+    """The built-in rules, then the added ones, by order then id."""
+    return tuple(sorted((*builtin(), *_ADDED), key=lambda r: (r.order, r.id)))

@@ -3,20 +3,21 @@ it needs, and rank what they find."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import duckdb
 
 from .config import load_config
 from .context import Context
-from .discovery import builtin
+from .discovery import registered
 from .model import SEVERITY_RANK, Finding, Rule
 
 
 def rules() -> list[Rule]:
-    """The built-in rules (`nsight_analytics.rules.checks`), in the order `nsa rules` lists them."""
-    return list(builtin())
+    """The rules `nsa findings` runs, in the order `nsa rules` lists them: the built-in ones
+    (`nsight_analytics.rules.checks`) and those added from rule files and plugins (discovery.add)."""
+    return list(registered())
 
 
 def rank_key(f: Finding) -> tuple[Any, ...]:
@@ -42,6 +43,7 @@ def run_rules(
     ruleset: Sequence[Rule] | None = None,
     skip: Collection[tuple[int, str]] = (),
     run_id: int | Iterable[int] | None = None,
+    context: Callable[..., Context] = Context,
 ) -> list[Finding]:
     """All findings for one report (or every report), ranked; `config` overrides thresholds.
 
@@ -51,13 +53,14 @@ def run_rules(
     to; with `run_id` (one id, or several the user names together), only those runs and their
     reports are judged. `ruleset`: the rules to choose from (default: the built-in ones).
     `skip`: (report id, rule id) pairs not to run; a run rule is skipped on a run when any of
-    its reports is.
+    its reports is. `context`: what makes the rules' Context from (con, thresholds, report_id,
+    run_ids); the Spark engine passes one whose library queries run on Spark.
     """
     # Loads nothing: the facade (api.findings) materialises the deferred tables the rules read.
     ruleset = rules() if ruleset is None else list(ruleset)
     values = load_config(overrides=config, ruleset=ruleset)
     run_ids = [run_id] if isinstance(run_id, int) else None if run_id is None else list(run_id)
-    ctx = Context(con, values, report_id, run_ids)
+    ctx = context(con, values, report_id, run_ids)
     selected = [r for r in ruleset if only is None or r.id in only]
     per_report = [r for r in selected if r.scope == "report"]
     per_run = [r for r in selected if r.scope == "run"]
