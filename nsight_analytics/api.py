@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from . import config_files, params, queries, schema
-from .errors import QueryError, SourceGoneError
+from . import config_files, dataset, params, queries, schema
+from .errors import QueryError, SourceGoneError, WorkspaceError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
 from .ingest import runs as _runs
 from .statements import canonical_writes, refuse_extensions
@@ -41,6 +41,8 @@ __all__ = [
     "connect",
     "diff",
     "engine",
+    "export",
+    "extend",
     "findings",
     "ingest",
     "materialise",
@@ -53,6 +55,7 @@ __all__ = [
     "run_reports",
     "runs",
     "schema_tables",
+    "spark_query",
     "sql",
     "summary",
     "worked_out",
@@ -60,10 +63,23 @@ __all__ = [
 
 
 def _open(db: str | os.PathLike[str] | None, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """The workspace with the query library's TEMP macros (they exist per connection)."""
-    con = open_workspace(db, read_only=read_only)
+    """The workspace with the query library's TEMP macros (they exist per connection). A folder
+    is a Parquet dataset (`nsa export`): opened read-only, whatever `read_only` says."""
+    if db is not None and Path(db).expanduser().is_dir():
+        con = dataset.open_dataset(db)
+    else:
+        con = open_workspace(db, read_only=read_only)
+    load_plugins()  # before the macros: a plugin's queries get theirs
     queries.install_macros(con)
     return con
+
+
+def load_plugins() -> list[str]:
+    """Load the installed plugins (entry points nsa.readers, nsa.rules, nsa.queries; once per
+    process); returns one line per plugin that failed, each also logged as a warning."""
+    from . import plugins
+
+    return plugins.load()
 
 
 def connect(
@@ -87,6 +103,8 @@ def writable(db: str | os.PathLike[str] | None = None) -> bool:
     path = resolve_db_path(db)
     if not path.exists():
         return True  # to be created: opening it writable says what is wrong, if anything
+    if path.is_dir():
+        return False  # a Parquet dataset: read only
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
@@ -234,7 +252,47 @@ def engine(db: str | os.PathLike[str] | None = None, read_only: bool = False) ->
 
 def ingest(con: duckdb.DuckDBPyConnection, path: str | Path, **options: Any) -> IngestResult:
     """Ingest one nsys SQLite export or ncu CSV; see nsight_analytics.ingest.ingest_file."""
+    folder = dataset.dataset_path(con)
+    if folder is not None:
+        raise WorkspaceError(
+            f"{folder} is a Parquet dataset, which nsa only reads; ingest into a workspace "
+            f"(`nsa ingest FILE --db WORKSPACE.duckdb`), then add it with `nsa export {folder} --db WORKSPACE.duckdb`."
+        )
     return ingest_file(con, path, **options)
+
+
+def export(
+    directory: str | os.PathLike[str],
+    db: str | os.PathLike[str] | None = None,
+    report_ids: Iterable[int] | None = None,
+    runs: Iterable[str | int] | None = None,
+) -> dataset.Exported:
+    """Write the workspace `db` (its reports `report_ids` and the reports of `runs`; default
+    every report) as a Parquet dataset into `directory`, creating it or adding to it. Deferred
+    data is loaded first, so nothing in the dataset is deferred; see nsight_analytics.dataset."""
+    chosen: list[int] | None = None
+
+    def check(con: duckdb.DuckDBPyConnection) -> None:
+        nonlocal chosen
+        dataset.check_target(directory)
+        if report_ids is not None or runs is not None:
+            ids = list(report_ids or ())
+            require_reports(con, ids)
+            for run in runs or ():
+                ids += run_reports(con, run)
+            chosen = sorted(set(ids))
+
+    con = reader(db, needs=dataset_reads(), check=check)
+    try:
+        return dataset.export(con, directory, chosen)
+    finally:
+        con.close()
+
+
+def dataset_reads() -> set[str]:
+    """Everything a dataset holds: every table, the views' columns (`kernels`: the launch
+    columns) and every column worked out on first use."""
+    return {t.name for t in schema.TABLES} | set(schema.COMPUTED)
 
 
 def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.DuckDBPyRelation:
@@ -243,6 +301,22 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
     q.bind(params)  # a rejected parameter must not copy deferred tables first
     materialise(con, q.tables())
     return queries.run(con, name, params)
+
+
+def spark_query(
+    data: str | os.PathLike[str], name: str, *, master: str | None = None, **params: Any
+) -> duckdb.DuckDBPyRelation:
+    """Library query NAME run by Apache Spark over the Parquet dataset DATA (`nsa export`), its
+    rows brought back as a DuckDB relation like `query`'s. `master`: a cluster URL
+    (`spark://host:7077`, `sc://host` for Spark Connect), else $SPARK_REMOTE, else local mode.
+    For a Spark DataFrame, call nsight_analytics.spark.query with your own SparkSession."""
+    from . import spark
+    from .params import connect as duckdb_connect
+
+    q = queries.get(name)
+    q.bind(params)  # a rejected parameter stops here, before Spark starts
+    df = spark.query(master, name, data, params)
+    return spark.relation(duckdb_connect(), name, df)
 
 
 def query_run(
@@ -407,6 +481,61 @@ def parse_assignments(pairs: Iterable[str], option: str, example: str) -> dict[s
     from .rules.config import parse_assignments as parse
 
     return parse(list(pairs), option, example)
+
+
+# --- a team's rule files and queries, plugins (rules/files.py, queries.add_folder, plugins.py) --
+
+_RULE_FOLDERS: set[Path] = set()
+
+
+def extend(
+    rules: Iterable[str | Path] = (),
+    query_folders: Iterable[str | Path] = (),
+    settings: ConfigFile | str | Path | None = None,
+    plugins: bool = True,
+) -> list[str]:
+    """Add a team's queries and rules to the library and the rules: the installed plugins
+    (`plugins`), the folders a settings file names (`queries = [...]`, `rules = [...]`, relative
+    to the file), then `query_folders` (.sql files) and `rules` (TOML rule packs). Queries come
+    first: a rule may judge one of them. Returns one line per plugin that failed to load.
+    A folder given twice is read once."""
+    from .rules.discovery import add, registered
+    from .rules.files import load_folder
+
+    problems = load_plugins() if plugins else []
+    named = _settings_folders(settings)
+    for folder in [*named["queries"], *query_folders]:
+        queries.add_folder(folder)
+    for folder in [*named["rules"], *rules]:
+        key = Path(folder).expanduser().resolve()
+        if key not in _RULE_FOLDERS:
+            add(load_folder(folder, registered()))
+            _RULE_FOLDERS.add(key)
+    return problems
+
+
+def _settings_folders(settings: ConfigFile | str | Path | None) -> dict[str, list[Path]]:
+    """The `queries` and `rules` folders a settings file names, relative to the file."""
+    from .rules.config import FOLDER_KEYS, ConfigError
+
+    out: dict[str, list[Path]] = {k: [] for k in FOLDER_KEYS}
+    if settings is None:
+        return out
+    if isinstance(settings, (str, Path)):
+        path = Path(settings)
+        data = config_files.read(path) if path.is_file() else {}
+        where = str(path)
+    else:
+        path, data, where = settings.path, settings.data, str(settings)
+    for key in FOLDER_KEYS:
+        value = data.get(key, [])
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(
+                f'settings file {where}: {key} wants a list of folders, e.g. {key} = ["nsa/{key}"].'
+            )
+        out[key] = [path.parent / Path(v).expanduser() for v in value]
+    return out
 
 
 def rules_reads(
@@ -824,6 +953,11 @@ def save_baseline(con: duckdb.DuckDBPyConnection, name: str, side: Any) -> list[
     """Store the side's reports (ids or files, ingested first) as baseline `name`."""
     from .diff import save_baseline as save
 
+    folder = dataset.dataset_path(con)
+    if folder is not None:
+        raise WorkspaceError(
+            f"{folder} is a Parquet dataset, which nsa only reads; store baselines in a workspace (--db)."
+        )
     ids = diff_reports(con, side)
     require_reports(con, ids)
     save(con, name, ids)

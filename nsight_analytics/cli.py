@@ -24,7 +24,7 @@ import click
 
 from . import render
 from .errors import INTERRUPTED, NsaError, WorkspaceError, os_problem
-from .names import ENV_DB, GATE_METRICS
+from .names import DATASET_MANIFEST, ENV_DB, GATE_METRICS
 from .timing import timed
 
 if TYPE_CHECKING:
@@ -85,13 +85,48 @@ class NsaGroup(click.Group):
 
 
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--data",
+        metavar="DIR",
+        type=click.Path(file_okay=False),
+        expose_value=False,
+        callback=_data_dir,
+        help="Read a Parquet dataset (`nsa export DIR`) instead of a workspace; read-only.",
+    )(f)
     return click.option(
         "--db",
         envvar=ENV_DB,
         type=click.Path(dir_okay=False),
         default=None,
+        callback=_db_or_data,
         help=f"Workspace file (default ./nsa.duckdb, or ${ENV_DB}).",
     )(f)
+
+
+def _data_dir(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--data DIR: the dataset folder goes on as the command's `db` (the facade opens a folder as
+    a dataset), once DIR is known to be one."""
+    if value is None:
+        return
+    path = Path(value).expanduser()
+    if not (path / DATASET_MANIFEST).is_file():
+        raise NsaClickError(
+            f"{path} is not an nsa dataset (no {DATASET_MANIFEST} in it); write one with `nsa export {path}`."
+        )
+    ctx.meta["nsa.data"] = str(path)
+    _db_or_data(ctx, param, ctx.params.get("db"))
+    if "db" in ctx.params:  # --db was read first
+        ctx.params["db"] = str(path)
+
+
+def _db_or_data(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    data = ctx.meta.get("nsa.data")
+    if data is None:
+        return value
+    source = ctx.get_parameter_source("db")
+    if value is not None and source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give --db or --data, not both.", ctx)
+    return str(data)
 
 
 def format_option(choices: tuple[str, ...] = render.FORMATS) -> Callable[..., Any]:
@@ -151,6 +186,67 @@ def output_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--output", "-o", "output_path", type=click.Path(), metavar="FILE", callback=_check_output,
         help="Write to FILE instead of stdout.",
     )(f)  # fmt: skip
+
+
+def engine_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--engine duckdb|spark and --spark-master URL (`nsa query`): where a library query runs."""
+    f = click.option(
+        "--spark-master", metavar="URL", envvar="NSA_SPARK_MASTER", expose_value=False, callback=_remember,
+        help="Spark to run on with --engine spark: spark://host:7077, sc://host (Spark Connect); "
+        "default $SPARK_REMOTE, else local mode.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--engine", type=click.Choice(("duckdb", "spark")), default="duckdb", show_default=True,
+        expose_value=False, callback=_remember,
+        help="Run the query on DuckDB, or on Apache Spark over a dataset given with --data "
+        "(pip install 'nsight-analytics[spark]').",
+    )(f)  # fmt: skip
+
+
+def _spark_query(name: str, run: str | None, values: dict[str, Any]) -> Any:
+    """`nsa query NAME --engine spark --data DIR`: the rows Spark returns, as a relation."""
+    from . import api
+
+    meta = click.get_current_context().meta
+    data = meta.get("nsa.data")
+    if data is None:
+        raise NsaClickError(
+            "--engine spark reads a Parquet dataset: give --data DIR (write one with `nsa export DIR`)."
+        )
+    if run is not None:
+        raise NsaClickError(
+            "--engine spark takes no --run yet; give the reports with --report or -p report_id=."
+        )
+    with timed(log, f"query {name} on spark"):
+        return api.spark_query(data, name, master=meta.get("nsa.spark_master"), **values)
+
+
+def extension_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--rules DIR and --queries DIR: a team's rule packs and .sql queries (`_extend` loads them)."""
+    f = click.option(
+        "--queries", "query_dirs", multiple=True, metavar="DIR", type=click.Path(file_okay=False),
+        expose_value=False, callback=_remember,
+        help="A folder of your own .sql queries (repeatable); also `queries = [...]` in the settings file.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--rules", "rule_dirs", multiple=True, metavar="DIR", type=click.Path(file_okay=False),
+        expose_value=False, callback=_remember,
+        help="A folder of TOML rule packs (repeatable); also `rules = [...]` in the settings file.",
+    )(f)  # fmt: skip
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    ctx.meta[f"nsa.{param.name}"] = value
+
+
+def _extend(config_path: str | None = None, no_config: bool = False) -> None:
+    """Load the plugins, then the query and rule folders of the settings file (--config FILE, else
+    the one found; none with --no-config) and of --queries / --rules."""
+    from . import api
+
+    meta = click.get_current_context().meta
+    settings: Any = config_path if config_path is not None else None if no_config else api.config_file()
+    api.extend(meta.get("nsa.rule_dirs", ()), meta.get("nsa.query_dirs", ()), settings)
 
 
 @contextmanager
@@ -721,6 +817,8 @@ def sql(
 @wide_option
 @limit_options
 @output_option
+@extension_options
+@engine_options
 def query(
     name: str | None,
     list_: bool,
@@ -744,6 +842,7 @@ def query(
     from . import api
 
     with errors():
+        _extend()
         if list_ or not name:
             emit(_query_list_text(name if list_ else None, fmt), output_path)
             return
@@ -758,6 +857,10 @@ def query(
         if run is not None and report_id is not None:
             raise NsaClickError("give --run or --report, not both.")
         bound = q.bind(values)  # a rejected value stops here, before deferred tables are copied
+        if click.get_current_context().meta.get("nsa.engine") == "spark":
+            rel = _spark_query(q.name, run, values)
+            emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
+            return
         reports = [v for k, v in bound.items() if k.endswith("report_id")]
 
         def check(c: duckdb.DuckDBPyConnection) -> None:
@@ -873,6 +976,7 @@ def demo(db: str | None) -> None:
     help="The HTML file to write.",
 )  # fmt: skip
 @db_option
+@extension_options
 def report(
     report_id: int | None,
     diff_sides: tuple[str, str] | None,
@@ -899,6 +1003,7 @@ def report(
     with errors():
         if sum(x is not None for x in (report_id, diff_sides, run)) > 1:
             raise NsaClickError("give one of --report, --diff and --run.")
+        _extend()
         con = api.connect(db, load_deferred=False) if diff_sides else api.reader(db, needs=api.report_reads())
         try:
             with timed(log, "report data"):
@@ -939,6 +1044,7 @@ def report(
 )
 @db_option
 @output_option
+@extension_options
 def findings(
     report_id: int | None,
     run: str | None,
@@ -970,7 +1076,9 @@ def findings(
     from . import api
 
     with errors():
-        config = api.rules_config(config_path, sets, _settings_file(config_path, no_config))
+        found_settings = _settings_file(config_path, no_config)
+        _extend(config_path, no_config)
+        config = api.rules_config(config_path, sets, found_settings)
         if run is not None and report_id is not None:
             raise NsaClickError("give --run or --report, not both.")
         con = api.findings_reader(db, report_id)
@@ -1008,13 +1116,24 @@ def _settings_file(config_path: str | None, no_config: bool) -> api.ConfigFile |
 
 
 @main.command("rules", short_help="List the rules, their thresholds and what they look for.")
+@click.option("--explain", metavar="ID", help="One rule's whole documentation: what, why, fix, thresholds.")
 @format_option()
 @output_option
-def rules_cmd(fmt: str, output_path: str | None) -> None:
-    """List the rules: id, severities, thresholds (with defaults), what each one looks for."""
+@extension_options
+def rules_cmd(explain: str | None, fmt: str, output_path: str | None) -> None:
+    """List the rules: id, severities, thresholds (with defaults), what each one looks for; with
+    the team's rule packs (--rules DIR, `rules = [...]` in the settings file) and plugins' rules."""
     from . import api
 
-    emit(render.render_rules(api.rules(), api.thresholds(), fmt), output_path)
+    with errors():
+        _extend()
+        if explain is not None:
+            found = {r.id: r for r in api.rules()}
+            if explain not in found:
+                raise NsaClickError(f"no rule {explain!r}; `nsa rules` lists them: {', '.join(found)}.")
+            emit(render.explain_rule(found[explain], api.thresholds()), output_path)
+            return
+        emit(render.render_rules(api.rules(), api.thresholds(), fmt), output_path)
 
 
 # --- diff (nsight_analytics.diff) ----------------------------------------------------------------
@@ -1063,6 +1182,7 @@ def rules_cmd(fmt: str, output_path: str | None) -> None:
 )  # fmt: skip
 @db_option
 @output_option
+@extension_options
 def diff(
     sides: tuple[str, ...],
     baseline: str | None,
@@ -1109,6 +1229,7 @@ def diff(
     from . import api
 
     with errors():
+        _extend()
         ids_only = runs or (not save and all(api.is_report_ids(s) for s in sides))
         # report ids or runs only: read-only, beside other readers (deferred tables stored first)
         con = (
@@ -1139,3 +1260,35 @@ def diff(
             click.echo(gate.message, err=True)
         if gate.failed:
             sys.exit(EXIT_FINDINGS)
+
+
+@main.command(short_help="Write the workspace as a Parquet dataset (for DuckDB, Spark, ...).")
+@click.argument("directory", metavar="DIR", type=click.Path())
+@click.option(
+    "--report", "report_ids", type=int, multiple=True, help="Only this report (repeatable).",
+    shell_complete=_complete_report,
+)  # fmt: skip
+@click.option(
+    "--run", "run_names", metavar="RUN", multiple=True, shell_complete=_complete_run,
+    help="Only this run's reports (id or name; repeatable).",
+)  # fmt: skip
+@db_option
+def export(directory: str, report_ids: tuple[int, ...], run_names: tuple[str, ...], db: str | None) -> None:
+    """Write the workspace (or the reports and runs chosen) into DIR as a hive-partitioned Parquet
+    dataset: DIR/<table>/run_id=<run>/report_id=<report>/*.parquet plus DIR/_nsa_dataset.json.
+    Exporting into an existing dataset adds the new reports with fresh ids; a report it holds
+    already (same file, same SHA-256) is skipped. Deferred data is loaded first. Read it with
+    `nsa <command> --data DIR`, DuckDB or Spark (docs/dataset.md).
+    """
+    from . import api
+
+    with errors():
+        chosen = (report_ids or run_names) or None
+        done = api.export(
+            directory, db, report_ids=report_ids if chosen else None, runs=run_names if chosen else None
+        )
+    for old, new in done.skipped:
+        click.echo(f"report {old}: skipped, already in {done.directory} as report {new}", err=True)
+    for old, new in done.written.items():
+        click.echo(f"report {old}: exported as report {new}")
+    click.echo(f"{done.directory}: {len(done.written)} reports written, {len(done.skipped)} skipped.")

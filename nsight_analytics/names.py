@@ -7,6 +7,9 @@ from __future__ import annotations
 # The workspace file when --db is not given.
 ENV_DB = "NSA_DB"
 
+# The manifest that makes a folder a Parquet dataset (`nsa export`, `--data DIR`).
+DATASET_MANIFEST = "_nsa_dataset.json"
+
 # Metrics the diff gate can watch; lower is better for each.
 GATE_METRICS = (
     "step_time",

@@ -14,6 +14,7 @@ from conftest import ROOT
 
 NSYS_SKIPS = "the nsys stats comparison and the .nsys-rep end-to-end tests will skip"
 BROWSER_SKIPS = "the report browser tests (tests/test_report_browser.py) will skip"
+SPARK_SKIPS = "the Spark engine tests (tests/test_spark.py) will skip"
 
 
 def run_ci(tmp_path: Path, ci: str | None, uid: int, apt_get: bool) -> subprocess.CompletedProcess[str]:
@@ -48,6 +49,10 @@ def test_root_outside_ci_installs_nothing_and_says_so(tmp_path: Path, ci: str | 
             f"{BROWSER_SKIPS}; install chromium and chromedriver (Debian: apt-get install chromium "
             "chromium-driver) to run them."
         ),
+        (
+            f"no Java here and not on CI (CI is not 'true'), so nothing is installed: {SPARK_SKIPS}; "
+            "install Java (Debian: apt-get install openjdk-17-jre-headless) to run them."
+        ),
         "dry run: the tests are not run.",
     ]
     assert "apt-get ran" not in res.stderr
@@ -80,6 +85,7 @@ def test_ci_root_with_apt_get_would_install(tmp_path: Path) -> None:
     assert res.stdout.splitlines() == [
         "dry run: would install nsight-systems with apt-get (adding the contrib and non-free components).",
         "dry run: would install chromium chromium-driver with apt-get.",
+        "dry run: would install openjdk-17-jre-headless with apt-get.",
         "dry run: the tests are not run.",
     ]
     assert "apt-get ran" not in res.stderr
