@@ -31,8 +31,9 @@ def test_queries_page_documents_every_query_column_and_parameter() -> None:
         section = text.split(f"## `{q.name}`\n", 1)[1].split("\n## ", 1)[0]
         for c in q.columns:
             assert f"| `{c.name}` | {c.type} |" in section, (q.name, c.name)
-        for p in q.params:
-            assert f"| `{p.name}` | {p.type} |" in section, (q.name, p.name)
+        for p in q.params:  # a parameter row: its name, its name in SQL, its type
+            row = f"| `{p.name}` | `{queries.macro_param_name(p.name, q)}` | {p.type} |"
+            assert row in section, (q.name, p.name)
 
 
 def test_docs_module_writes_the_pages(tmp_path: Path) -> None:
