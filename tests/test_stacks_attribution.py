@@ -282,3 +282,22 @@ def test_straggler_names_its_hot_line(tmp_path: Path) -> None:
     assert (loc["function"], loc["line"], loc["samples"], loc["of_samples"]) == ("load_batch", 30, 45, 70)
     assert loc["ns"] == 45 * MS
     assert "ran most under train.py:30 in load_batch (64% of them)" in found[0].message
+
+
+def test_hint_names_the_missing_kind_of_stack(tmp_path: Path) -> None:
+    """cloverleaf (a CUDA C++ program) was sampled (`-s cpu`) without CUDA backtraces: its storm
+    finding says to add `--cudabacktrace=all`, not the whole set of flags it partly used."""
+    from conftest import realdata
+
+    path = realdata("nsys", "a100_nsys2024.5_perlmutter_cloverleaf.sqlite")
+    with sqlite3.connect(path) as src:
+        tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "SAMPLING_CALLCHAINS" in tables and "CUDA_CALLCHAINS" not in tables
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    found = nsa.findings(con, report_id=rid)
+    con.close()
+    hinted = [f for f in found if "do not cover it" in f.recommendation]
+    assert len(hinted) == 1 and not any(NSYS_HINT in f.recommendation for f in found)
+    text = hinted[0].recommendation
+    assert "CPU samples" in text and "--cudabacktrace=all" in text and "-s cpu" not in text

@@ -95,15 +95,48 @@ def has_stacks(rows: Any) -> bool:
     return any(r.source is not None for r in rows)
 
 
-def capture_hint(ctx: Context, rid: int) -> str | None:
-    """The capture option that records stacks, the first time a rule asks for this report in this
-    run of the rules; None after (once per report, not on every finding)."""
+# Each stack source in words (findings say which stacks named the line, hints which kind is missing).
+SOURCE_WORDS = {
+    "python_sample": "Python samples",
+    "kineto_python": "the profiler's Python frames",
+    "cpu_sample": "CPU samples",
+    "python_cuda": "Python backtraces of the CUDA calls",
+    "cuda_call": "native backtraces of the CUDA calls",
+    "osrt_call": "backtraces of OS runtime calls",
+    "kineto_callstack": "the ops' call stacks",
+}
+MISSING_HINTS = {
+    "calls": (
+        "to see the line of code that issued the CUDA calls, add `--cudabacktrace=all` to `nsys profile` "
+        "(for a Python program also `--python-backtrace=cuda`, exported with `--include-blobs=true`): nsa "
+        "then names the function and line (`nsa query launch_stacks`)."
+    ),
+    "samples": (
+        "to see the line of code the host was running, add `-s cpu` to `nsys profile` (for a Python "
+        "program also `--python-sampling=true`, exported with `--include-blobs=true`): nsa then names "
+        "the function and line (`nsa query gap_stacks`)."
+    ),
+}
+
+
+def capture_hint(ctx: Context, rid: int, needs: str = "calls") -> str | None:
+    """The capture option that records the stacks a rule `needs` ('calls': backtraces of the CUDA
+    calls; 'samples': samples of the host's threads), the first time a rule asks for this report in
+    this run of the rules; None after (once per report, not on every finding). A capture with
+    stacks of another kind (other than OS runtime backtraces) is told which option adds the
+    missing kind, not all of them."""
     done = _hinted.setdefault(ctx, set())
     if rid in done:
         return None
     done.add(rid)
     fmt = next((r.format for r in ctx.reports() if r.report_id == rid), None)
-    return KINETO_HINT if fmt == "kineto" else NSYS_HINT
+    if fmt == "kineto":
+        return KINETO_HINT
+    # OS runtime backtraces (recorded by default for long calls) name no line any rule reads
+    have = sorted(SOURCE_WORDS.get(s, s) for s in sources(ctx, rid) - {"osrt_call"})
+    if not have:
+        return NSYS_HINT
+    return f"This capture's call stacks ({', '.join(have)}) do not cover it: " + MISSING_HINTS[needs]
 
 
 def no_user_frame_hint(ctx: Context, rid: int, rows: Any) -> str | None:
@@ -144,15 +177,6 @@ def first_source(ctx: Context, rid: int, order: tuple[str, ...]) -> str | None:
     frames name the user's line; native backtraces only in a compiled program)."""
     have = sources(ctx, rid)
     return next((s for s in order if s in have), None)
-
-
-SOURCE_WORDS = {
-    "python_sample": "Python samples",
-    "kineto_python": "the profiler's Python frames",
-    "cpu_sample": "CPU samples",
-    "python_cuda": "Python backtraces of the CUDA calls",
-    "cuda_call": "native backtraces of the CUDA calls",
-}
 
 
 def hot_user(rows: Any) -> Any:

@@ -326,7 +326,7 @@ def _stack_line(ctx: Context, rid: int) -> str | tuple[str, dict[str, Any]] | No
     """(sentence, evidence) naming the user frame the idle time waited on most, or the capture
     hint (a str) where the report has no samples or Python frames, or None."""
     if not stacks.sources(ctx, rid) & set(stacks.SAMPLE_SOURCES):
-        return stacks.capture_hint(ctx, rid)
+        return stacks.capture_hint(ctx, rid, needs="samples")
     rows = ctx.query("gap_stacks", rid)
     top = stacks.top_user(rows, stacks.SAMPLE_SOURCES, "share", 1.0)
     if top is None:
