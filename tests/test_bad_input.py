@@ -132,7 +132,7 @@ def test_workspace_path_that_is_not_duckdb(tmp_path: Path) -> None:
 
 def test_error_midway_rolls_back(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exception after some tables were copied leaves no trace of the report."""
-    from nsight_analytics.ingest import nsys
+    from nsight_analytics.ingest.nsys import nsys
 
     real = nsys.load_table
     calls = []
@@ -161,7 +161,7 @@ def test_killed_ingest_leaves_no_partial_report(db: Path, tmp_path: Path) -> Non
         f"""
         import os, signal
         import nsight_analytics as nsa
-        from nsight_analytics.ingest import nsys
+        from nsight_analytics.ingest.nsys import nsys
         real = nsys.load_table
         def load(con, src, table, rid, **kw):
             n = real(con, src, table, rid, **kw)

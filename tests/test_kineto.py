@@ -27,8 +27,8 @@ from conftest import REALDATA, ROOT, realdata
 from nsight_analytics import queries
 from nsight_analytics.cli import EXIT_ERROR, main
 from nsight_analytics.errors import InputError
-from nsight_analytics.ingest.kineto import short_name
-from nsight_analytics.ingest.kineto_events import to_ns
+from nsight_analytics.ingest.kineto.kineto import short_name
+from nsight_analytics.ingest.kineto.kineto_events import to_ns
 from rows import required_params
 
 KINETO_DIR = REALDATA / "kineto"
@@ -279,7 +279,7 @@ def torch1_trace() -> dict[str, Any]:
 def test_call_stack_of_old_traces_is_kept(tmp_path: Path, monkeypatch, fast: bool) -> None:
     """torch 1.8-1.12 `with_stack=True` wrote each op's Python stack as one `Call stack` string:
     it reaches cpu_ops.call_stack as written, from either event reader."""
-    from nsight_analytics.ingest import kineto_scan
+    from nsight_analytics.ingest.kineto import kineto_scan
 
     trace = torch1_trace()
     path = tmp_path / "t.json"

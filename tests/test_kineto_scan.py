@@ -17,7 +17,7 @@ import pytest
 from test_kineto import rocm_trace, torch1_trace
 
 import nsight_analytics as nsa
-from nsight_analytics.ingest import kineto_scan
+from nsight_analytics.ingest.kineto import kineto_scan
 
 
 def odd_trace() -> dict[str, Any]:

@@ -14,8 +14,8 @@ import pytest
 
 from nsight_analytics import schema
 from nsight_analytics.errors import InputError
-from nsight_analytics.ingest.ncu import load_ncu, parse_ncu, sniff_ncu
-from nsight_analytics.ingest.ncu_metric_names import LABEL_TO_NAME
+from nsight_analytics.ingest.ncu.ncu import load_ncu, parse_ncu, sniff_ncu
+from nsight_analytics.ingest.ncu.ncu_metric_names import LABEL_TO_NAME
 
 REAL = Path(__file__).parents[1] / ".." / "shared" / "realdata"
 NCU = REAL / "ncu"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from nsight_analytics import schema
-from nsight_analytics.ingest.ncu import load_ncu
+from nsight_analytics.ingest.ncu.ncu import load_ncu
 from rows import insert
 
 ROOT = Path(__file__).parents[1]

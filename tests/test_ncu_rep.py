@@ -26,8 +26,8 @@ from nsight_analytics import schema
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 from nsight_analytics.errors import InputError
 from nsight_analytics.ingest import all_readers
-from nsight_analytics.ingest.ncu_rep import display_name
-from nsight_analytics.ingest.readers.ncu_rep import READER
+from nsight_analytics.ingest.ncu.ncu_rep import display_name
+from nsight_analytics.ingest.ncu.reader_rep import READER
 
 pytest.importorskip("ncu_report", reason="ncu-report has wheels for Linux and Windows x86-64 only")
 

@@ -18,7 +18,7 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics.errors import InputError
-from nsight_analytics.ingest.ncu import parse_ncu
+from nsight_analytics.ingest.ncu.ncu import parse_ncu
 
 VARIANTS = Path(__file__).parent / "data" / "ncu" / "variants"
 HOT_CU = Path(__file__).parents[1] / "fixtures" / "captures" / "hot.cu"

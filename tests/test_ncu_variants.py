@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nsight_analytics.errors import InputError
-from nsight_analytics.ingest.ncu import NcuParsed, parse_ncu
+from nsight_analytics.ingest.ncu.ncu import NcuParsed, parse_ncu
 
 VARIANTS = Path(__file__).parent / "data" / "ncu" / "variants"
 MANIFEST = [

@@ -28,7 +28,8 @@ import nsight_analytics as nsa
 from conftest import ROOT, realdata
 from nsight_analytics import api
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
-from nsight_analytics.ingest import detect_format, nsys_cli
+from nsight_analytics.ingest import detect_format
+from nsight_analytics.ingest.nsys import nsys_cli
 
 REP_GZ = ROOT / "tests" / "data" / "nsys-rep" / "cpu_nsys2022.4_osrt.nsys-rep.gz"
 REP_NAME = "cpu_nsys2022.4_osrt.nsys-rep"

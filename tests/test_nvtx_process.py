@@ -19,7 +19,7 @@ import nsight_analytics as nsa
 from conftest import realdata
 from fixtures import nsys_fixtures as fx
 from nsight_analytics.ingest import ensure_loaded
-from nsight_analytics.ingest.nsys import fill_nvtx_kernels
+from nsight_analytics.ingest.nvtx import fill_nvtx_kernels
 
 FOREACH = "h100_nsys2025.3_train_foreach_gpumetrics.sqlite"
 H2D = "h100x2_nsys2026.2_h2d_heavy.sqlite"

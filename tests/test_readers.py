@@ -63,12 +63,17 @@ def _leftovers(folder: Path) -> list[Path]:
 
 
 def test_every_reader_module_is_discovered() -> None:
-    """A module in ingest/readers/ is a reader: nothing else lists them."""
-    folder = Path(pipeline.__file__).parent / "readers"
-    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    assert [type(r).__module__.rsplit(".", 1)[1] for r in all_readers()] == modules
-    assert {"ncu_csv", "nsys_sqlite"} <= set(modules)
-    assert {"ncu", "nsys"} <= {r.name for r in all_readers()}  # reports.format
+    """A `reader` / `reader_*` module of a format package (ingest/nsys/, ...) is a reader:
+    nothing else lists them."""
+    folder = Path(pipeline.__file__).parent
+    modules = sorted(
+        f"{p.parent.name}.{p.stem}"
+        for p in folder.glob("*/reader*.py")
+        if p.stem == "reader" or p.stem.startswith("reader_")
+    )
+    assert [".".join(type(r).__module__.rsplit(".", 2)[1:]) for r in all_readers()] == modules
+    assert {"ncu.reader_csv", "nsys.reader_sqlite", "kineto.reader"} <= set(modules)
+    assert {"ncu", "nsys", "kineto"} <= {r.name for r in all_readers()}  # reports.format
 
 
 def test_the_readers_ship_in_the_package() -> None:
@@ -79,7 +84,9 @@ def test_the_readers_ship_in_the_package() -> None:
         import tomli as tomllib
     root = Path(__file__).resolve().parents[1]
     packages = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
-    assert "nsight_analytics.ingest.readers" in packages["packages"]
+    assert {f"nsight_analytics.ingest.{f}" for f in ("nsys", "ncu", "kineto", "power")} <= set(
+        packages["packages"]
+    )
     # and so would any other package folder (the rules' checks/ once did)
     folders = {
         ".".join(p.parent.relative_to(root).parts) for p in (root / "nsight_analytics").rglob("__init__.py")
@@ -171,7 +178,7 @@ def test_a_gz_cut_short_fails_whole(tmp_path: Path, tail: int) -> None:
     con.close()
 
 
-# --- a new format is one file: this reader could be nsight_analytics/ingest/readers/toy.py ---
+# --- a new format is one package: this reader could be nsight_analytics/ingest/toy/reader.py ---
 
 MAGIC = b"# toy kernels v1\n"
 

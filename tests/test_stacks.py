@@ -18,7 +18,8 @@ import pytest
 import nsight_analytics as nsa
 from conftest import ROOT
 from nsight_analytics import api
-from nsight_analytics.ingest import nsys_cli, stacks
+from nsight_analytics.ingest import stacks
+from nsight_analytics.ingest.nsys import nsys_cli
 
 DATA = ROOT / "tests" / "data" / "stacks"
 PROGRAM = ROOT / "fixtures" / "captures" / "stack_loop.py"
@@ -554,6 +555,10 @@ def test_statically_linked_cuda_runtime_is_not_the_users_code(tmp_path: Path) ->
     )
     assert not any(user[s] for s in runtime if s in user), sorted(s for s in runtime if user.get(s))
     assert user["hydro(global_variables&, parallel_&)"] and user["main"]
+    cupti = con.execute(  # nsys' injected CUPTI, under the profiler's own install path at NERSC
+        "SELECT count(*), count(*) FILTER (WHERE \"user\") FROM stack_frames WHERE module LIKE '%/libcupti.so%'"
+    ).fetchone()
+    assert cupti is not None and cupti[0] > 0 and cupti[1] == 0
     top = nsa.query(con, "gap_stacks", report_id=rid).fetchall()
     assert not any(str(r[4] or "").startswith(("__cudart", "cuda")) for r in top)  # user_function
     con.close()

@@ -1,6 +1,9 @@
-"""Ingest: one reader per input format (readers/), one pipeline around them (pipeline.py).
+"""Ingest: one subpackage per input format (nsys/, ncu/, kineto/, power/), each with its
+reader modules, and one pipeline around them (pipeline.py).
 
-See reader.py for the interface a format implements and docs/readers.md for adding one.
+The formats import nothing of each other (pyproject.toml's import-linter contract): what two of
+them share lives here, beside the pipeline (steps.py, nvtx.py, comm.py, stacks.py, ...). See
+reader.py for the interface a format implements and docs/readers.md for adding one.
 """
 
 from __future__ import annotations

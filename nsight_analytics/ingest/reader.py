@@ -3,8 +3,9 @@
 A reader recognises its files from their content, checks them (one-sentence InputError), and
 writes canonical rows; the pipeline (pipeline.py) owns everything around that: detection across
 readers, `.gz`, hashing, the transaction, --replace and the `reports` row. Readers are found by
-discovery: every module in `nsight_analytics/ingest/readers/` that defines `READER` is one; code
-outside the package (a plugin, a test) adds one with `register`. docs/readers.md has the steps.
+discovery: every `reader` or `reader_*` module of a format package (`nsight_analytics/ingest/nsys/`,
+`ncu/`, `kineto/`, `power/`) that defines `READER` is one; code outside the package (a plugin, a
+test) adds one with `register`. docs/readers.md has the steps.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ _REGISTERED: dict[str, Reader[Any]] = {}
 
 
 def register(reader: Reader[Any]) -> Reader[Any]:
-    """Add a reader defined outside nsight_analytics/ingest/readers/ (a plugin, a test);
+    """Add a reader defined outside nsight_analytics/ingest's format packages (a plugin, a test);
     a reader of the same name is replaced."""
     _REGISTERED[reader.name] = reader
     return reader
@@ -129,12 +130,23 @@ def unregister(name: str) -> None:
     _REGISTERED.pop(name, None)
 
 
+def reader_modules() -> list[str]:
+    """The modules that may define a reader: `reader` and `reader_*` of each format package
+    (nsys/, ncu/, ...), in name order; listed without importing the formats' other modules."""
+    ingest = importlib.import_module(__package__ or "nsight_analytics.ingest")
+    names = []
+    for fmt in sorted(m.name for m in pkgutil.iter_modules(ingest.__path__) if m.ispkg):
+        package = importlib.import_module(f"{ingest.__name__}.{fmt}")
+        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+            if module == "reader" or module.startswith("reader_"):
+                names.append(f"{package.__name__}.{module}")
+    return names
+
+
 def _discovered() -> dict[str, Reader[Any]]:
-    package = importlib.import_module(f"{__package__}.readers")
     found: dict[str, Reader[Any]] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        reader = getattr(module, "READER", None)
+    for name in reader_modules():
+        reader = getattr(importlib.import_module(name), "READER", None)
         if isinstance(reader, Reader):
             found[reader.name] = reader
     return found

@@ -87,7 +87,7 @@ LIBRARY_PY = r"(^<|/(site|dist)-packages/|/lib/python[0-9.]*/|^python[0-9.]*/)"
 # libraries), the kernel and the nsys injection libraries; what is left is the program's own code.
 LIBRARY_NATIVE = (
     r"(^\[|^/(usr|lib|lib64|opt/nvidia|etc|bin|sbin)/|/(site|dist)-packages/|/cuda[^/]*/|/nsight[^/]*/"
-    r"|/lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|cuda\w*|cublas\w*|cudnn\w*|nccl|nvrtc\w*|nvToolsExt\w*"
+    r"|/lib(c|m|dl|pthread|rt|stdc\+\+|gcc_s|cuda\w*|cupti\w*|cublas\w*|cudnn\w*|nccl|nvrtc\w*|nvToolsExt\w*"
     r"|nvJitLink\w*|cufft\w*|curand\w*|cusparse\w*|cusolver\w*|python[0-9.]*|torch\w*|c10\w*|ToolsInjection\w*"
     r"|InterceptorInjection\w*|unwind|z|ffi|numa|ibverbs|mpi\w*|ucp|ucs|uct|open-pal|open-rte)[.-][^/]*$)"
 )

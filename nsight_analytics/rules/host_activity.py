@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..ingest.nsys import WAIT_RANGES
-from .units import dur, pct
+from ..ingest.nvtx import WAIT_RANGES
+from ..units import dur, pct
 
 _SLEEPS = frozenset({"sleep", "usleep", "nanosleep", "clock_nanosleep"})
 _IO = re.compile(r"^(p?readv?|pread64|fread|recv\w*|accept4?|connect)$")

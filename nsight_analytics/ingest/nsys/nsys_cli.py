@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ..errors import InputError
-from .reader import Progress
+from ...errors import InputError
+from ..reader import Progress
 
 ENV_NSYS = "NSYS"
 DOWNLOAD = "https://developer.nvidia.com/nsight-systems"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import duckdb
 
-from .. import params, schema
+from ... import params, schema
 from . import nsys
 
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"

@@ -14,8 +14,8 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import InputError
-from .formats import NCU_REP_MAGIC
+from ...errors import InputError
+from ..formats import NCU_REP_MAGIC
 
 _U32 = struct.Struct("<I")
 _RESULTS_FIELD = 2

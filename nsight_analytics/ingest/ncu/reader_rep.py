@@ -1,6 +1,6 @@
 """Nsight Compute reports (`.ncu-rep`), read through NVIDIA's ncu_report module (PyPI `ncu-report`).
 
-The report is checked and read whole in `open` (ingest/ncu_rep.py), before the workspace is
+The report is checked and read whole in `open` (ncu_rep.py), before the workspace is
 touched; `load` only inserts. Nothing is deferred: a report of ten `--set full` launches reads
 in a few seconds.
 """
@@ -18,7 +18,7 @@ from ..formats import NCU_REP_MAGIC
 from ..reader import LoadResult, Progress, Reader
 
 if TYPE_CHECKING:  # pandas and ncu_report load only when a report is read
-    from ..ncu_rep import NcuRep
+    from .ncu_rep import NcuRep
 
 
 class NcuRepReader(Reader["NcuRep"]):
@@ -29,7 +29,7 @@ class NcuRepReader(Reader["NcuRep"]):
 
     @contextmanager
     def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[NcuRep]:
-        from ..ncu_rep import read_report
+        from .ncu_rep import read_report
 
         yield read_report(path)
 
@@ -43,7 +43,7 @@ class NcuRepReader(Reader["NcuRep"]):
     ) -> LoadResult:
         if progress:
             progress("ncu-rep", 0, 1)
-        from .. import ncu, ncu_rep
+        from . import ncu, ncu_rep
 
         counts = ncu_rep.insert(con, handle, report_id)
         return LoadResult(

@@ -1,6 +1,6 @@
 """Nsight Systems SQLite exports (`nsys export --type sqlite`), every schema from 2021 to 2026.
 
-The table builders live in ingest/nsys.py; this reader attaches the file, validates it and runs
+The table builders live in nsys.py; this reader attaches the file, validates it and runs
 them. The host-side tables, the launch configuration and the steps can be deferred to first use.
 """
 
@@ -20,8 +20,9 @@ import duckdb
 from ... import params
 from ...errors import InputError
 from ...timing import timed
-from .. import comm, nsys, nsys_memory, sqlite_source
+from .. import comm, sqlite_source
 from ..reader import LoadResult, Progress, Reader
+from . import nsys, nsys_memory
 
 log = logging.getLogger(__name__)
 

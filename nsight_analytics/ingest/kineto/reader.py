@@ -1,8 +1,8 @@
 """PyTorch profiler traces (Kineto's Chrome trace JSON: `prof.export_chrome_trace`, the
 TensorBoard plugin's `*.pt.trace.json`), torch 1.8 to today, CUDA and ROCm.
 
-The trace is streamed (ingest/kineto_events.py, kineto_scan.py), never loaded whole, into staging tables that
-ingest/kineto.py turns into the canonical tables. Nothing is deferred: every row comes out of
+The trace is streamed (kineto_events.py, kineto_scan.py), never loaded whole, into staging tables that
+kineto.py turns into the canonical tables. Nothing is deferred: every row comes out of
 the one pass over the file, so the steps and the ranges' kernels are worked out at ingest.
 """
 
@@ -19,9 +19,10 @@ import duckdb
 
 from ... import params
 from ...errors import InputError
-from .. import kineto, kineto_events, kineto_scan, stacks
+from .. import stacks
 from ..kineto_sniff import is_kineto_trace
 from ..reader import SNIFF_BYTES, LoadResult, Progress, Reader
+from . import kineto, kineto_events, kineto_scan
 
 # canonical table -> the activity kind its rows evidence (reports.activity_kinds)
 KINDS = {

@@ -5,7 +5,7 @@ DuckDB reads a top-level JSON array in parallel and streams it, but a trace is a
 it are parsed as they come, those after it from the end of the file), and `read_json` reads a
 temporary copy of exactly those bytes. One statement turns each event into a typed row of the
 TEMP table `_kin_ev` in the workspace's connection, with the conversions
-ingest/kineto_events.py does in Python written as SQL macros, and TEMP views give kineto.py the
+kineto_events.py does in Python written as SQL macros, and TEMP views give kineto.py the
 staging tables it reads (`_kin_gpu`, `_kin_host`, ...). The reader stages before the ingest's
 transaction begins, so an event DuckDB rejects leaves nothing behind.
 
@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
-from .. import params
+from ... import params
 
 # The trace's head is read in pieces of this size until the `traceEvents` member starts.
 HEAD_BYTES = 1 << 16

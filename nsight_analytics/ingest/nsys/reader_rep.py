@@ -17,12 +17,12 @@ from pathlib import Path
 import duckdb
 
 from ... import params
-from .. import export_cache, nsys_cli
 from ..formats import NSYS_REP_MAGIC
 from ..pipeline import sha256_file
 from ..reader import LoadResult, Progress, Reader, Source
-from .nsys_sqlite import READER as SQLITE
-from .nsys_sqlite import Export, NsysSteps
+from . import export_cache, nsys_cli
+from .reader_sqlite import READER as SQLITE
+from .reader_sqlite import Export, NsysSteps
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from .. import params
+from ... import params
 
 SUFFIX = ".nsa-cache"
 _EXPORT = re.compile(r"[0-9a-f]{64}\.sqlite")

@@ -6,7 +6,7 @@ machine without a GPU or Nsight Compute. What it gives, and where it goes:
 - each action (a profiled launch) of each range -> one ncu_kernels row; launch_id counts the
   actions across ranges in order, as the `ID` column of `ncu -i REPORT --csv` does, so a report
   and its CSV export join on (launch_id, metric_name);
-- every metric with an aggregate value -> ncu_metrics, in base units (ingest/ncu.py's
+- every metric with an aggregate value -> ncu_metrics, in base units (ncu.py's
   conversion), section and label from the report's sections where one shows the metric;
 - every instance of an instanced metric (per SM, per L2 slice, per PC, per PM sample...) ->
   ncu_metric_instances, keyed by the metric's correlation id;
@@ -34,7 +34,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from ..errors import InputError
+from ...errors import InputError
 from . import ncu
 from .ncu_rep_container import count_results
 from .ncu_rep_source import source_rows
@@ -150,7 +150,7 @@ def _frames(launches: list[dict[str, Any]]) -> NcuRep:
 
 
 def _in_base_units(frame: pd.DataFrame) -> pd.DataFrame:
-    """Units and values as ingest/ncu.py writes them for a CSV (`Kbyte` -> byte, ...)."""
+    """Units and values as ncu.py writes them for a CSV (`Kbyte` -> byte, ...)."""
     conversion = {u: ncu.base_unit(u) for u in frame["unit"].unique()}
     factor = frame["unit"].map(lambda u: conversion[u][1]).astype(float)
     frame["unit"] = frame["unit"].map(lambda u: conversion[u][0])

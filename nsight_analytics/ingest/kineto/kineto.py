@@ -14,11 +14,11 @@ from collections.abc import Mapping
 
 import duckdb
 
-from .. import params, schema
-from . import comm
+from ... import params, schema
+from .. import comm
+from ..nvtx import WAIT_RANGES, fill_nvtx_kernels
+from ..steps import fill_steps
 from .kineto_events import Staged, TraceMeta
-from .nsys import WAIT_RANGES, fill_nvtx_kernels
-from .steps import fill_steps
 
 TID_SHIFT = 1 << 24
 # Kineto memcpy / memset names, as CUPTI spells the kinds: `Memcpy HtoD (Pinned -> Device)`.

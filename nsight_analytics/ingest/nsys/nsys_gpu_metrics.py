@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from .. import params
+from ... import params
 
 if TYPE_CHECKING:
     from .nsys import Source

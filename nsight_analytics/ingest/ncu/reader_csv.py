@@ -2,7 +2,7 @@
 source pages, under any print option (units, locale, metric names, instances, section body
 text), with the app's own output around them.
 
-The parser lives in ingest/ncu.py; the whole file is parsed (and so validated) in `open`,
+The parser lives in ncu.py; the whole file is parsed (and so validated) in `open`,
 before the workspace is touched. Nothing is deferred: ncu CSVs are small.
 """
 
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from ..ncu_sniff import sniff_head
 from ..reader import LoadResult, Progress, Reader
+from .ncu_sniff import sniff_head
 
 if TYPE_CHECKING:  # the parser imports pandas: only when an ncu file is read
-    from ..ncu import NcuParsed
+    from .ncu import NcuParsed
 
 
 class NcuCsvReader(Reader["NcuParsed"]):
@@ -30,7 +30,7 @@ class NcuCsvReader(Reader["NcuParsed"]):
 
     @contextmanager
     def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[NcuParsed]:
-        from ..ncu import parse_ncu
+        from .ncu import parse_ncu
 
         yield parse_ncu(path)
 
@@ -44,7 +44,7 @@ class NcuCsvReader(Reader["NcuParsed"]):
     ) -> LoadResult:
         if progress:
             progress("ncu", 0, 1)
-        from .. import ncu
+        from . import ncu
 
         counts = ncu.insert_parsed(con, handle, report_id)
         return LoadResult(

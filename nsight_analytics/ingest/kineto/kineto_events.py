@@ -4,7 +4,7 @@ A training run's trace reaches gigabytes, so it is never loaded whole. `stage` h
 JSON reader do it (kineto_scan.py) wherever that reads every value exactly; the Python reader
 here is the reference and the rest: ijson yields one event at a time (numbers as Decimal, so
 `ts` / `dur` stay exact), events are sorted into a handful of column batches by what they are,
-and each batch goes into a TEMP staging table through Arrow. ingest/kineto.py turns the staging
+and each batch goes into a TEMP staging table through Arrow. kineto.py turns the staging
 tables into canonical rows with SQL.
 
 Times: Kineto writes `ts` and `dur` in microseconds, floats with up to three decimals, relative
@@ -27,7 +27,7 @@ import duckdb
 import ijson  # type: ignore[import-untyped]  # ships no type information
 import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
-from ..errors import InputError
+from ...errors import InputError
 from . import kineto_scan
 
 # Rows held in Python before a batch goes to DuckDB (all staging tables together).

@@ -1,4 +1,4 @@
-"""What the power-log readers (readers/power_nvml.py, readers/power_smi.py) share: the CSV
+"""What the power-log readers (reader_nvml.py, reader_smi.py) share: the CSV
 header test, number parsing with the units loggers write, the insert into power_samples and
 what a load reports.
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import duckdb
 
-from .. import schema
-from ..errors import InputError
-from .reader import LoadResult
+from ... import schema
+from ...errors import InputError
+from ..reader import LoadResult
 
 COLUMNS = [c for c in schema.BY_NAME["power_samples"].col_names if c != "report_id"]
 # the columns stored as integers: a scaled value (MHz -> Hz, MiB -> bytes) is rounded for them

@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 
 from ...errors import InputError
-from .. import power
 from ..reader import LoadResult, Progress, Reader
+from . import power
 
 TIME = "timestamp_ns"
 POWER = {"power_mw": 1e-3, "power_w": 1.0}

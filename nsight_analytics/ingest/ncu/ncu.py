@@ -43,8 +43,8 @@ from typing import Literal
 import duckdb
 import pandas as pd
 
-from .. import schema
-from ..errors import InputError
+from ... import schema
+from ...errors import InputError
 from .ncu_instances import split_instances
 from .ncu_metric_names import LABEL_TO_NAME
 from .ncu_sniff import BOM as _BOM

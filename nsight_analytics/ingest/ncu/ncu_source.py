@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..errors import InputError
+from ...errors import InputError
 
 if TYPE_CHECKING:  # ncu imports this module when it meets a source page
     from .ncu import NcuParsed

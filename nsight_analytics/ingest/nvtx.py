@@ -1,0 +1,196 @@
+"""What every format's NVTX ranges get from the workspace alone, whichever tool wrote them: the
+kernels each range launched (`fill_nvtx_kernels`, the deferred `nvtx_kernels` step) and the ranges
+that are host waits (`WAIT_RANGES`)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import duckdb
+
+from .. import params
+
+# Host waits that explain a GPU idle gap better than "late launch": communication libraries' NVTX
+# ranges (nsys' MPI/UCX tracing, NCCL and torch.distributed write them).
+WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
+
+
+# Each range's kernels: the report's launches (kernels joined to their CUDA API call) summed
+# per call start and thread, as running totals; a range's share is the total at its end minus
+# the total before its start, two ASOF joins on the thread's one key, global_tid (one sorted
+# pass each, not a join of every range with every launch). The process-wide share is the same
+# trick on a second running total per pid over the same rows (RANGE framing gives the calls of
+# several threads at one start_ns the same total, so whichever of them an ASOF join picks is
+# right), but only for the ranges where it can differ: when the range's thread is the only one
+# of its process that launches kernels, or the process launches none, it equals the
+# same-thread share. Needs cuda_api and kernel_rows of the report loaded first.
+# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running; then `{keys}`
+# yields (src_row, report_id, pid, global_tid, start_ns, end_ns) per closed range of one chunk
+# and `{running}` the running totals of that chunk's threads (or processes): NVTX_KERNELS gives
+# (src_row, kernels, kernel_ns) for the ranges that launched any kernel, NVTX_PROCESS_KERNELS
+# (src_row, process_kernels, process_kernel_ns) for the others of those ranges.
+NVTX_RUNNING = """
+WITH launches AS (
+    SELECT c.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
+    FROM kernel_rows AS k
+    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
+    WHERE {where}
+    GROUP BY ALL
+)
+SELECT
+    report_id, pid, global_tid, start_ns,
+    sum(kernels) OVER w AS cum_kernels,
+    sum(kernel_ns) OVER w AS cum_kernel_ns,
+    sum(kernels) OVER p AS cum_process_kernels,
+    sum(kernel_ns) OVER p AS cum_process_kernel_ns
+FROM launches
+WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING),
+    p AS (PARTITION BY report_id, pid ORDER BY start_ns RANGE UNBOUNDED PRECEDING)
+"""
+NVTX_KERNELS = """
+WITH r AS ({keys}), running AS ({running}),
+k AS (
+    SELECT
+        r.src_row,
+        coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) AS kernels,
+        coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) AS kernel_ns
+    FROM r
+    ASOF LEFT JOIN running AS e
+        ON e.report_id = r.report_id AND e.global_tid = r.global_tid AND r.end_ns >= e.start_ns
+    ASOF LEFT JOIN running AS b
+        ON b.report_id = r.report_id AND b.global_tid = r.global_tid AND r.start_ns > b.start_ns
+)
+SELECT * FROM k WHERE kernels <> 0
+"""
+NVTX_PROCESS_KERNELS = """
+WITH launchers AS (
+    SELECT report_id, pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS global_tid
+    FROM _nsa_running GROUP BY ALL
+),
+r AS (
+    SELECT r.src_row, r.report_id, r.pid, r.start_ns, r.end_ns
+    FROM ({keys}) AS r JOIN launchers AS l ON l.report_id = r.report_id AND l.pid = r.pid
+    WHERE l.threads > 1 OR l.global_tid IS DISTINCT FROM r.global_tid
+),
+running AS ({running}),
+k AS (
+    SELECT
+        r.src_row,
+        coalesce(e.cum_process_kernels, 0) - coalesce(b.cum_process_kernels, 0) AS process_kernels,
+        coalesce(e.cum_process_kernel_ns, 0) - coalesce(b.cum_process_kernel_ns, 0) AS process_kernel_ns
+    FROM r
+    ASOF LEFT JOIN running AS e
+        ON e.report_id = r.report_id AND e.pid = r.pid AND r.end_ns >= e.start_ns
+    ASOF LEFT JOIN running AS b
+        ON b.report_id = r.report_id AND b.pid = r.pid AND r.start_ns > b.start_ns
+)
+SELECT * FROM k WHERE process_kernels <> 0
+"""
+NVTX_TEMP = ("_nsa_running", "_nsa_nvtx", "_nsa_nvtx_process")
+# Closed ranges per ASOF pass: the passes sort their ranges, so the memory they take grows with
+# this, not with the report (at 5M ranges in one pass: ~1.5 GB).
+NVTX_CHUNK = 1_000_000
+KERNEL_COLS = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
+
+
+# The ranges each pass works out: same-thread, those of threads that launch kernels; process-wide,
+# those of processes where another thread than the range's launches kernels.
+NVTX_PASS_RANGES = {
+    "global_tid": "global_tid IN (SELECT global_tid FROM _nsa_running)",
+    "pid": """pid IN (SELECT pid FROM _nsa_running GROUP BY pid
+        HAVING count(DISTINCT global_tid) > 1 OR min(global_tid) IS DISTINCT FROM nvtx_ranges.global_tid)""",
+}
+
+
+def _nvtx_chunks(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> list[tuple[str, str]]:
+    """Split the report's closed ranges that a pass works out (NVTX_PASS_RANGES, by `key`:
+    global_tid or pid) into parts of about `chunk` ranges, as (filter on `key`, filter on the
+    rowid): whole keys grouped while they fit, a larger key cut at quantiles of its rowids."""
+    counts = con.execute(
+        f"SELECT {key}, count(*) FROM nvtx_ranges WHERE report_id = {rid} AND end_ns IS NOT NULL "
+        f"AND {NVTX_PASS_RANGES[key]} GROUP BY ALL ORDER BY 1"
+    ).fetchall()
+    parts: list[tuple[str, str]] = []
+    group: list[int] = []
+    size = 0
+    for value, n in counts:
+        if n > chunk:
+            k = -(-n // chunk)
+            cuts = params.literal([i / k for i in range(1, k)])
+            bounds = params.first_row(
+                con.execute(
+                    f"SELECT quantile_disc(rowid, {cuts}) FROM nvtx_ranges "
+                    f"WHERE report_id = {rid} AND end_ns IS NOT NULL AND {key} = {int(value)}"
+                )
+            )[0]
+            edges = [None, *bounds, None]
+            for lo, hi in pairwise(edges):
+                rows = [f"rowid > {int(lo)}"] if lo is not None else []
+                rows += [f"rowid <= {int(hi)}"] if hi is not None else []
+                parts.append((f"{key} = {int(value)}", " AND ".join(rows) or "true"))
+            continue
+        if size + n > chunk and group:
+            parts.append((f"{key} IN ({', '.join(map(str, group))})", "true"))
+            group, size = [], 0
+        group.append(int(value))
+        size += n
+    if group:
+        parts.append((f"{key} IN ({', '.join(map(str, group))})", "true"))
+    return parts
+
+
+def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int = NVTX_CHUNK) -> int:
+    """Compute `kernels` / `kernel_ns` and `process_kernels` / `process_kernel_ns` of a report's
+    NVTX ranges in the workspace from its CUDA API calls and kernels (both must be copied);
+    returns the report's ranges. Matched on DuckDB rowids, so call it inside one transaction
+    with nothing deleted in between. Closed ranges get 0 first (a constant, no join), then only
+    the ranges that launched a kernel are written: at 5.03M ranges of which 0.69M launched, the
+    others cost neither a row in the temp tables nor a joined update. The ASOF passes go by
+    chunks of threads (processes) of about `chunk` closed ranges, which bounds their memory:
+    in one pass, 5.03M ranges took ~1.5 GB; in chunks of 1M, ~0.25 GB each."""
+    rid = int(report_id)
+    closed = f"report_id = {rid} AND end_ns IS NOT NULL"
+    where = f"k.report_id = {rid} AND c.report_id = {rid}"
+    try:
+        con.execute(
+            f"UPDATE nvtx_ranges SET {', '.join(f'{c} = 0' for c in KERNEL_COLS)} "
+            f"WHERE {closed} AND ({' OR '.join(f'{c} IS NULL' for c in KERNEL_COLS)})"
+        )
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(where=where)}")
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _nsa_nvtx (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
+        )
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process "
+            "(src_row BIGINT, process_kernels BIGINT, process_kernel_ns BIGINT)"
+        )
+        for table, sql, key in (
+            ("_nsa_nvtx", NVTX_KERNELS, "global_tid"),
+            ("_nsa_nvtx_process", NVTX_PROCESS_KERNELS, "pid"),
+        ):
+            for of_keys, of_rows in _nvtx_chunks(con, rid, key, chunk):
+                keys = (
+                    "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns "
+                    f"FROM nvtx_ranges WHERE {closed} AND {of_keys} AND {of_rows}"
+                )
+                running = f"SELECT * FROM _nsa_running WHERE {of_keys}"
+                con.execute(f"INSERT INTO {table} {sql.format(keys=keys, running=running)}")
+        # process-wide = same-thread first (right where no other thread launches), then the rest
+        con.execute(
+            "UPDATE nvtx_ranges SET kernels = p.kernels, kernel_ns = p.kernel_ns, "
+            "process_kernels = p.kernels, process_kernel_ns = p.kernel_ns "
+            "FROM _nsa_nvtx AS p WHERE nvtx_ranges.rowid = p.src_row"
+        )
+        con.execute(
+            "UPDATE nvtx_ranges SET process_kernels = p.process_kernels, "
+            "process_kernel_ns = p.process_kernel_ns "
+            "FROM _nsa_nvtx_process AS p WHERE nvtx_ranges.rowid = p.src_row"
+        )
+        total = params.first_row(con.execute(f"SELECT count(*) FROM nvtx_ranges WHERE report_id = {rid}"))
+    finally:
+        for table in NVTX_TEMP:
+            try:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
+                break
+    return int(total[0])

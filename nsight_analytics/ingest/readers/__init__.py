@@ -1,1 +1,0 @@
-"""One module per input format; each defines `READER` (see ../reader.py and docs/readers.md)."""
