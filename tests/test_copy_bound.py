@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from rules.cases import MS, US, api, copy, kernel
+from rules.build import MS, US, api, copy, kernel
 from test_rules_cases import load_case
 
 import nsight_analytics as nsa

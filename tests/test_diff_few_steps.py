@@ -28,6 +28,7 @@ from nsight_analytics.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, main
 from nsight_analytics.diff import Diff, stats
 from nsight_analytics.render import diff as render_diff
 from nsight_analytics.render.diff_panels import diff_sections
+from nsight_analytics.units import table_dur
 from rows import opened
 
 KINETO = ROOT / "tests" / "data" / "busy" / "kineto"
@@ -190,7 +191,7 @@ def test_six_steps_with_outliers_are_inconclusive(diffs, traces, way, before, af
         in d.reason
     )
     outliers = sorted(b.gpu_steps if way == "faster" else a.gpu_steps)[-2:]
-    said = " and ".join(render_diff.dur(x).replace("µs", "us") for x in outliers)
+    said = " and ".join(table_dur(x).replace("µs", "us") for x in outliers)
     assert f"2 outlier steps in {'B' if way == 'faster' else 'A'} ({said}" in d.reason
     assert render_diff.headline(d).startswith("INCONCLUSIVE: GPU step time ")
 

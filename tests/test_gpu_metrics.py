@@ -13,13 +13,13 @@ import statistics
 from pathlib import Path
 
 import pytest
-from rules.gpu_metrics_cases import GPU_METRIC_CASES, GPU_RULES
+from rules.build_gpu_metrics import GPU_RULES
 
 import nsight_analytics as nsa
 from conftest import realdata
 from fixtures.nsys_fixtures import T0, ExportBuilder, add_gpu_metrics
 from nsight_analytics.api import materialise
-from nsight_analytics.ingest.nsys_gpu_metrics import canonical
+from nsight_analytics.ingest.nsys.nsys_gpu_metrics import canonical
 
 MS = 1_000_000
 TRAIN = {
@@ -161,11 +161,7 @@ def test_export_without_gpu_metrics_has_none(tmp_path: Path, workspace) -> None:
 # --- rule cases ----------------------------------------------------------------------------
 
 
-# The cases themselves run with every rule case in tests/test_rules_cases.py.
-
-
-def test_every_gpu_metrics_rule_fires_in_a_case() -> None:
-    assert set(GPU_RULES) <= {rule_id for c in GPU_METRIC_CASES for rule_id, _ in c["expect"]}
+# The cases themselves (tests/rules/<rule>.py) run with every rule case in tests/test_rules_cases.py.
 
 
 # --- the real training pair: numbers against plain SQL on the exports ----------------------

@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from rules.cases import MEM, MS, SOL, STALL, ncu_launch
+from rules.build import MEM, MS, SOL, STALL, ncu_launch
 
 import nsight_analytics as nsa
 from conftest import ROOT, realdata
@@ -133,7 +133,7 @@ def _ncu_findings(con, rid: int, config: dict | None = None, only: list[str] | N
 
 
 def _load(con, launches: list[tuple[dict, list[dict]]], cc: str | None = None, rid: int = 1) -> None:
-    """An ncu report of hand-built launches (rules/cases.ncu_launch rows)."""
+    """An ncu report of hand-built launches (rules/build.ncu_launch rows)."""
     insert(
         con,
         "reports",
@@ -524,7 +524,7 @@ def test_kernel_findings_rank_heaviest_kernel_first() -> None:
 def test_timeline_time_ranks_the_kernels_where_an_nsys_report_has_them(tmp_path: Path) -> None:
     """Two memory-bound kernels: `a` is heavier in the ncu report, `b` ran 10x longer on the nsys
     timeline of the same program: `b` comes first, with its timeline time at stake."""
-    from rules.cases import kernel
+    from rules.build import kernel
 
     con = nsa.connect(tmp_path / "w.duckdb")
     _load(

@@ -23,7 +23,7 @@ import nsight_analytics as nsa
 from conftest import realdata
 from nsight_analytics import api, render
 from nsight_analytics.cli import main
-from nsight_analytics.render.svg import fmt_ns, fmt_unit
+from nsight_analytics.units import metric, page_dur
 
 COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD"}
 
@@ -403,7 +403,7 @@ def test_run_page_header_and_findings(ddp: Any) -> None:
     assert text.startswith("h200x4_nsys2025.3_ddp_w4_slow2 (run ")
     assert f"world size 4, 4 ranks seen on 1 host; ranks found from {source}; " in text
     assert "clocks aligned on each report's session start" in text
-    assert ("uncertainty not measured" if unc is None else f"uncertainty ± {fmt_ns(unc)} ") in text
+    assert ("uncertainty not measured" if unc is None else f"uncertainty ± {page_dur(unc)} ") in text
     ranks = tables(page)["ranks"]
     assert [(r["rank"], r["file"], r["device_id"], r["clock_offset_ns"]) for r in ranks] == [
         (i, p.name, i, _session_offsets(plain)[i]) for i, p in enumerate(SLOW2)
@@ -542,4 +542,4 @@ def test_values_are_written_in_human_units(foreach: Any) -> None:
      (34.3, "warp", "34.3 warp"), (2.5e12, "FLOP/s", "2.5 TFLOP/s"), (None, "W", "–")],
 )  # fmt: skip
 def test_metric_values_in_human_units(value: Any, unit: str, shown: str) -> None:
-    assert fmt_unit(value, unit) == shown
+    assert metric(value, unit) == shown

@@ -1,14 +1,12 @@
-"""One runner for every rule case in tests/rules/cases.py: rows in, (rule id, severity) out."""
+"""One runner for every rule case in tests/rules/<rule>.py: rows in, findings out, each finding
+holding the saving and evidence its case computed (tests/rules/__init__.py says what a case is)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from rules.cases import CASES as TIMELINE_AND_NCU_CASES
-from rules.gpu_metrics_cases import GPU_METRIC_CASES
-from rules.kernel_mix_cases import KERNEL_MIX_CASES
-from rules.run_cases import RUN_CASES
+from rules import CASE_FILES, CASES
 
 import nsight_analytics as nsa
 from nsight_analytics import schema
@@ -68,9 +66,6 @@ def load_case(con, rows: dict[str, list[dict]]) -> None:
             _insert(con, table, table_rows)
 
 
-CASES = [*TIMELINE_AND_NCU_CASES, *GPU_METRIC_CASES, *KERNEL_MIX_CASES, *RUN_CASES]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_rule_case(case: dict, tmp_path: Path) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
@@ -85,18 +80,24 @@ def test_rule_case(case: dict, tmp_path: Path) -> None:
         assert f.title and "\n" not in f.title
         assert f.message and f.recommendation
         assert f.est_savings_ns is None or f.est_savings_ns >= 0
-    if "detail" in case:  # the run cases say what each finding must say
-        for f, want in zip(found, case["detail"], strict=True):
-            _assert_detail(f, want)
+    for f, want in zip(found, case.get("detail", []), strict=True):
+        _assert_detail(f, want)
 
 
 def _assert_detail(f, want: dict) -> None:
-    """A finding says what a case's `detail` computed by hand: its run, report, the ranks it
-    names, the saving and the evidence numbers; its message names the run and says `says`."""
-    assert (f.run_id, f.report_id, f.ranks) == (want["run_id"], want["report_id"], want["ranks"]), f.message
-    assert f.est_savings_ns == pytest.approx(want["est_savings_ns"], rel=1e-9, abs=1), f.message
+    """A finding says what a case's `detail` computed by hand: the saving and the evidence
+    numbers, and for a run rule its run, report and the ranks it names (its message names the
+    run); its message says `says`."""
+    if "run_id" in want:
+        assert (f.run_id, f.report_id, f.ranks) == (want["run_id"], want["report_id"], want["ranks"]), (
+            f.message
+        )
+        assert f"run {f.run_id} (" in f.message
+    if want["est_savings_ns"] is None:
+        assert f.est_savings_ns is None, f.message
+    else:
+        assert f.est_savings_ns == pytest.approx(want["est_savings_ns"], rel=1e-9, abs=1), f.message
     assert f.same_saving_as == want.get("same_saving_as")
-    assert f"run {f.run_id} (" in f.message
     for words in want.get("says", []):
         assert words in f.message, (words, f.message)
     for key, value in want["evidence"].items():
@@ -114,16 +115,39 @@ def _approx(value: object) -> object:
     return value
 
 
-def test_every_rule_has_a_firing_case() -> None:
+def test_every_rule_has_its_case_file() -> None:
+    """Each rule of nsight_analytics/rules/checks has tests/rules/<its module>.py, and only they:
+    at least one case where the rule fires and one where it runs and stays quiet."""
     from nsight_analytics.rules import rules
 
-    fired = {rule_id for c in CASES for rule_id, _ in c["expect"]}
-    assert {r.id for r in rules()} <= fired
+    checks = Path(__file__).parents[1] / "nsight_analytics" / "rules" / "checks"
+    modules = sorted(p.stem for p in checks.glob("*.py") if p.stem != "__init__")
+    assert CASE_FILES == modules
+    assert {r.id for r in rules()} == {m.replace("_", "-") for m in modules}
+    for name in modules:
+        rule_id = name.replace("_", "-")
+        cases = [c for c in CASES if c["file"] == name]
+        fires = [c for c in cases if rule_id in {r for r, _ in c["expect"]}]
+        quiet = [c for c in cases if rule_id in c["rules"] and rule_id not in {r for r, _ in c["expect"]}]
+        assert fires and quiet, (name, len(fires), len(quiet))
+
+
+def test_every_finding_of_a_case_is_checked() -> None:
+    """A case that expects findings says, for each, its saving and evidence numbers."""
+    for case in CASES:
+        assert len(case.get("detail", [])) == len(case["expect"]), case["id"]
+        for want in case.get("detail", []):
+            assert "est_savings_ns" in want and want["evidence"], case["id"]
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [c["id"] for c in CASES]
+    assert len(ids) == len(set(ids))
 
 
 def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
     # `ncu --print-summary per-kernel`: a row is the Average over `invocations` launches.
-    from rules.cases import MEM, MS, SOL, ncu_launch
+    from rules.build import MEM, MS, SOL, ncu_launch
 
     k_sum, m_sum = ncu_launch(0, "void summarised(float*)", 1 * MS, **{SOL: 10.0, MEM: 90.0})
     k_sum["invocations"] = 3
@@ -154,11 +178,11 @@ def test_ncu_summary_rows_weigh_as_their_invocations(tmp_path: Path) -> None:
 def test_memory_growth_above_the_device_size_gives_no_time_to_full(tmp_path: Path) -> None:
     # 1 GiB held after the warm-up, 4 MiB more per steady step, on a "512 MiB" device: the events
     # hold more than the device has, so frees went unrecorded; no negative headroom is printed.
-    from rules.cases import _memory_per_step
+    from rules.build import memory_per_step
 
     con = nsa.connect(tmp_path / "w.duckdb")
     try:
-        load_case(con, _memory_per_step([4 << 20] * 5, total_memory=512 << 20))
+        load_case(con, memory_per_step([4 << 20] * 5, total_memory=512 << 20))
         (f,) = run_rules(con, only=["memory-growth"])
     finally:
         con.close()

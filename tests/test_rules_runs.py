@@ -1,6 +1,6 @@
 """Run rules: a rule of scope "run" judges the ranks of a job together, once per run, on the union
 of its reports' data; run_rules selects runs by report or by run id; `nsa rules` says the scope.
-The rules' own numbers are tested as cases (tests/rules/run_cases.py)."""
+The rules' own numbers are tested as cases (tests/rules/exposed_communication.py, straggler_rank.py, load_imbalance.py, scaling_loss.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rules.run_cases import MS, OTHER, SCALE_W2, SCALE_W4, STEADY, Rank, ddp_run, merged
+from rules.build_runs import MS, OTHER, SCALE_W2, SCALE_W4, STEADY, Rank, ddp_run, merged
 from test_rules_cases import load_case
 
 import nsight_analytics as nsa

@@ -20,14 +20,14 @@ from typing import Any
 import duckdb
 
 from .. import params, queries
-from ..rules.units import plural
+from ..units import plural, signed
 from . import stats
 from .findings import finding_changes, side_findings
 from .host import attribute_host_ops, host_steps
 from .host import merge as merge_host
 from .model import Attribution, Check, Diff, KernelChange, Metric, Part, Side
 from .timeline import Charges, Timeline, align_mean, align_numbers, gpu_steps
-from .verdict import outlier_note, same_reports, signed, step_change, too_few, verdict
+from .verdict import outlier_note, same_reports, step_change, too_few, verdict
 
 CONFIDENCE = 0.95
 # A step-time change smaller than this share of A's median step is noise, whatever its CI.

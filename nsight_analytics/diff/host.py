@@ -22,11 +22,10 @@ from typing import Any
 import duckdb
 
 from .. import params
-from ..rules.units import dur
+from ..units import dur, signed
 from . import stats
 from .model import Attribution, HostOpChange
 from .timeline import PHASE_LABEL
-from .verdict import signed
 
 # The part of a step range no op covers: Python between the ops, waits.
 OUTSIDE_OPS = "(outside ops)"

@@ -28,7 +28,7 @@ import duckdb
 
 from .. import params, queries
 from ..rules.runs import ranks_text
-from ..rules.units import dur, pct, plural
+from ..units import decimal, dur, pct, plural, signed
 from .compare import NOISE_FLOOR, compare, describe, gpu_text, tool_check
 from .findings import finding_changes, series_findings, side_findings
 from .model import (
@@ -252,7 +252,7 @@ def _summary(ranks: list[RankChange], floor: float) -> tuple[int | None, list[st
                 "inside them."
             )
         own = [
-            f"{label} {_signed(cand.delta(name))}"
+            f"{label} {signed(cand.delta(name))}"
             for name, label in (
                 ("idle_ns", "GPU idle"),
                 ("compute_ns", "compute"),
@@ -264,7 +264,7 @@ def _summary(ranks: list[RankChange], floor: float) -> tuple[int | None, list[st
             instead = " (what it did instead: the run's straggler-rank finding)" if dl > 0 else ""
             lines.append(f"On rank {cand.rank} itself, per step: {', '.join(own)}{instead}.")
     parts = [
-        f"{label} {_signed(mean_delta(name, both))}"
+        f"{label} {signed(mean_delta(name, both))}"
         for name, label in (
             ("compute_ns", "compute"),
             ("exposed_comm_ns", "exposed communication"),
@@ -273,7 +273,7 @@ def _summary(ranks: list[RankChange], floor: float) -> tuple[int | None, list[st
         )
         if mean_delta(name, both) is not None
     ]
-    lines.append(f"Per step, mean over ranks: GPU step (median) {_signed(dstep)}; " + ", ".join(parts) + ".")
+    lines.append(f"Per step, mean over ranks: GPU step (median) {signed(dstep)}; " + ", ".join(parts) + ".")
     imb_a = _imbalance([r.a for r in both])
     imb_b = _imbalance([r.b for r in both])
     if imb_a is not None and imb_b is not None and abs(imb_b - imb_a) >= notable:
@@ -308,12 +308,6 @@ def _last_line(
     return [
         f"Last to arrive, over all matched collectives: most often {la or 'none'} in A, {lb or 'none'} in B."
     ]
-
-
-def _signed(ns: float | None) -> str:
-    if ns is None:
-        return "n/a"
-    return ("+" if ns > 0 else "-" if ns < 0 else "") + dur(abs(ns))
 
 
 # --- two world sizes: scaling -------------------------------------------------------------------
@@ -455,13 +449,13 @@ def _scaling_reason(s: Scaling, ra: RunSide, rb: RunSide) -> str:
     text = (
         f"run {base.run_id} ({base.name}, {plural(base.world_size, 'rank')}) -> run {scaled.run_id} "
         f"({scaled.name}, {plural(scaled.world_size, 'rank')}){order}, {s.mode} scaling ({why}): "
-        f"throughput {_num(base.throughput)} -> "
-        f"{_num(scaled.throughput)} {s.throughput_unit} (x{s.speedup or 0:.2f}, ideal x{ideal:.3g}), "
+        f"throughput {decimal(base.throughput, none='n/a')} -> "
+        f"{decimal(scaled.throughput, none='n/a')} {s.throughput_unit} (x{s.speedup or 0:.2f}, ideal x{ideal:.3g}), "
         f"efficiency {pct(s.efficiency)}; the step is {dur(scaled.step_ns)} against {dur(s.ideal_ns)} ideal"
     )
     if s.lost_ns is not None:
         parts = ", ".join(
-            f"{label} {_signed(v)}"
+            f"{label} {signed(v)}"
             for label, v in (
                 ("exposed communication", s.lost_comm_ns),
                 ("slower compute", s.lost_compute_ns),
@@ -469,14 +463,10 @@ def _scaling_reason(s: Scaling, ra: RunSide, rb: RunSide) -> str:
                 ("the rest", s.lost_other_ns),
             )
         )
-        text += f": {_signed(s.lost_ns)} lost ({parts})"
+        text += f": {signed(s.lost_ns)} lost ({parts})"
     if s.efficiency is not None and s.efficiency > 1:
         text += (
             f". Above 100%: the larger run's ranks step faster than the smaller run's; look at the base "
             f"run {base.run_id} first (profiler overhead, a slow rank, a warm-up taken for steady steps)"
         )
     return text + "."
-
-
-def _num(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:,.1f}"

@@ -10,7 +10,7 @@ sides is 'same report', not a measurement (`same_reports`).
 
 from __future__ import annotations
 
-from ..rules.units import dur, plural
+from ..units import dur, plural, signed, signed_pct
 from . import stats
 from .model import Check, Diff, Side, StepChange
 
@@ -54,14 +54,6 @@ def step_change(s: stats.Shift, a: Side, b: Side, floor: float) -> StepChange:
     )
 
 
-def signed(ns: float) -> str:
-    return ("+" if ns > 0 else "-" if ns < 0 else "") + dur(abs(ns))
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
 def verdict(
     checks: list[Check], change: StepChange | None, a: Side, b: Side, floor: float
 ) -> tuple[str, str]:
@@ -76,7 +68,7 @@ def verdict(
     )
     if change.ci_ns is None or change.ci_relative is None:
         what = (
-            f"{medians}: shift {signed(change.estimate_ns)} ({_pct(change.relative)}), no "
+            f"{medians}: shift {signed(change.estimate_ns)} ({signed_pct(change.relative)}), no "
             f"{change.confidence:.0%} interval: with {len(a.step_ns)} and {len(b.step_ns)} steady steps no "
             f"result can reach {change.confidence:.0%} confidence{profilers}"
         )
@@ -85,8 +77,8 @@ def verdict(
     rlo, rhi = change.ci_relative
     what = (
         f"{medians}: shift {signed(change.estimate_ns)} "
-        f"({_pct(change.relative)}), {change.confidence:.0%} CI {signed(lo)} .. {signed(hi)} "
-        f"({_pct(rlo)} .. {_pct(rhi)}), Mann-Whitney p = {change.p_value:.2g}{profilers}"
+        f"({signed_pct(change.relative)}), {change.confidence:.0%} CI {signed(lo)} .. {signed(hi)} "
+        f"({signed_pct(rlo)} .. {signed_pct(rhi)}), Mann-Whitney p = {change.p_value:.2g}{profilers}"
     )
     if lo <= 0 <= hi:
         if max(-rlo, rhi) <= floor:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..outputs import write_atomic
-    from ..rules.units import dur as duration
+    from ..units import dur as duration
     from .diff import render as render_diff
     from .findings import render as render_findings
     from .html import page as render_html
@@ -49,7 +49,7 @@ _NAMES = {
     "ROW_FORMATS": (".rows", "ROW_FORMATS"),
     "Result": (".rows", "Result"),
     "copy_rows": (".rows", "copy_rows"),
-    "duration": ("..rules.units", "dur"),
+    "duration": ("..units", "dur"),
     "explain_rule": (".rules", "explain_rule"),
     "head": (".rows", "head"),
     "jsonable": (".rows", "jsonable"),

@@ -15,10 +15,8 @@ from typing import Any
 
 from ..diff.gate import Gate
 from ..diff.model import Attribution, Diff, HostOpChange, Metric, Part, Side
-from ..rules.units import dur as _dur
-from ..rules.units import size
+from ..units import size, table_dur, table_signed
 from . import diff_runs
-from .diff_runs import signed
 from .rows import Result, distinct_short_names, jsonable, short_kernel_name
 from .rows import to_markdown as rows_to_markdown
 
@@ -39,15 +37,11 @@ METRIC_NAMES = {
 }
 
 
-def dur(ns: float | None) -> str:
-    return _dur(ns, micro="µs")
-
-
 def _value(unit: str, v: float | None) -> str:
     if v is None:
         return "-"
     if unit == "ns":
-        return dur(v)
+        return table_dur(v)
     if unit == "byte":
         return size(v)
     if unit == "J":
@@ -61,7 +55,7 @@ def _change(m: Metric) -> str:
     if abs(m.delta) < (0.05 if m.unit == "count" else 0.5):
         return "0"
     if m.unit == "ns":
-        text = signed(m.delta)
+        text = table_signed(m.delta)
     elif m.unit == "byte":
         text = ("+" if m.delta >= 0 else "-") + size(abs(m.delta))
     else:
@@ -84,7 +78,7 @@ def headline(d: Diff) -> str:
         if c.ci_relative
         else f"{len(d.a.step_ns)} vs {len(d.b.step_ns)} steps: no {c.confidence:.0%} CI"
     )
-    return f"{head}: GPU step time {c.relative * 100:+.1f}% ({signed(c.estimate_ns)}, {ci})"
+    return f"{head}: GPU step time {c.relative * 100:+.1f}% ({table_signed(c.estimate_ns)}, {ci})"
 
 
 def _side_lines(d: Diff) -> list[str]:
@@ -172,10 +166,10 @@ def _parts(parts: list[Part], remainder: float, total: float, title: str) -> lis
     rows = [[title, "A", "B", "change"]]
     details = []
     for p in parts:
-        rows.append([p.name, dur(p.a_ns), dur(p.b_ns), signed(p.delta_ns)])
+        rows.append([p.name, table_dur(p.a_ns), table_dur(p.b_ns), table_signed(p.delta_ns)])
         details.append(p.detail)
-    rows.append(["remainder (parts not listed)", "", "", signed(remainder)])
-    rows.append(["total", "", "", signed(total)])
+    rows.append(["remainder (parts not listed)", "", "", table_signed(remainder)])
+    rows.append(["total", "", "", table_signed(total)])
     lines = _grid(rows)
     out = [lines[0]]
     for i, line in enumerate(lines[1:]):
@@ -190,15 +184,23 @@ def _host_ops(a: Attribution) -> list[str]:
     GPU idle time under them."""
     rows = [["by host op (medians per step)", "A", "B", "change", "GPU idle"]]
     for o in a.by_host_op:
-        rows.append([o.name, dur(o.a_ns), dur(o.b_ns), signed(o.delta_ns), signed(o.idle_delta_ns)])
+        rows.append(
+            [
+                o.name,
+                table_dur(o.a_ns),
+                table_dur(o.b_ns),
+                table_signed(o.delta_ns),
+                table_signed(o.idle_delta_ns),
+            ]
+        )
     return _grid(rows)
 
 
 def _host_records(ops: list[HostOpChange]) -> list[dict[str, Any]]:
     return [
-        {"host op": o.name, "A (median)": dur(o.a_ns), "B (median)": dur(o.b_ns), "change": signed(o.delta_ns),
-         "GPU idle under it": f"{dur(o.a_idle_ns)} -> {dur(o.b_idle_ns)} ({signed(o.idle_delta_ns)})",
-         "mean A -> B": f"{dur(o.a_mean_ns)} -> {dur(o.b_mean_ns)}"}
+        {"host op": o.name, "A (median)": table_dur(o.a_ns), "B (median)": table_dur(o.b_ns), "change": table_signed(o.delta_ns),
+         "GPU idle under it": f"{table_dur(o.a_idle_ns)} -> {table_dur(o.b_idle_ns)} ({table_signed(o.idle_delta_ns)})",
+         "mean A -> B": f"{table_dur(o.a_mean_ns)} -> {table_dur(o.b_mean_ns)}"}
         for o in ops
     ]  # fmt: skip
 
@@ -254,8 +256,8 @@ def _kernel_rows(d: Diff, top: int) -> list[list[str]]:
     rows = [["  kernel", "A n", "B n", "A time", "B time", "change"]]
     for k, name in zip(ks, names):
         rows.append(
-            [f"{mark[k.status]} {name}", _count(k.a_count), _count(k.b_count), dur(k.a_ns), dur(k.b_ns),
-             signed(k.delta_ns)]
+            [f"{mark[k.status]} {name}", _count(k.a_count), _count(k.b_count), table_dur(k.a_ns), table_dur(k.b_ns),
+             table_signed(k.delta_ns)]
         )  # fmt: skip
     return rows
 
@@ -273,7 +275,7 @@ def _finding_lines(d: Diff) -> list[str]:
     out = []
     for f in d.findings:
         savings = f.b_savings_ns if f.status != "resolved" else f.a_savings_ns
-        est = f" (est. savings {dur(savings)})" if savings else ""
+        est = f" (est. savings {table_dur(savings)})" if savings else ""
         out += _wrap(f"{f.status:<10} [{f.severity}] {f.rule_id}: {f.title}{est}", 2)
     return out
 
@@ -292,7 +294,7 @@ def to_text(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> str:
     if a is not None:
         out += [
             "",
-            f"Where the step time went (mean GPU step {dur(d.a.mean_step_ns)} -> {dur(d.b.mean_step_ns)})",
+            f"Where the step time went (mean GPU step {table_dur(d.a.mean_step_ns)} -> {table_dur(d.b.mean_step_ns)})",
         ]
         for line in a.summary:
             out += _wrap(line, 2)
@@ -374,18 +376,23 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
         rows = [
             {
                 "phase": p.name,
-                "A": dur(p.a_ns),
-                "B": dur(p.b_ns),
-                "change": signed(p.delta_ns),
+                "A": table_dur(p.a_ns),
+                "B": table_dur(p.b_ns),
+                "change": table_signed(p.delta_ns),
                 "what changed": p.detail,
             }
             for p in a.by_phase
         ]
-        rows.append({"phase": "remainder", "change": signed(a.phase_remainder_ns)})
-        rows.append({"phase": "**total**", "change": signed(a.total_ns)})
+        rows.append({"phase": "remainder", "change": table_signed(a.phase_remainder_ns)})
+        rows.append({"phase": "**total**", "change": table_signed(a.total_ns)})
         out.append(_md_table(rows))
         causes = [
-            {"cause": p.name, "A": dur(p.a_ns), "B": dur(p.b_ns), "change": signed(p.delta_ns)}
+            {
+                "cause": p.name,
+                "A": table_dur(p.a_ns),
+                "B": table_dur(p.b_ns),
+                "change": table_signed(p.delta_ns),
+            }
             for p in a.by_cause
         ]
         out += [_md_table(causes)]
@@ -403,8 +410,8 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
             _md_table(
                 [
                     {"status": f.status, "rule": f.rule_id, "severity": f.severity, "finding": f.title,
-                     "savings A": dur(f.a_savings_ns) if f.a_savings_ns else "",
-                     "savings B": dur(f.b_savings_ns) if f.b_savings_ns else ""}
+                     "savings A": table_dur(f.a_savings_ns) if f.a_savings_ns else "",
+                     "savings B": table_dur(f.b_savings_ns) if f.b_savings_ns else ""}
                     for f in d.findings
                 ]
             )

@@ -8,9 +8,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from ..units import num, page_dur
 from . import svg
-from .html_parts import Col, fmt_num, fmt_text, section, table
-from .svg import fmt_ns
+from .html_parts import Col, fmt_text, section, table
 
 TOP_KERNELS = 30
 
@@ -39,8 +39,8 @@ def _verdict(d: dict[str, Any]) -> str:
     if sc:
         ci = sc.get("ci_ns") or [None, None]
         change = (
-            f"<p>Step time change (B − A, {escape(sc['statistic'])}): <b>{fmt_ns(sc['estimate_ns'])}</b> "
-            f"({_rel(sc['relative'])}), {sc['confidence'] * 100:.0f} % interval {fmt_ns(ci[0])} … {fmt_ns(ci[1])}, "
+            f"<p>Step time change (B − A, {escape(sc['statistic'])}): <b>{page_dur(sc['estimate_ns'])}</b> "
+            f"({_rel(sc['relative'])}), {sc['confidence'] * 100:.0f} % interval {page_dur(ci[0])} … {page_dur(ci[1])}, "
             f"p = {sc['p_value']:.3g}"
             + (f"; about {sc['steps_needed']} steady steps a side would resolve it"
                if d["verdict"] == "inconclusive" and sc.get("steps_needed") else "")
@@ -62,9 +62,9 @@ def _steps(d: dict[str, Any]) -> str | None:
          "mean_step_ns": s["mean_step_ns"], "warmup_steps": s["warmup_steps"]}
         for side, s in (("A", d["a"]), ("B", d["b"]))
     ]  # fmt: skip
-    cols: list[Col] = [("side", "side", fmt_text), ("steps", "steady steps", fmt_num),
-                       ("median_step_ns", "median", fmt_ns), ("mean_step_ns", "mean", fmt_ns),
-                       ("warmup_steps", "warm-up left out", fmt_num)]  # fmt: skip
+    cols: list[Col] = [("side", "side", fmt_text), ("steps", "steady steps", num),
+                       ("median_step_ns", "median", page_dur), ("mean_step_ns", "mean", page_dur),
+                       ("warmup_steps", "warm-up left out", num)]  # fmt: skip
     return svg.histograms({"A (before)": a, "B (after)": b}, "step distributions") + table(
         rows, cols, "steps"
     )
@@ -80,14 +80,14 @@ def _attribution(att: dict[str, Any] | None) -> str | None:
         if att.get(rest):
             parts.append(("(rest)", att[rest]))
         if parts:
-            out.append(f"<h3>{title}: {fmt_ns(att['total_ns'])} in all</h3>" + svg.waterfall(parts, title))
-            cols: list[Col] = [("name", "part", fmt_text), ("a_ns", "A", fmt_ns), ("b_ns", "B", fmt_ns),
-                               ("delta_ns", "B − A", fmt_ns), ("detail", "detail", fmt_text)]  # fmt: skip
+            out.append(f"<h3>{title}: {page_dur(att['total_ns'])} in all</h3>" + svg.waterfall(parts, title))
+            cols: list[Col] = [("name", "part", fmt_text), ("a_ns", "A", page_dur), ("b_ns", "B", page_dur),
+                               ("delta_ns", "B − A", page_dur), ("detail", "detail", fmt_text)]  # fmt: skip
             out.append(table(att.get(key, []), cols, f"attribution_{key}"))
     if att.get("by_host_op"):
-        cols = [("name", "host op", fmt_text), ("a_ns", "A (median)", fmt_ns), ("b_ns", "B (median)", fmt_ns),
-                ("delta_ns", "B − A", fmt_ns), ("idle_delta_ns", "GPU idle under it, B − A", fmt_ns),
-                ("a_mean_ns", "A (mean)", fmt_ns), ("b_mean_ns", "B (mean)", fmt_ns)]  # fmt: skip
+        cols = [("name", "host op", fmt_text), ("a_ns", "A (median)", page_dur), ("b_ns", "B (median)", page_dur),
+                ("delta_ns", "B − A", page_dur), ("idle_delta_ns", "GPU idle under it, B − A", page_dur),
+                ("a_mean_ns", "A (mean)", page_dur), ("b_mean_ns", "B (mean)", page_dur)]  # fmt: skip
         out.append(
             "<h3>By host op of the step's thread (medians per step)</h3>"
             + svg.waterfall([(o["name"], o["delta_ns"]) for o in att["by_host_op"]], "host ops")
@@ -100,9 +100,9 @@ def _kernels(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     rows = sorted(rows, key=lambda r: -abs(r["delta_ns"]))[:TOP_KERNELS]
-    cols: list[Col] = [("status", "status", fmt_text), ("name", "kernel", fmt_text), ("a_count", "A count", fmt_num),
-                       ("b_count", "B count", fmt_num), ("a_ns", "A time", fmt_ns), ("b_ns", "B time", fmt_ns),
-                       ("delta_ns", "B − A", fmt_ns)]  # fmt: skip
+    cols: list[Col] = [("status", "status", fmt_text), ("name", "kernel", fmt_text), ("a_count", "A count", num),
+                       ("b_count", "B count", num), ("a_ns", "A time", page_dur), ("b_ns", "B time", page_dur),
+                       ("delta_ns", "B − A", page_dur)]  # fmt: skip
     return svg.waterfall([(r["name"], r["delta_ns"]) for r in rows[:15]], "kernels changed") + table(
         rows, cols, "kernels_changed"
     )
@@ -111,8 +111,8 @@ def _kernels(rows: list[dict[str, Any]]) -> str | None:
 def _metrics(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
-    cols: list[Col] = [("name", "metric", fmt_text), ("unit", "unit", fmt_text), ("a", "A", fmt_num),
-                       ("b", "B", fmt_num), ("relative", "change", _rel)]  # fmt: skip
+    cols: list[Col] = [("name", "metric", fmt_text), ("unit", "unit", fmt_text), ("a", "A", num),
+                       ("b", "B", num), ("relative", "change", _rel)]  # fmt: skip
     return table(rows, cols, "metrics")
 
 

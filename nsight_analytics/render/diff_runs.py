@@ -7,24 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..diff.model import CollectiveChange, Diff, RankChange, RunSide, Scaling
-from ..rules.units import dur as _dur
-from ..rules.units import size
+from ..units import decimal, rate, size, table_dur, table_signed, whole_pct
 
 TOP_RANKS = 16  # ranks listed in text; the rest in --format json
 RANK_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "idle_ns", "wait_ns", "late_ns")
 RANK_LABELS = ("step (median)", "compute", "exposed comm", "GPU idle", "wait", "late")
-
-
-def dur(ns: float | None) -> str:
-    return "-" if ns is None else _dur(ns, micro="µs")
-
-
-def signed(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    if abs(ns) < 0.5:
-        return "0"
-    return ("+" if ns > 0 else "-") + dur(abs(ns))
 
 
 def ids_text(ids: list[int]) -> str:
@@ -88,7 +75,7 @@ def text_sections(d: Diff, grid: Grid, wrap: Wrap, top: int = TOP_RANKS) -> list
     ranks = _shown_ranks(rc.ranks, top)
     rows = [["", "step", "compute", "exp. comm", "idle", "wait", "late"]]
     for r in ranks:
-        rows.append([f"rank {r.rank}", *(signed(r.delta(k)) for k in RANK_COLUMNS)])
+        rows.append([f"rank {r.rank}", *(table_signed(r.delta(k)) for k in RANK_COLUMNS)])
     out += grid(rows)
     if len(rc.ranks) > len(ranks):
         out.append(f"  ... {len(rc.ranks) - len(ranks)} more ranks (--format json lists every rank)")
@@ -103,17 +90,17 @@ def text_sections(d: Diff, grid: Grid, wrap: Wrap, top: int = TOP_RANKS) -> list
         rows = [head]
         for c in rc.collectives:
             pair = (
-                [_gbps(c.a_busbw_gbps), _gbps(c.b_busbw_gbps)]
+                [rate(c.a_busbw_gbps), rate(c.b_busbw_gbps)]
                 if bw
-                else [dur(c.a_latency_ns), dur(c.b_latency_ns)]
+                else [table_dur(c.a_latency_ns), table_dur(c.b_latency_ns)]
             )
             rows.append(
                 [
                     collective_name(c),
                     str(c.a_count),
                     str(c.b_count),
-                    dur(c.a_skew_ns),
-                    dur(c.b_skew_ns),
+                    table_dur(c.a_skew_ns),
+                    table_dur(c.b_skew_ns),
                     *pair,
                 ]
             )
@@ -134,10 +121,6 @@ def collective_name(c: CollectiveChange) -> str:
     return " ".join(bits)
 
 
-def _gbps(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3g} GB/s"
-
-
 def _scaling_text(s: Scaling, grid: Grid) -> list[str]:
     b, x = s.base, s.scaled
     head = f"{b.world_size} ranks", f"{x.world_size} ranks"
@@ -149,12 +132,14 @@ def _scaling_text(s: Scaling, grid: Grid) -> list[str]:
         ("exposed communication", b.exposed_comm_ns, x.exposed_comm_ns),
         ("imbalance", b.imbalance_ns, x.imbalance_ns),
     ):
-        rows.append([label, dur(vb), dur(vx), signed(None if vb is None or vx is None else vx - vb)])
+        rows.append(
+            [label, table_dur(vb), table_dur(vx), table_signed(None if vb is None or vx is None else vx - vb)]
+        )
     rows.append(
         [
             f"throughput ({s.throughput_unit})",
-            _num(b.throughput),
-            _num(x.throughput),
+            decimal(b.throughput),
+            decimal(x.throughput),
             "-" if s.speedup is None else f"x{s.speedup:.2f}",
         ]
     )
@@ -162,9 +147,9 @@ def _scaling_text(s: Scaling, grid: Grid) -> list[str]:
     ideal = x.world_size / b.world_size
     eff = "-" if s.efficiency is None else f"{s.efficiency * 100:.1f}%"
     out += ["", f"Step time lost against ideal scaling (ideal x{ideal:.3g}; efficiency {eff})"]
-    rows = [["", "per step"], ["ideal step", dur(s.ideal_ns)], ["actual step", dur(x.step_ns)]]
+    rows = [["", "per step"], ["ideal step", table_dur(s.ideal_ns)], ["actual step", table_dur(x.step_ns)]]
     rows += [
-        [label, signed(v)]
+        [label, table_signed(v)]
         for label, v in (
             ("exposed communication", s.lost_comm_ns),
             ("slower compute", s.lost_compute_ns),
@@ -177,10 +162,6 @@ def _scaling_text(s: Scaling, grid: Grid) -> list[str]:
     return out
 
 
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}"
-
-
 # --- markdown -------------------------------------------------------------------------------------
 
 
@@ -190,21 +171,21 @@ def markdown_sections(d: Diff, table: Callable[[list[dict[str, Any]]], str]) -> 
     if s is not None:
         b, x = s.base, s.scaled
         rows: list[dict[str, Any]] = [
-            {"per steady step": label, f"{b.world_size} ranks (run {b.run_id})": dur(vb),
-             f"{x.world_size} ranks (run {x.run_id})": dur(vx),
-             "change": signed(None if vb is None or vx is None else vx - vb)}
+            {"per steady step": label, f"{b.world_size} ranks (run {b.run_id})": table_dur(vb),
+             f"{x.world_size} ranks (run {x.run_id})": table_dur(vx),
+             "change": table_signed(None if vb is None or vx is None else vx - vb)}
             for label, vb, vx in (("GPU step", b.step_ns, x.step_ns), ("compute", b.compute_ns, x.compute_ns),
                                   ("exposed communication", b.exposed_comm_ns, x.exposed_comm_ns),
                                   ("imbalance", b.imbalance_ns, x.imbalance_ns))
         ]  # fmt: skip
         rows.append(
             {"per steady step": f"throughput ({s.throughput_unit})", f"{b.world_size} ranks (run {b.run_id})":
-             _num(b.throughput), f"{x.world_size} ranks (run {x.run_id})": _num(x.throughput),
+             decimal(b.throughput), f"{x.world_size} ranks (run {x.run_id})": decimal(x.throughput),
              "change": "-" if s.speedup is None else f"x{s.speedup:.2f}"}
         )  # fmt: skip
         out += [table(rows), ""]
         lost = [
-            {"step time lost against ideal": label, "per step": signed(v)}
+            {"step time lost against ideal": label, "per step": table_signed(v)}
             for label, v in (("exposed communication", s.lost_comm_ns), ("slower compute", s.lost_compute_ns),
                              ("imbalance", s.lost_imbalance_ns), ("the rest", s.lost_other_ns),
                              ("**total lost**", s.lost_ns))
@@ -221,10 +202,10 @@ def markdown_sections(d: Diff, table: Callable[[list[dict[str, Any]]], str]) -> 
         for k, label in zip(RANK_COLUMNS, RANK_LABELS, strict=True):
             va = getattr(r.a, k) if r.a is not None else None
             vb = getattr(r.b, k) if r.b is not None else None
-            row[label] = f"{dur(va)} → {dur(vb)} ({signed(r.delta(k))})"
+            row[label] = f"{table_dur(va)} → {table_dur(vb)} ({table_signed(r.delta(k))})"
         la = r.a.last_share if r.a is not None else None
         lb = r.b.last_share if r.b is not None else None
-        row["last at"] = f"{_share(la)} → {_share(lb)}"
+        row["last at"] = f"{whole_pct(la)} → {whole_pct(lb)}"
         rank_rows.append(row)
     out += [table(rank_rows), "</details>", ""]
     if rc.collectives:
@@ -233,9 +214,9 @@ def markdown_sections(d: Diff, table: Callable[[list[dict[str, Any]]], str]) -> 
             table(
                 [
                     {"collective": collective_name(c), "A n": c.a_count, "B n": c.b_count,
-                     "arrival skew (mean)": f"{dur(c.a_skew_ns)} → {dur(c.b_skew_ns)}",
-                     "latency (median)": f"{dur(c.a_latency_ns)} → {dur(c.b_latency_ns)}",
-                     "bus bandwidth (median)": f"{_gbps(c.a_busbw_gbps)} → {_gbps(c.b_busbw_gbps)}",
+                     "arrival skew (mean)": f"{table_dur(c.a_skew_ns)} → {table_dur(c.b_skew_ns)}",
+                     "latency (median)": f"{table_dur(c.a_latency_ns)} → {table_dur(c.b_latency_ns)}",
+                     "bus bandwidth (median)": f"{rate(c.a_busbw_gbps)} → {rate(c.b_busbw_gbps)}",
                      "last most often":
                          f"{_last(c.a_last_rank, c.a_last_share)} → {_last(c.b_last_rank, c.b_last_share)}"}
                     for c in rc.collectives
@@ -246,9 +227,5 @@ def markdown_sections(d: Diff, table: Callable[[list[dict[str, Any]]], str]) -> 
     return out
 
 
-def _share(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:.0f}%"
-
-
 def _last(rank: int | None, share: float | None) -> str:
-    return "-" if rank is None else f"rank {rank} ({_share(share)})"
+    return "-" if rank is None else f"rank {rank} ({whole_pct(share)})"

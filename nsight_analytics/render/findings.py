@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..rules.model import Finding
-from ..rules.units import dur
+from ..units import dur
 from .rows import Result, jsonable
 from .rows import to_csv as rows_to_csv
 

@@ -16,13 +16,13 @@ from html import escape
 from importlib import resources
 from typing import Any
 
+from ..units import metric, num, page_dur, page_percent, page_size, timestamp, unit_name
 from . import svg
 from .diff_panels import diff_sections
 from .findings import grouped
-from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
+from .html_parts import Col, fmt_text, section, table
 from .ncu_panels import ncu_sections
 from .run_panels import collectives_section, finding_where, run_legend, run_section, run_title
-from .svg import fmt_at, fmt_bytes, fmt_ns, fmt_unit
 
 
 def _asset(name: str) -> str:
@@ -143,7 +143,7 @@ def _card(
     also: list[dict[str, Any]],
     where: Callable[[dict[str, Any]], str] | None,
 ) -> str:
-    saving = "" if f["est_savings_ns"] is None else f" · could save {fmt_ns(f['est_savings_ns'])}"
+    saving = "" if f["est_savings_ns"] is None else f" · could save {page_dur(f['est_savings_ns'])}"
     evidence = escape(json.dumps(f["evidence"], indent=1, default=str))
     return (
         f'<article class="finding sev-{f["severity"]}" data-rule="{escape(f["rule_id"])}" data-index="{index[id(f)]}">'
@@ -191,7 +191,7 @@ def timeline_section(data: dict[str, Any], index: int, title: str, before: str =
     base = (
         f'<p class="note time-base" data-t0="{tl["t0"]}">Times are since the capture started ({clock}, '
         "as the findings and <code>nsa query</code> give them): the GPU activity drawn here runs from "
-        f"{fmt_at(tl['t0'])} to {fmt_at(tl['t1'])}.</p>"
+        f"{timestamp(tl['t0'])} to {timestamp(tl['t1'])}.</p>"
     )
     note = (
         f'<p class="note">{tl["events"]:,} events; the {tl["exact_events"]:,} longest are drawn exactly, the rest '
@@ -219,9 +219,9 @@ def utilization_section(run: list[dict[str, Any]], phases: list[dict[str, Any]])
     ]
     chart = svg.hbars(items, ["kernels", "copies only", "idle"], "utilization",
                       colors=("#4e79a7", "#f28e2b", "#dddddd"))  # fmt: skip
-    cols: list[Col] = [("device_id", "GPU", fmt_text), ("phase", "phase", fmt_text), ("span_ns", "span", fmt_ns),
-                       ("kernel_busy_ns", "kernel busy", fmt_ns), ("copy_busy_ns", "copy busy", fmt_ns),
-                       ("copy_only_ns", "copy only", fmt_ns), ("idle_ns", "idle", fmt_ns)]  # fmt: skip
+    cols: list[Col] = [("device_id", "GPU", fmt_text), ("phase", "phase", fmt_text), ("span_ns", "span", page_dur),
+                       ("kernel_busy_ns", "kernel busy", page_dur), ("copy_busy_ns", "copy busy", page_dur),
+                       ("copy_only_ns", "copy only", page_dur), ("idle_ns", "idle", page_dur)]  # fmt: skip
     return section("utilization", "Utilization (busy / copy / idle per device; start-up vs steady)",
                    chart + table(rows, cols, "utilization"))  # fmt: skip
 
@@ -230,16 +230,16 @@ def _top_kernels(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     chart = svg.hbars([(r["name"], [r["total_ns"]]) for r in rows], ["GPU time"], "top kernels")
-    cols: list[Col] = [("name", "kernel", fmt_text), ("instances", "count", fmt_num), ("total_ns", "total", fmt_ns),
-                       ("avg_ns", "mean", fmt_ns), ("max_ns", "max", fmt_ns), ("time_pct", "share", fmt_pct)]  # fmt: skip
+    cols: list[Col] = [("name", "kernel", fmt_text), ("instances", "count", num), ("total_ns", "total", page_dur),
+                       ("avg_ns", "mean", page_dur), ("max_ns", "max", page_dur), ("time_pct", "share", page_percent)]  # fmt: skip
     return chart + table(rows, cols, "top_kernels")
 
 
 def _phases(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str | None:
     if not rows:
         return None
-    cols: list[Col] = [("phase", "phase", fmt_text), ("start_ns", "starts at", fmt_at), ("end_ns", "ends at", fmt_at),
-                       ("duration_ns", "duration", fmt_ns), ("steps", "steps", fmt_num),
+    cols: list[Col] = [("phase", "phase", fmt_text), ("start_ns", "starts at", timestamp), ("end_ns", "ends at", timestamp),
+                       ("duration_ns", "duration", page_dur), ("steps", "steps", num),
                        ("source", "steps from", fmt_text)]  # fmt: skip
     steps = (timeline or {}).get("steps") or []
     chart = ""
@@ -255,10 +255,10 @@ def _nvtx(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
     chart = svg.hbars([(r["name"] or "?", [r["total_ns"] or 0]) for r in rows[:15]], ["time"], "nvtx")
-    cols: list[Col] = [("domain", "domain", fmt_text), ("name", "range", fmt_text), ("ranges", "count", fmt_num),
-                       ("total_ns", "total", fmt_ns), ("avg_ns", "mean", fmt_ns),
-                       ("process_kernels", "kernels", fmt_num), ("process_kernel_ns", "kernel time", fmt_ns),
-                       ("kernel_ns", "of it by the range's own thread", fmt_ns)]  # fmt: skip
+    cols: list[Col] = [("domain", "domain", fmt_text), ("name", "range", fmt_text), ("ranges", "count", num),
+                       ("total_ns", "total", page_dur), ("avg_ns", "mean", page_dur),
+                       ("process_kernels", "kernels", num), ("process_kernel_ns", "kernel time", page_dur),
+                       ("kernel_ns", "of it by the range's own thread", page_dur)]  # fmt: skip
     note = (
         '<p class="note">Kernel time: the GPU time of the kernels launched while the range was open by any '
         "thread of its process (nvtx_summary's process_kernel_ns; PyTorch launches backward's kernels from its "
@@ -273,17 +273,17 @@ def _copies(rows: list[dict[str, Any]]) -> str | None:
     label = [f"GPU {r['device_id']} {r['direction']} {r['src_memory']}→{r['dst_memory']}" for r in rows]
     chart = svg.hbars([(n, [r["total_ns"]]) for n, r in zip(label, rows, strict=True)], ["time"], "copies")
     cols: list[Col] = [("device_id", "GPU", fmt_text), ("direction", "direction", fmt_text), ("src_memory", "from", fmt_text),
-                       ("dst_memory", "to", fmt_text), ("copies", "count", fmt_num), ("bytes", "bytes", fmt_bytes),
-                       ("total_ns", "time", fmt_ns), ("gb_per_s", "GB/s", fmt_num), ("launch_apis", "calls", fmt_text)]  # fmt: skip
+                       ("dst_memory", "to", fmt_text), ("copies", "count", num), ("bytes", "bytes", page_size),
+                       ("total_ns", "time", page_dur), ("gb_per_s", "GB/s", num), ("launch_apis", "calls", fmt_text)]  # fmt: skip
     return chart + table(rows, cols, "copies")
 
 
 def _graphs(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
-    cols: list[Col] = [("graph_id", "graph", fmt_text), ("traced", "traced as", fmt_text), ("replays", "replays", fmt_num),
-                       ("gpu_ns", "GPU time", fmt_ns), ("avg_replay_ns", "mean replay", fmt_ns),
-                       ("launch_api_ns", "launch calls", fmt_ns)]  # fmt: skip
+    cols: list[Col] = [("graph_id", "graph", fmt_text), ("traced", "traced as", fmt_text), ("replays", "replays", num),
+                       ("gpu_ns", "GPU time", page_dur), ("avg_replay_ns", "mean replay", page_dur),
+                       ("launch_api_ns", "launch calls", page_dur)]  # fmt: skip
     return table(rows, cols, "graphs")
 
 
@@ -301,11 +301,11 @@ def _gpu_metrics(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) ->
     span = _span(timeline)
     charts = []
     for unit, series in by_unit.items():
-        chart = svg.lines(dict(list(series.items())[:8]), f"gpu metrics {svg.unit_name(unit)}",
-                          y_fmt=lambda v, u=unit: fmt_unit(v, u if len(svg.unit_name(u)) <= 6 else ""),  # a long unit: in the heading
+        chart = svg.lines(dict(list(series.items())[:8]), f"gpu metrics {unit_name(unit)}",
+                          y_fmt=lambda v, u=unit: metric(v, u if len(unit_name(u)) <= 6 else ""),  # a long unit: in the heading
                           x_range=span)  # fmt: skip
         if chart:
-            charts.append(f"<h3>{escape(svg.unit_name(unit) or 'value')}</h3>{chart}")
+            charts.append(f"<h3>{escape(unit_name(unit) or 'value')}</h3>{chart}")
     return "".join(charts) or None
 
 
@@ -323,7 +323,7 @@ def _memory(rows: list[dict[str, Any]], timeline: dict[str, Any] | None) -> str 
         series.setdefault(f"GPU {r['device_id']} {r['memory']}", []).append(
             (r["ts_ns"], r["held_bytes"] or 0)
         )
-    return svg.lines(series, "memory held", y_fmt=fmt_bytes, x_range=_span(timeline)) or None
+    return svg.lines(series, "memory held", y_fmt=page_size, x_range=_span(timeline)) or None
 
 
 def _energy(
@@ -341,8 +341,8 @@ def _energy(
     chart = (
         svg.lines(series, "power", y_fmt=lambda v: f"{v:.0f} W", x_range=_span(timeline)) if series else ""
     )
-    cols: list[Col] = [("name", "window", fmt_text), ("energy_j", "energy (J)", fmt_num), ("avg_power_w", "power (W)", fmt_num),
-                       ("coverage", "coverage", fmt_num), ("method", "method", fmt_text)]  # fmt: skip
+    cols: list[Col] = [("name", "window", fmt_text), ("energy_j", "energy (J)", num), ("avg_power_w", "power (W)", num),
+                       ("coverage", "coverage", num), ("method", "method", fmt_text)]  # fmt: skip
     return chart + (table(rows, cols, "energy") if rows else "")
 
 
@@ -375,7 +375,7 @@ def _idle_stacks(panel: dict[str, Any]) -> str | None:
         name = STACK_SOURCES.get(tree["source"], tree["source"])
         share = tree["explained_ns"] / tree["idle_ns"] * 100 if tree["idle_ns"] else 0.0
         out.append(
-            f"<h3>{escape(name)}: {escape(fmt_ns(tree['explained_ns']))} of {escape(fmt_ns(tree['idle_ns']))} "
+            f"<h3>{escape(name)}: {escape(page_dur(tree['explained_ns']))} of {escape(page_dur(tree['idle_ns']))} "
             f"idle explained ({share:.0f} %)</h3>"
         )
         out.append(

@@ -11,23 +11,6 @@ from typing import Any
 Col = tuple[str, str, Callable[[Any], str]]
 
 
-def fmt_pct(v: Any) -> str:
-    return "–" if v is None else f"{v:.1f} %"
-
-
-def fmt_num(v: Any) -> str:
-    """A count with thousands separators, a measure to 4 significant digits; never 1.7e+07."""
-    if v is None:
-        return "–"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if abs(v) >= 1e4:
-        return f"{v:,.0f}"
-    if v == 0 or abs(v) >= 1e-3:
-        return f"{v:.4g}"
-    return f"{v:.6f}"
-
-
 def fmt_text(v: Any) -> str:
     return "–" if v is None else str(v)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..units import metric, num, page_dur, page_percent
 from . import svg
-from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
-from .svg import fmt_ns
+from .html_parts import Col, fmt_text, section, table
 
 ABSENT = "No Nsight Compute data in this report (ncu reports only)."
 MISSING = "This ncu report lacks the {what} metrics (profile with `ncu --set full`)."
@@ -48,7 +48,7 @@ def _stalls(rows: list[dict[str, Any]]) -> str | None:
     items = [(name, [v.get(s, 0) for s in series]) for name, v in list(launches.items())[:30]]
     chart = svg.hbars(items, series, "stalls", fmt=lambda v: f"{v:.3g} cycles/issue")
     cols: list[Col] = [("launch_id", "launch", fmt_text), ("name", "kernel", fmt_text), ("reason", "reason", fmt_text),
-                       ("cycles_per_issue", "cycles/issue", fmt_num), ("share_pct", "share", fmt_pct)]  # fmt: skip
+                       ("cycles_per_issue", "cycles/issue", num), ("share_pct", "share", page_percent)]  # fmt: skip
     first = [r for r in rows if r["rank"] is not None and r["rank"] <= 3]
     return chart + "<h3>Top 3 reasons per launch</h3>" + table(first, cols, "stalls")
 
@@ -65,8 +65,8 @@ def _sol(rows: list[dict[str, Any]]) -> str | None:
         stacked=False,
         maximum=100,
     )
-    cols: list[Col] = [("launch_id", "launch", fmt_text), ("name", "kernel", fmt_text), ("duration_ns", "duration", fmt_ns),
-                       ("compute_pct", "compute", fmt_pct), ("memory_pct", "memory", fmt_pct), ("bound", "bound", fmt_text)]  # fmt: skip
+    cols: list[Col] = [("launch_id", "launch", fmt_text), ("name", "kernel", fmt_text), ("duration_ns", "duration", page_dur),
+                       ("compute_pct", "compute", page_percent), ("memory_pct", "memory", page_percent), ("bound", "bound", fmt_text)]  # fmt: skip
     return chart + table(rows, cols, "speed_of_light")
 
 
@@ -76,8 +76,8 @@ def _occupancy(rows: list[dict[str, Any]]) -> str | None:
     items = [(_launch(r), [r["achieved_pct"] or 0]) for r in rows[:30]]
     chart = svg.hbars(items, ["achieved occupancy"], "occupancy", fmt=lambda v: f"{v:.1f} %", maximum=100)
     cols: list[Col] = [("launch_id", "launch", fmt_text), ("name", "kernel", fmt_text),
-                       ("theoretical_pct", "theoretical", fmt_pct), ("achieved_pct", "achieved", fmt_pct),
-                       ("blocks_per_sm", "blocks/SM", fmt_num), ("limiter", "limited by", fmt_text)]  # fmt: skip
+                       ("theoretical_pct", "theoretical", page_percent), ("achieved_pct", "achieved", page_percent),
+                       ("blocks_per_sm", "blocks/SM", num), ("limiter", "limited by", fmt_text)]  # fmt: skip
     return chart + table(rows, cols, "occupancy")
 
 
@@ -93,12 +93,12 @@ def _roofline(rows: list[dict[str, Any]]) -> str | None:
     colors = {k: svg.PALETTE[i] for i, k in enumerate(roofs)}
     points = [
         {"x": r["dram_intensity"], "y": r["flops"], "color": colors.get(r["precision"], "#e15759"),
-         "tip": f"{_launch(r)} [{r['precision']}] {svg.fmt_unit(r['flops'], 'FLOP/s')} at {fmt_num(r['dram_intensity'])} FLOP/B, "
+         "tip": f"{_launch(r)} [{r['precision']}] {metric(r['flops'], 'FLOP/s')} at {num(r['dram_intensity'])} FLOP/B, "
                 f"{r['limiter']} bound, {r['roof_pct'] or 0:.1f} % of roof"}
         for r in pts
     ]  # fmt: skip
     chart = svg.roofline(points, list(roofs.values()), "roofline")
     cols: list[Col] = [("launch_id", "launch", fmt_text), ("name", "kernel", fmt_text), ("precision", "precision", fmt_text),
-                       ("flops", "FLOP/s", fmt_num), ("dram_intensity", "FLOP/byte (DRAM)", fmt_num),
-                       ("limiter", "limiter", fmt_text), ("roof_pct", "% of roof", fmt_pct)]  # fmt: skip
+                       ("flops", "FLOP/s", num), ("dram_intensity", "FLOP/byte (DRAM)", num),
+                       ("limiter", "limiter", fmt_text), ("roof_pct", "% of roof", page_percent)]  # fmt: skip
     return chart + table(pts, cols, "roofline")

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Iterable
 
 from .. import queries
-from ..rules.units import clip
+from ..units import clip
 
 
 def _cell(text: str) -> str:

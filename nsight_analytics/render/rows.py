@@ -26,15 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..rules.units import dur, size
+from ..units import percent, rate, size, table_dur
 
 if TYPE_CHECKING:
     import duckdb
-
-
-def rate(gb_per_s: float) -> str:
-    """GB/s with three significant digits, never in exponent notation (1,510 GB/s)."""
-    return f"{gb_per_s:.3g} GB/s" if gb_per_s < 1000 else f"{gb_per_s:,.0f} GB/s"
 
 
 # The one --format set of every command (findings also take `text`, their table for people).
@@ -309,10 +304,10 @@ def _cell(value: Any, ident: bool = False) -> str:
 
 # Table cells in human units, by the unit a query's contract declares; csv and json keep base units.
 _UNIT_CELL: dict[str, Callable[[float], str]] = {
-    "ns": lambda v: dur(v, micro="µs"),
+    "ns": table_dur,
     "byte": size,
-    "GB/s": lambda v: rate(v),
-    "%": lambda v: f"{v:.1f}%",
+    "GB/s": rate,
+    "%": lambda v: percent(v, space=False),
 }
 
 # Columns of the library queries that hold kernel names (`top_names`: 'name (count); ...').

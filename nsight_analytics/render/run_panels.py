@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 from html import escape
 from typing import Any
 
+from ..units import num, page_dur, page_percent
 from . import svg
-from .html_parts import Col, fmt_num, fmt_pct, fmt_text, section, table
-from .svg import fmt_ns
+from .html_parts import Col, fmt_text, section, table
 
 # The run timeline's colours (assets/timeline.js draws with the same)
 COMM = "#c2187a"
@@ -65,7 +65,7 @@ def run_section(data: dict[str, Any]) -> str:
     elif unc is None:
         uncertainty = "uncertainty not measured (no collectives were matched when the run was made)"
     else:
-        uncertainty = f"uncertainty ± {fmt_ns(unc)} (the spread of the matched collectives' ends)"
+        uncertainty = f"uncertainty ± {page_dur(unc)} (the spread of the matched collectives' ends)"
     clock = CLOCKS.get(str(run["clock_source"]), f"clocks: {run['clock_source']}")
     hosts = run["hosts"]
     summary = (
@@ -78,14 +78,14 @@ def run_section(data: dict[str, Any]) -> str:
         ("rank", "rank", fmt_text), ("local_rank", "local rank", fmt_text), ("host", "host", fmt_text),
         ("report_id", "report", fmt_text), ("file", "file", fmt_text), ("pid", "process", fmt_text),
         ("device_id", "GPU", fmt_text), ("rank_source", "rank from", fmt_text),
-        ("clock_offset_ns", "clock offset", _offset), ("kernels", "kernels", fmt_num),
-        ("comm_kernels", "of them communication", fmt_num),
+        ("clock_offset_ns", "clock offset", _offset), ("kernels", "kernels", num),
+        ("comm_kernels", "of them communication", num),
     ]  # fmt: skip
     return section("run", "Run", summary + table(ranks, cols, "ranks"))
 
 
 def _offset(v: Any) -> str:
-    return "–" if v is None else ("+" if v >= 0 else "−") + fmt_ns(abs(v))
+    return "–" if v is None else ("+" if v >= 0 else "−") + page_dur(abs(v))
 
 
 def run_legend(data: dict[str, Any]) -> str:
@@ -123,8 +123,8 @@ def collectives_section(data: dict[str, Any]) -> str:
         f'<p class="note-strong">{n:,} collectives matched across {len(arrivals)} ranks '
         f"({escape(', '.join(summary['ops']))}; channels {escape(', '.join(summary['channels']))}). "
         f"<b>Rank {last['rank']}</b> arrived last at {last['arrived_last']:,} of {last['collectives']:,} "
-        f"({fmt_pct(100 * (last['arrived_last_share'] or 0))}), on average {fmt_ns(last['mean_late_ns'])} "
-        f"after the first rank; the other ranks waited {fmt_ns(others)} in all inside collectives for the last "
+        f"({page_percent(100 * (last['arrived_last_share'] or 0))}), on average {page_dur(last['mean_late_ns'])} "
+        f"after the first rank; the other ranks waited {page_dur(others)} in all inside collectives for the last "
         "one to arrive.</p>"
     )
     if summary.get("drawn", n) < n:
@@ -137,10 +137,10 @@ def collectives_section(data: dict[str, Any]) -> str:
         fmt=lambda v: f"{v:,.0f} collectives", colors=(COMM,),
     )  # fmt: skip
     cols: list[Col] = [
-        ("rank", "rank", fmt_text), ("collectives", "collectives", fmt_num),
-        ("arrived_last", "arrived last", fmt_num), ("arrived_last_share", "share", _share),
-        ("mean_late_ns", "arrives after the first (mean)", fmt_ns),
-        ("wait_ns", "waited for the last (total)", fmt_ns),
+        ("rank", "rank", fmt_text), ("collectives", "collectives", num),
+        ("arrived_last", "arrived last", num), ("arrived_last_share", "share", _share),
+        ("mean_late_ns", "arrives after the first (mean)", page_dur),
+        ("wait_ns", "waited for the last (total)", page_dur),
     ]  # fmt: skip
     return section(
         "collectives", "Collectives: who arrives last", text + chart + table(arrivals, cols, "arrivals")
@@ -148,4 +148,4 @@ def collectives_section(data: dict[str, Any]) -> str:
 
 
 def _share(v: Any) -> str:
-    return fmt_pct(None if v is None else 100 * v)
+    return page_percent(None if v is None else 100 * v)

@@ -8,29 +8,21 @@ import shutil
 import textwrap
 from typing import Any
 
-from ..rules.units import dur, size
-from .rows import distinct_short_names, jsonable, rate
+from ..units import pct_of, rate, size, table_dur
+from .rows import distinct_short_names, jsonable
 
 
 def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _dur(ns: float | None) -> str:
-    return dur(ns, micro="µs")
-
-
-def _pct(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
-
-
 def _device_line(d: dict[str, Any], label: str = "span") -> str:
     span = d["span_ns"] or 0
     return (
-        f"  GPU {d['device_id']}: {label} {_dur(span)}, busy {_pct(d['any_busy_ns'], span)} "
-        f"(kernels {_pct(d['kernel_busy_ns'], span)}, copies {_pct(d['copy_busy_ns'], span)}"
-        + (f", graphs {_pct(d['graph_busy_ns'], span)}" if d.get("graph_busy_ns") else "")
-        + f"), idle {_dur(d['idle_ns'])}"
+        f"  GPU {d['device_id']}: {label} {table_dur(span)}, busy {pct_of(d['any_busy_ns'], span)} "
+        f"(kernels {pct_of(d['kernel_busy_ns'], span)}, copies {pct_of(d['copy_busy_ns'], span)}"
+        + (f", graphs {pct_of(d['graph_busy_ns'], span)}" if d.get("graph_busy_ns") else "")
+        + f"), idle {table_dur(d['idle_ns'])}"
     )
 
 
@@ -75,12 +67,12 @@ def kernel_mix(rows: list[dict[str, Any]]) -> str:
         if ns < 0.005 * total:
             rest += ns
             continue
-        notes = [f"{p} {_pct(n, total)}" for p, n in sorted(math.get(c, {}).items(), key=lambda kv: -kv[1])]
+        notes = [f"{p} {pct_of(n, total)}" for p, n in sorted(math.get(c, {}).items(), key=lambda kv: -kv[1])]
         if fused.get(c):
-            notes.append(f"compiler-fused {_pct(fused[c], total)}")
-        parts.append(f"{c} {_pct(ns, total)}" + (f" ({', '.join(notes)})" if notes else ""))
+            notes.append(f"compiler-fused {pct_of(fused[c], total)}")
+        parts.append(f"{c} {pct_of(ns, total)}" + (f" ({', '.join(notes)})" if notes else ""))
     if rest >= 0.0005 * total:
-        parts.append(f"other classes {_pct(rest, total)}")
+        parts.append(f"other classes {pct_of(rest, total)}")
     phase = "steady state" if any(r["phase"] == "steady" for r in rows) else "whole capture"
     return f"kernel time by class ({phase}): " + ", ".join(parts)
 
@@ -101,7 +93,7 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
             rows = [[f"top kernels (of {r['kernel_count']:,} launches)", "GPU time", "share", "launches"]]
             names = [k["name"] for k in r["top_kernels"]]
             rows += [
-                [name, _dur(k["total_ns"]), f"{k['time_pct']:.1f}%", f"{k['instances']:,}"]
+                [name, table_dur(k["total_ns"]), f"{k['time_pct']:.1f}%", f"{k['instances']:,}"]
                 for name, k in zip(
                     names if wide else distinct_short_names(names), r["top_kernels"], strict=True
                 )
@@ -123,7 +115,7 @@ def to_text(reports: list[dict[str, Any]], width: int | None = None, wide: bool 
                     (f"GPU {c['device_id']} " if len(r["devices"]) > 1 else "")
                     + f"{c['direction']} {c['src_memory']} -> {c['dst_memory']}",
                     size(c["bytes"]),
-                    _dur(c["total_ns"]),
+                    table_dur(c["total_ns"]),
                     rate(c["gb_per_s"]) if c["gb_per_s"] is not None else "-",
                     f"{c['copies']:,}",
                 ]
@@ -150,7 +142,7 @@ def run_text(data: dict[str, Any], width: int | None = None) -> str:
     out += textwrap.wrap(
         f"{seen} rank{'s' if seen != 1 else ''}" + (f" of {world}" if world and world != seen else "")
         + f" on {run['hosts']} host{'s' if run['hosts'] != 1 else ''}; ranks from {run['rank_source']}; clocks "
-        f"aligned on {run['clock_source']}" + (f" (within {_dur(unc)})" if unc else ""),
+        f"aligned on {run['clock_source']}" + (f" (within {table_dur(unc)})" if unc else ""),
         width,
         initial_indent="  ",
         subsequent_indent="    ",
@@ -168,7 +160,7 @@ def run_text(data: dict[str, Any], width: int | None = None) -> str:
         rows.append(
             [
                 f"{r['rank']}" + (f" (pid {r['pid']})" if r.get("pid") is not None else ""),
-                *(_dur(r[k]) if r.get(k) is not None else "-" for k in
+                *(table_dur(r[k]) if r.get(k) is not None else "-" for k in
                   ("step_ns", "compute_ns", "exposed_comm_ns", "idle_ns", "wait_ns", "late_ns")),
                 "-" if r.get("last_share") is None else f"{100 * r['last_share']:.0f}%",
             ]
@@ -182,8 +174,8 @@ def run_text(data: dict[str, Any], width: int | None = None) -> str:
         )
         text = (
             f"collectives: {c['matched']:,} matched across ranks ({ops}); arrival skew median "
-            f"{_dur(c['arrival_skew_ns'])}, max {_dur(c['arrival_skew_max_ns'])}; end skew median "
-            f"{_dur(c['end_skew_ns'])}; last to arrive: {last}"
+            f"{table_dur(c['arrival_skew_ns'])}, max {table_dur(c['arrival_skew_max_ns'])}; end skew median "
+            f"{table_dur(c['end_skew_ns'])}; last to arrive: {last}"
         )
         out += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ")
         out += textwrap.wrap(
@@ -204,7 +196,7 @@ def run_text(data: dict[str, Any], width: int | None = None) -> str:
                 [
                     f"run {s['run_id']} {s['run']}",
                     str(s["world_size"]),
-                    _dur(s["step_ns"]),
+                    table_dur(s["step_ns"]),
                     "-" if s["throughput"] is None else f"{s['throughput']:,.0f}/s",
                     "-" if s["efficiency"] is None else f"{100 * s['efficiency']:.0f}%",
                     str(s["mode"]),

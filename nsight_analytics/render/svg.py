@@ -12,70 +12,11 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from ..units import metric, page_dur, timestamp
+
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#bab0ac")  # fmt: skip
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
-
-
-def fmt_ns(ns: float | None) -> str:
-    """A duration for people: 1.23 ms, 456 µs, 2.5 s."""
-    if ns is None:
-        return "–"
-    a = abs(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if a >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def fmt_at(ns: float | None) -> str:
-    """A point in time since the capture started, to the millisecond: 11.912 s."""
-    return "–" if ns is None else f"{ns / 1e9:.3f} s"
-
-
-# SI prefixes for values in a metric's own unit (Hz, B/s, W, ...)
-_PREFIXES = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
-_UNITS = {
-    "flop/s": "FLOP/s",
-    "hz": "Hz",
-    "b/s": "B/s",
-    "byte/s": "B/s",
-    "bytes/s": "B/s",
-    "w": "W",
-    "b": "B",
-    "byte": "B",
-    "bytes": "B",
-}
-
-
-def unit_name(unit: str | None) -> str:
-    """A metric's unit as the page writes it: Hz, B/s (the capture may say hz, byte/s)."""
-    u = (unit or "").strip()
-    return _UNITS.get(u.lower(), u)
-
-
-def fmt_unit(v: float | None, unit: str | None) -> str:
-    """A value in its unit for people: 1.99 GHz, 168 GB/s, 42.5 %; a unit that takes no SI
-    prefix keeps it apart: 67.7M Avg."""
-    if v is None:
-        return "–"
-    u = (unit or "").strip()
-    if u in ("%", "percent", "pct"):
-        return f"{v:.3g} %"
-    known = _UNITS.get(u.lower())
-    for prefix, scale in _PREFIXES:
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {prefix}{known}" if known else f"{v / scale:.3g}{prefix} {u}".rstrip()
-    return f"{v:.3g} {known or u}".rstrip()
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "–"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _svg(width: int, height: int, body: list[str], label: str) -> str:
@@ -101,7 +42,7 @@ def hbars(
     items: Sequence[tuple[str, Sequence[float]]],
     series: Sequence[str],
     label: str,
-    fmt: object = fmt_ns,
+    fmt: object = page_dur,
     width: int = 760,
     colors: Sequence[str] = PALETTE,
     stacked: bool = True,
@@ -166,7 +107,7 @@ def _legend(series: Sequence[str], colors: Sequence[str], width: int) -> tuple[l
 def lines(
     series: dict[str, list[tuple[float, float]]],
     label: str,
-    x_fmt: object = fmt_at,
+    x_fmt: object = timestamp,
     y_fmt: object = str,
     width: int = 760,
     height: int = 160,
@@ -262,7 +203,7 @@ def roofline(
         body.append(
             f'<path d="M{px(xa):.1f},{py(max(xa * bw, 10**ly0)):.1f} L{px(ridge):.1f},{py(peak):.1f} '
             f'L{px(10**lx1):.1f},{py(peak):.1f}" fill="none" stroke="{PALETTE[j]}" stroke-width="1.5">'
-            f"<title>{escape(name)} roof: {fmt_unit(peak, 'FLOP/s')}, {fmt_unit(bw, 'B/s')}, ridge {ridge:.3g} FLOP/B</title></path>"
+            f"<title>{escape(name)} roof: {metric(peak, 'FLOP/s')}, {metric(bw, 'B/s')}, ridge {ridge:.3g} FLOP/B</title></path>"
         )
         body.append(
             f'<text x="{px(ridge) + 4:.1f}" y="{py(peak) - 4:.1f}" fill="{PALETTE[j]}">{escape(name)}</text>'
@@ -293,9 +234,9 @@ def waterfall(parts: Sequence[tuple[str, float]], label: str, width: int = 760) 
         )
         body.append(
             f'<rect class="mark" x="{left + (a - lo) * scale:.1f}" y="{y + 2}" width="{max((b - a) * scale, 1):.1f}" '
-            f'height="{row - 4}" fill="{color}"><title>{escape(name)}: {fmt_ns(v)}</title></rect>'
+            f'height="{row - 4}" fill="{color}"><title>{escape(name)}: {page_dur(v)}</title></rect>'
         )
-        body.append(f'<text x="{left + (b - lo) * scale + 4:.1f}" y="{y + 12}">{escape(fmt_ns(v))}</text>')
+        body.append(f'<text x="{left + (b - lo) * scale + 4:.1f}" y="{y + 12}">{escape(page_dur(v))}</text>')
         cum += v
     x0 = left + (0 - lo) * scale
     body.append(f'<line x1="{x0:.1f}" x2="{x0:.1f}" y1="0" y2="{4 + len(parts) * row}" stroke="#333"/>')
@@ -323,13 +264,13 @@ def histograms(series: dict[str, Sequence[float]], label: str, width: int = 760,
         for i, c in enumerate(cs):
             if c:
                 h = c / top * (height - head - bottom)
-                tip = f"{k}: {c} steps in {fmt_ns(lo + i * w)} – {fmt_ns(lo + (i + 1) * w)}"
+                tip = f"{k}: {c} steps in {page_dur(lo + i * w)} – {page_dur(lo + (i + 1) * w)}"
                 body.append(
                     f'<rect class="mark" x="{left + i * bw:.1f}" y="{height - bottom - h:.1f}" width="{bw - 1:.1f}" '
                     f'height="{h:.1f}" fill="{PALETTE[j]}" fill-opacity="0.55"><title>{escape(tip)}</title></rect>'
                 )
-    body.append(f'<text x="{left}" y="{height - 4}">{escape(fmt_ns(lo))}</text>')
-    body.append(f'<text x="{width - 10}" y="{height - 4}" text-anchor="end">{escape(fmt_ns(hi))}</text>')
+    body.append(f'<text x="{left}" y="{height - 4}">{escape(page_dur(lo))}</text>')
+    body.append(f'<text x="{width - 10}" y="{height - 4}" text-anchor="end">{escape(page_dur(hi))}</text>')
     return _svg(width, height, body, label)
 
 
@@ -370,7 +311,7 @@ def flame(root: dict[str, object], label: str, width: int = 760) -> str:
         name = str(node.get("name"))
         where = _where(node)
         tip = "\n".join(
-            t for t in (name, where, f"{fmt_ns(ns)} ({ns / total * 100:.1f} % of the idle time)") if t
+            t for t in (name, where, f"{page_dur(ns)} ({ns / total * 100:.1f} % of the idle time)") if t
         )
         y = depth * FLAME_ROW
         fill = FLAME_COLORS.get(kind, "#bab0ac")

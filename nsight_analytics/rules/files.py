@@ -54,9 +54,9 @@ except ModuleNotFoundError:  # Python 3.10: tomli is the same parser (a dependen
 from .. import queries
 from ..errors import InputError, QueryError
 from ..params import connect
+from ..units import count, dur, pct, size
 from .context import Context
 from .model import ACTIVITY_KINDS, SEVERITIES, SEVERITY_RANK, UNIT_RANGES, Finding, Rule, Threshold
-from .units import count, dur, pct, size
 
 FIELDS = {
     "id": "the rule's id, as `nsa rules` lists it and --config names it (lowercase words and dashes)",

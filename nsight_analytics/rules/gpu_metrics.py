@@ -6,9 +6,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ..units import dur, pct
 from .context import Context
 from .model import Threshold
-from .units import dur, pct
 
 
 def kernel_math(ctx: Context, rid: int) -> dict[str, tuple[str, str | None]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..units import clip, pct
 from .context import Context
 from .model import Threshold
-from .units import clip, pct
 
 # Matrix math, the work tensor cores exist for (nsa_kernel_class).
 MATRIX = ("gemm", "attention", "conv")

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..units import clip, dur, pct
 from .context import Context
 from .model import Threshold
-from .units import clip, dur, pct
 
 if TYPE_CHECKING:  # pandas is imported when an ncu rule runs, not when the rules are loaded
     import pandas as pd

@@ -12,14 +12,23 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from ..units import clip, count
 from .context import Context
-from .units import clip
 
 # The stack sources each query reports, the program's own frames first: Python frames name the
 # user's line in a Python program; native frames (CPU samples, CUDA backtraces) are the user's own
 # only in a compiled program.
 SAMPLE_SOURCES = ("python_sample", "kineto_python", "cpu_sample")
 CALL_SOURCES = ("python_cuda", "kineto_python", "cuda_call")
+# Samples taken inside the calls (launch_stacks' window form): what names a call's line in a capture
+# without backtraces of the calls; tried after the backtraces.
+WINDOW_SOURCES = ("python_sample", "cpu_sample")
+LAUNCH_SOURCES = CALL_SOURCES + WINDOW_SOURCES
+# Fewest calls holding a sample for samples to name the line of a group of calls: below it the
+# named frame is chance (short calls are sampled about once per sampling interval of their time).
+MIN_SAMPLED_CALLS = 10
+# Fewest sampled calls a named group of them must hold (one sample names a frame by chance).
+MIN_NAMED_CALLS = 5
 # The stack tables, which a rule can do without (it then says which capture option records them).
 TABLES = ("stack_events", "stack_frames", "stacks")
 
@@ -47,13 +56,35 @@ LIBRARY_ONLY_HINT = (
 _hinted: weakref.WeakKeyDictionary[Context, set[int]] = weakref.WeakKeyDictionary()
 
 
+def short_symbol(name: str) -> str:
+    """A C++ symbol without its return type, template arguments and parameter lists:
+    'void clover::par_ranged2<256ul, ...>(clover::Range2d const&, ...)' -> 'clover::par_ranged2<>'."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch in "<(":
+            if depth == 0:
+                out.append(ch + (">" if ch == "<" else ")"))
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip()
+    if " " in text and not text.startswith("operator"):  # a return type before the name
+        head, _, tail = text.rpartition(" ")
+        text = tail if tail and "::" not in head.split(" ")[-1] else text
+    return text or name
+
+
 def where(row: Any) -> str:
     """'stack_loop.py:57 in scale_params': a query row's user frame, its file by its last part."""
     file = str(row.user_file or "")
-    function = clip(str(row.user_function), NAME_WIDTH)
+    raw = str(row.user_function)
+    function = clip(short_symbol(raw) if row.user_line is None and len(raw) > NAME_WIDTH else raw, NAME_WIDTH)
     if row.user_line is None:  # a native frame: its binary
         binary = file.rsplit("/", 1)[-1]
-        return function if binary in ("", row.user_function) else f"{function} in {binary}"
+        return function if binary in ("", raw) else f"{function} in {binary}"
     return f"{file.rsplit('/', 1)[-1]}:{row.user_line} in {function}"
 
 
@@ -88,6 +119,73 @@ def top_user(rows: Any, sources: tuple[str, ...], weight: str, whole: float) -> 
             return best
         return None
     return None
+
+
+def by_samples(row: Any) -> str:
+    """How a launch_stacks row named its line, in words: 'Python backtraces of the CUDA calls', or
+    for samples inside the calls 'CPU samples taken inside 418 of the 1,591 calls'."""
+    words = SOURCE_WORDS[row.source]
+    if row.source not in WINDOW_SOURCES:
+        return words
+    return f"{words} taken inside {count(row.stacked_calls)} of the {count(row.total_calls)} calls"
+
+
+def callers_text(row: Any, n: int = 3) -> str:
+    """' (called from train_step < main)': the user callers; a native frame's first n, short
+    (`hydro()`, not its C++ signature)."""
+    if not row.callers:
+        return ""
+    if row.user_line is not None:
+        return f" (called from {row.callers})"
+    text, _, paths = str(row.callers).partition(" (the most of ")
+    names = text.split(" < ")
+    short = [short_symbol(c) if row.user_line is None else c for c in names[:n]]  # native: C++ symbols
+    most = f", the most of {paths.rstrip(')')}" if paths else ""
+    return f" (called from {' < '.join(short)}{' < ...' if len(names) > n else ''}{most})"
+
+
+def merge_native(rows: Any, weight: str) -> list[Any]:
+    """launch_stacks rows with a native user frame merged by the frame's short name (C++ template
+    instances of one function, `clover::par_ranged2<>()`, are one line of code): counts summed,
+    the rest from the member with the most `weight`, its callers marked when the members' differ
+    ('PdV_kernel < hydro < main (the most of 9 call paths)'). Python frames stay as they are."""
+    out: list[Any] = []
+    merged: dict[tuple[Any, str], list[Any]] = {}
+    for r in rows:
+        if r.user_function is None or r.user_line is not None:
+            out.append(r)
+        else:
+            merged.setdefault((r.source, where(r)), []).append(r)
+    for group in merged.values():
+        best = max(group, key=lambda r: getattr(r, weight) or 0)
+        sums = {c: sum(getattr(r, c) or 0 for r in group) for c in ("calls", "launched", "gpu_ns", "api_ns")}
+        if best.samples is not None:
+            sums["samples"] = sum(r.samples or 0 for r in group)
+        paths = {r.callers for r in group}
+        if len(paths) > 1 and best.callers:
+            sums["callers"] = f"{best.callers} (the most of {len(paths)} call paths)"
+        out.append(best._replace(**sums))
+    return out
+
+
+def sampled_too_few(ctx: Context, rid: int, rows: Any, what: str) -> str | None:
+    """Where the report has samples but they name no line of these calls (launch_stacks' rows with
+    no backtrace source): too few calls hold a sample (MIN_SAMPLED_CALLS), or no group of them
+    holds MIN_NAMED_CALLS with a user frame. The sentence that says so and the capture hint; None
+    where the report has no CPU or Python samples."""
+    if not sources(ctx, rid) & set(WINDOW_SOURCES):
+        return None
+    mine = [r for r in rows if r.source in WINDOW_SOURCES]
+    held = max((r.stacked_calls or 0 for r in mine), default=0)
+    total = max((r.total_calls or 0 for r in rows), default=0)
+    hint = capture_hint(ctx, rid) or ""
+    if held == 0:
+        text = f"None of the {count(total)} {what} held a CPU or Python sample: too few to name the line."
+    elif held < MIN_SAMPLED_CALLS:
+        text = f"Only {count(held)} of the {count(total)} {what} held a CPU or Python sample: too few to name the line."
+    else:
+        text = f"The CPU or Python samples inside {count(held)} of the {count(total)} {what} name no line of the program often enough."
+    return f"{text} {hint}".strip()
 
 
 def has_stacks(rows: Any) -> bool:
@@ -177,6 +275,19 @@ def first_source(ctx: Context, rid: int, order: tuple[str, ...]) -> str | None:
     frames name the user's line; native backtraces only in a compiled program)."""
     have = sources(ctx, rid)
     return next((s for s in order if s in have), None)
+
+
+def launch_rows(ctx: Context, rid: int, **params: Any) -> Any:
+    """launch_stacks' rows for a rule: of the report's first backtrace source (CALL_SOURCES) when it
+    names a user frame; else of every source, so that the samples taken inside the calls
+    (WINDOW_SOURCES) can name it (a capture without backtraces, or a Python program's native
+    ones). The samples' ASOF pass runs only where it can help."""
+    first = first_source(ctx, rid, CALL_SOURCES)
+    if first is not None:
+        rows = ctx.query("launch_stacks", rid, source=first, **params)
+        if any(r.user_function is not None for r in rows) or not sources(ctx, rid) & set(WINDOW_SOURCES):
+            return rows
+    return ctx.query("launch_stacks", rid, **params)
 
 
 def hot_user(rows: Any) -> Any:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import bw, count, dur, pct, plural, size
 from ..context import Context, steady_evidence, steady_scope
 from ..copies import HOST_DEVICE, copy_groups, copy_phrase, direction_savings, host_memory, pinning_savings
 from ..model import Finding, Threshold, rule
-from ..units import bw, count, dur, pct, plural, size
 
 
 @rule(

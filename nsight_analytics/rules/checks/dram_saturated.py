@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...units import dur, pct
 from ..context import Context, steady_evidence
 from ..gpu_metrics import (
     BUCKET_NS,
@@ -11,7 +12,6 @@ from ..gpu_metrics import (
     saturation_message,
 )
 from ..model import Finding, Threshold, rule
-from ..units import dur, pct
 
 _DRAM = ("dram_read", "dram_write")
 

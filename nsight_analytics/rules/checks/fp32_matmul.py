@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import dur, pct
 from ..context import Context, steady_evidence, steady_scope
 from ..kernel_mix import MATRIX, MIN_SPAN_SHARE, Device, devices, short
 from ..model import Finding, Threshold, rule, severity_for
 from ..thresholds import FP32_MATMUL_SPEEDUP
-from ..units import dur, pct
 
 _WHAT = {
     "gemm": "GEMMs on the FP32 FMA pipes",

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ...units import dur, pct
 from .. import ncu
 from ..context import Context
 from ..model import Finding, rule
 from ..thresholds import FP32_MATMUL_SPEEDUP, HEAVY_KERNEL_SHARE, MAX_KERNEL_FINDINGS
-from ..units import dur, pct
 
 _FIX = {
     "gemm": (

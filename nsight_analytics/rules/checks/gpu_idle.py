@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from ...units import count, dur, pct, plural
 from .. import host_activity, stacks
 from ..context import Context, steady_evidence, steady_scope
 from ..model import GPU_ACTIVITY, Finding, Threshold, rule
-from ..units import count, dur, pct, plural
 
 _CAUSE_WORDS = {
     "sync": "the host blocked in a synchronising call",

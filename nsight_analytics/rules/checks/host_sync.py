@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import count, dur, pct
 from .. import stacks
 from ..context import Context, steady_evidence, steady_scope
 from ..model import Finding, Threshold, rule
-from ..units import count, dur, pct
 
 
 @rule(
@@ -54,8 +54,11 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
     stacks of the blocking calls (nsys `--python-backtrace=cuda` / `--cudabacktrace`, PyTorch
     profiler `with_stack=True`), the message names the user frames that blocked longest (the
     `.item()` line: `stack_loop.py:61 in report_loss`, calling cudaStreamSynchronize), the evidence
-    the same under `location`; without stacks the finding says once which capture option records
-    them.
+    the same under `location`. A capture without backtraces of the calls but with CPU or Python
+    samples (`nsys profile -s cpu`, `--python-sampling=true`) names the line from the samples of the
+    blocking thread taken inside the calls, when at least stacks.MIN_SAMPLED_CALLS calls hold one
+    (else it says they are too few). Without stacks the finding says once which capture option
+    records them.
 
     est_savings_ns: the blocked time during which the process's GPUs were idle ("beyond GPU
     work"), for the process the finding names (the one with the largest such share of its run,
@@ -132,10 +135,11 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
         recommendation += f" {callers}"
     elif callers:
         named = [
-            f"{stacks.where(r)}{stacks.beneath(r, r.api_name)} ({dur(r.api_ns)} in {count(r.calls)} calls)"
+            f"{stacks.where(r)}{stacks.callers_text(r) if r.user_line is None else ''}{stacks.beneath(r, r.api_name)} "
+            f"({dur(r.api_ns)} in {count(r.calls)} calls)"
             for r in callers
         ]
-        message += f" The blocking calls came from {' and '.join(named)}, by {stacks.SOURCE_WORDS[callers[0].source]}."
+        message += f" The blocking calls came from {' and '.join(named)}, by {stacks.by_samples(callers[0])}."
         ev["location"] = stacks.location(
             callers[0], calls=int(callers[0].calls), blocked_ns=int(callers[0].api_ns)
         )
@@ -150,13 +154,19 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
 def _callers(ctx: Context, rid: int, start_ns: int | None) -> list[Any] | str | None:
     """The launch_stacks rows of the user frames whose blocking calls blocked longest (up to two,
     each at least stacks.MIN_SHARE of the blocked time of their source), the capture hint (a str)
-    where the report holds no stacks of its calls, or None."""
-    source = stacks.first_source(ctx, rid, stacks.CALL_SOURCES)
+    where the report holds no stacks of its calls or too few samples inside them, or None. Backtraces
+    of the calls first, then samples taken inside them."""
+    source = stacks.first_source(ctx, rid, stacks.LAUNCH_SOURCES)
     if source is None:
         return stacks.capture_hint(ctx, rid)
-    rows = ctx.query("launch_stacks", rid, source=source, kind="sync", start_ns=start_ns)
-    for source in stacks.CALL_SOURCES:
-        mine = [r for r in rows if r.source == source and r.kind == "sync"]
+    rows = stacks.launch_rows(ctx, rid, kind="sync", start_ns=start_ns, top_n=None)
+    rows = rows.where(lambda r: r.kind == "sync" or r.source is None)
+    for source in stacks.LAUNCH_SOURCES:
+        mine = [r for r in rows if r.source == source]
+        if source in stacks.WINDOW_SOURCES:
+            if not mine or mine[0].stacked_calls < stacks.MIN_SAMPLED_CALLS:
+                continue
+            mine = [r for r in stacks.merge_native(mine, "api_ns") if r.calls >= stacks.MIN_NAMED_CALLS]
         blocked = sum(r.api_ns for r in mine)
         named = sorted(
             (r for r in mine if r.user_function is not None and r.api_ns >= stacks.MIN_SHARE * blocked),
@@ -164,4 +174,10 @@ def _callers(ctx: Context, rid: int, start_ns: int | None) -> list[Any] | str | 
         )
         if named:
             return named[:2]
+    if not any(r.source in stacks.CALL_SOURCES for r in rows):
+        few = stacks.sampled_too_few(ctx, rid, rows, "synchronising calls")
+        if few is not None:
+            return few
+        if not stacks.has_stacks(rows):
+            return stacks.capture_hint(ctx, rid)
     return stacks.no_user_frame_hint(ctx, rid, rows)

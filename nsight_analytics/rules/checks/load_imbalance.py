@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import dur, pct
 from ..context import Context
 from ..model import Finding, Threshold, rule, severity_for
 from ..runs import median, ranks_text, straggler
 from ..thresholds import STRAGGLER_LAST_SHARE, STRAGGLER_LATE_SHARE
-from ..units import dur, pct
 
 
 @rule(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import dur, pct
 from ..context import Context, steady_evidence
 from ..gpu_metrics import MIN_WINDOW_SHARE, metric_values, window_text
 from ..model import Finding, Threshold, rule
-from ..units import dur, pct
 
 _METRICS = [
     "gr_active",

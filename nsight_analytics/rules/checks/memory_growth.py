@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import count, size
 from ..context import Context, steady_evidence
 from ..model import Finding, Threshold, rule
-from ..units import count, size
 
 
 @rule(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ...units import count
 from ..context import Context
 from ..model import Finding, rule
-from ..units import count
 
 
 @rule("no-gpu-activity", order=110, needs=(), queries=("api_summary",), severities=("warning",))

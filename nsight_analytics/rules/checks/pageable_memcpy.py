@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ...units import bw, count, dur, pct, size
 from ..context import Context, steady_evidence, steady_scope
 from ..copies import copy_groups, copy_phrase, pinning_savings
 from ..model import Finding, Threshold, rule, severity_for
-from ..units import bw, count, dur, pct, size
 
 
 @rule(

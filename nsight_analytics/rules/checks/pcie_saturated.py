@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...units import pct
 from ..context import Context, steady_evidence
 from ..gpu_metrics import (
     BUCKET_NS,
@@ -11,7 +12,6 @@ from ..gpu_metrics import (
     saturation_message,
 )
 from ..model import Finding, Threshold, rule
-from ..units import pct
 
 _LINKS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")
 _WORDS = {

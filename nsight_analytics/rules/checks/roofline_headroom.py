@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
+from ...units import dur, metric
 from .. import ncu
 from ..context import Context
 from ..model import Finding, Threshold, rule
 from ..thresholds import HEAVY_KERNEL_SHARE, MAX_KERNEL_FINDINGS
-from ..units import dur
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# FLOP/s and B/s in a sentence: 784 TFLOP/s, 2.95 TB/s; n/a where ncu gave no value
+_rate = partial(metric, none="n/a")
 
 _LEVEL = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
 _PRECISION_ORDER = {"tensor": 0, "fp32": 1, "fp64": 2, "fp16": 3}
@@ -256,18 +260,6 @@ def _intensity(r: pd.Series, level: str) -> str:
     if pd.isna(i) or pd.isna(ridge):
         return "intensity n/a"
     return f"{i:.3g} FLOP/byte against {_LEVEL[level]}, ridge point {ridge:.3g}"
-
-
-def _rate(x: Any, unit: str) -> str:
-    """FLOP/s or B/s in the decimal unit that keeps 3 significant digits: 784 TFLOP/s, 2.95 TB/s."""
-    import pandas as pd
-
-    if x is None or pd.isna(x):
-        return "n/a"
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
 
 
 def _evidence(r: pd.Series) -> dict[str, object]:

@@ -6,11 +6,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ...units import dur, pct
 from ..context import Context
 from ..model import Finding, Threshold, rule
 from ..runs import lowest_report, ranks_text, straggler
 from ..thresholds import STRAGGLER_LAST_SHARE, STRAGGLER_LATE_SHARE
-from ..units import dur, pct
 
 # Where the lost step time went (query scaling), in the words and advice of the finding.
 _PARTS = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import clip, count, dur, pct, plural
 from .. import stacks
 from ..context import Context, steady_evidence
 from ..model import Finding, Threshold, rule, severity_for
-from ..units import clip, count, dur, pct, plural
 
 
 @rule(
@@ -72,8 +72,10 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
     launches (nsys `--python-backtrace=cuda` / `--cudabacktrace`, PyTorch profiler
     `with_stack=True`), the title and message name the innermost user frame that launched most of
     the tiny kernels in the steady state ("3,000 launched from stack_loop.py:57 in scale_params"),
-    its evidence the same under `location`; without stacks the finding says once which capture
-    option records them.
+    its evidence the same under `location`. A capture without backtraces of the calls names the line
+    from the CPU or Python samples taken inside the launch calls (launch_stacks' window form), when
+    at least stacks.MIN_SAMPLED_CALLS launches hold one, else says they are too few; without stacks
+    the finding says once which capture option records them.
 
     A program that already replays graphs (table `graph_executions`, or kernels with a
     graph_node_id) is told so: its graph kernels pay one launch per replay, and only fusion is
@@ -178,13 +180,18 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
         recommendation += f" {launcher}"
     elif launcher is not None:
         row = launcher
-        title += f"; {count(row.calls)} launched from {stacks.where(row)}"
-        callers = f" (called from {row.callers})" if row.callers else ""
+        sampled = row.source in stacks.WINDOW_SOURCES
+        of = row.stacked_calls if sampled else row.total_calls
+        title += (
+            f"; {pct(row.calls / of)} of sampled launches from {stacks.where(row)}"
+            if sampled
+            else f"; {count(row.calls)} launched from {stacks.where(row)}"
+        )
         message += (
-            f" {count(row.calls)} of the {count(row.total_calls)} tiny-kernel launches"
-            f"{' of the steady state' if window is not None else ''} ({pct(row.share)}) came from "
-            f"{stacks.where(row)}{callers}{stacks.beneath(row, row.api_name)}, by "
-            f"{stacks.SOURCE_WORDS[row.source]}: start there."
+            f" {count(row.calls)} of the {count(of)} tiny-kernel launches"
+            f"{' of the steady state' if window is not None else ''}{' with a sample inside' if sampled else ''} "
+            f"({pct(row.calls / of)}) came from {stacks.where(row)}{stacks.callers_text(row)}"
+            f"{stacks.beneath(row, row.api_name)}, by {stacks.by_samples(row)}: start there."
         )
         located = stacks.location(row, calls=int(row.calls), total_calls=int(row.total_calls),
                                   gpu_ns=int(row.gpu_ns), api_ns=int(row.api_ns))  # fmt: skip
@@ -229,14 +236,28 @@ def small_kernel_storm(ctx: Context, rid: int) -> list[Finding]:
 
 
 def _launcher(ctx: Context, rid: int, small_ns: int, start_ns: int | None) -> Any:
-    """The launch_stacks row of the user frame that launched the most tiny kernels, the capture
-    hint (a str) where the report holds no stacks of its launches, or None."""
-    source = stacks.first_source(ctx, rid, stacks.CALL_SOURCES)
+    """The launch_stacks row of the user frame that launched the most tiny kernels (backtraces of
+    the launches first, then samples taken inside them), the capture hint (a str) where the report
+    holds no stacks of its launches or too few samples inside them, or None."""
+    source = stacks.first_source(ctx, rid, stacks.LAUNCH_SOURCES)
     if source is None:
         return stacks.capture_hint(ctx, rid)
-    rows = ctx.query(
-        "launch_stacks", rid, source=source, kind="kernel", max_gpu_ns=small_ns, start_ns=start_ns
-    )
+    rows = stacks.launch_rows(ctx, rid, kind="kernel", max_gpu_ns=small_ns, start_ns=start_ns)
     total = max((r.total_calls or 0 for r in rows), default=0)
     top = stacks.top_user(rows, stacks.CALL_SOURCES, "calls", total)
-    return top if top is not None else stacks.no_user_frame_hint(ctx, rid, rows)
+    if top is not None or any(r.source in stacks.CALL_SOURCES for r in rows):
+        return top if top is not None else stacks.no_user_frame_hint(ctx, rid, rows)
+    for source in stacks.WINDOW_SOURCES:
+        mine = [r for r in rows if r.source == source]
+        if not mine or mine[0].stacked_calls < stacks.MIN_SAMPLED_CALLS:
+            continue
+        mine = [r for r in stacks.merge_native(mine, "calls") if r.calls >= stacks.MIN_NAMED_CALLS]
+        top = stacks.top_user(mine, (source,), "calls", mine[0].stacked_calls) if mine else None
+        if top is not None:
+            return top
+    few = stacks.sampled_too_few(ctx, rid, rows, "tiny-kernel launches")
+    if few is not None:
+        return few
+    if not stacks.has_stacks(rows):
+        return stacks.capture_hint(ctx, rid)
+    return stacks.no_user_frame_hint(ctx, rid, rows)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import count, dur, pct
 from .. import stacks
 from ..context import Context, steady_evidence
 from ..model import GPU_ACTIVITY, Finding, Threshold, rule
-from ..units import count, dur, pct
 
 _CATEGORY_FIX = {
     "module loading": "lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) and fewer "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import dur, pct
 from .. import stacks
 from ..context import Context
 from ..model import Finding, Threshold, rule
 from ..runs import Excess, excesses, median, ranks_text, straggler
 from ..thresholds import STRAGGLER_LAST_SHARE, STRAGGLER_LATE_SHARE
-from ..units import dur, pct
 
 # A phase, host wait or kernel is named as what the straggler did instead when its excess over
 # the median rank is at least this share of the straggler's lateness.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import clip, dur, pct
 from ..context import Context, steady_evidence, steady_scope
 from ..gpu_metrics import kernel_math, window_text
 from ..kernel_mix import MATRIX
 from ..model import Finding, Threshold, rule
-from ..units import clip, dur, pct
 
 _FP32_FIX = (
     "The matrix multiplies run in plain FP32 ({names}), which tensor cores do not execute: "

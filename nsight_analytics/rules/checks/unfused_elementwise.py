@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...units import count, dur, pct
 from ..context import Context, steady_evidence, steady_scope
 from ..kernel_mix import CLASS_WORDS, FUSIBLE, MATRIX, MIN_SPAN_SHARE, Device, devices, short
 from ..model import Finding, Threshold, rule, severity_for
-from ..units import count, dur, pct
 
 # What the unfused work is weighed against: the GEMMs and convolutions.
 GEMM_CONV = ("gemm", "conv")

@@ -1,7 +1,6 @@
-"""Rule cases of the run rules (exposed-communication, straggler-rank, load-imbalance,
-scaling-loss), in the format of tests/rules/cases.py plus what each finding must say: `detail`,
-one dict per expected finding, with the ranks it names, its run and report, its saving and
-evidence numbers, all computed here by hand from the timeline each case builds.
+"""The runs of the run rules' cases (exposed-communication, straggler-rank, load-imbalance,
+scaling-loss) and the evidence their findings must hold, computed here by hand from the timeline
+each run draws.
 
 A case's run is a data-parallel job drawn step by step (`ddp_run`): on each rank, step i is an
 NVTX range [t, t + T] (t = i x T) holding a `data` range [t, t + data]; the GPU runs a 0.1 ms
@@ -122,18 +121,18 @@ RUN_RULES = ["exposed-communication", "straggler-rank", "load-imbalance", "scali
 # exposed = 3 ms - overlap: 2, 3, 0.5, 2.5 ms of the 10 ms step -> 20%, 30%, 5%, 25%. The worst
 # rank is rank 1 (30% >= 25%: critical); ranks at 10% or more, worst first: 1, 3, 0. Saving: the
 # least exposed rank's time, rank 2's 0.5 ms x 5 steps.
-_OVERLAP = [1 * MS, 0, 5 * MS // 2, MS // 2]
+OVERLAP = [1 * MS, 0, 5 * MS // 2, MS // 2]
 EXPOSED = ddp_run(
-    1, "ddp_w4", [Rank(overlap=o) for o in _OVERLAP], step=10 * MS, latency=3 * MS, first_report=1
+    1, "ddp_w4", [Rank(overlap=o) for o in OVERLAP], step=10 * MS, latency=3 * MS, first_report=1
 )
-_EXPOSED_EVIDENCE = {
+EXPOSED_EVIDENCE = {
     "worst_rank": 1,
     "exposed_share": 0.30,
     "explained_by_straggler": False,
     "ranks": [
         {"rank": r, "report_id": 1 + r, "steps": STEADY, "comm_ns": 3 * MS * STEADY, "overlapped_ns": o * STEADY,
          "exposed_ns": (3 * MS - o) * STEADY, "steady_ns": 10 * MS * STEADY, "exposed_share": (3 * MS - o) / (10 * MS)}
-        for r, o in enumerate(_OVERLAP)
+        for r, o in enumerate(OVERLAP)
     ],
 }  # fmt: skip
 
@@ -151,12 +150,12 @@ _EXPOSED_EVIDENCE = {
 # wait (3 x 40 ms) is well over half their exposed time (3 x 45 ms), so the finding names rank 2,
 # not the victims; without the wait every rank exposes 1 ms per step (5%: info) and full overlap
 # would win 1 ms x 5 steps.
-_SLOW = Rank(data=9 * MS, sleep=8 * MS, poll=15 * MS)
+SLOW = Rank(data=9 * MS, sleep=8 * MS, poll=15 * MS)
 STRAGGLER = ddp_run(
-    1, "ddp_w4_slow2", [Rank(poll=MS), Rank(poll=MS), _SLOW, Rank(poll=MS)], step=20 * MS, latency=1 * MS,
+    1, "ddp_w4_slow2", [Rank(poll=MS), Rank(poll=MS), SLOW, Rank(poll=MS)], step=20 * MS, latency=1 * MS,
     first_report=1,
 )  # fmt: skip
-_STRAGGLER_EVIDENCE = {
+STRAGGLER_EVIDENCE = {
     "rank": 2,
     "report_id": 3,
     "last_share": 1.0,
@@ -178,7 +177,7 @@ _STRAGGLER_EVIDENCE = {
     # the warm-up step's all-reduce too
     "capture_wait_by_op_ns": {"all_reduce": 3 * 8 * MS * STEPS},
 }
-_VICTIM_EVIDENCE = {
+VICTIM_EVIDENCE = {
     "worst_rank": 0,
     "exposed_share": 0.45,
     "explained_by_straggler": True,
@@ -212,201 +211,3 @@ SCALE_W2 = ddp_run(1, "ddp_w2", [Rank(), Rank()], step=10 * MS, latency=1 * MS, 
 SCALE_W4 = ddp_run(2, "ddp_w4", [Rank()] * 4, step=14 * MS, latency=5 * MS, first_report=3)
 OTHER = ddp_run(3, "ddp_w4_slow2", [Rank(), Rank(), Rank(data=9 * MS, sleep=8 * MS), Rank()], step=20 * MS,
                 latency=1 * MS, first_report=7)  # fmt: skip
-
-RUN_CASES: list[dict[str, Any]] = [
-    {
-        "id": "run-exposed-communication-critical",
-        "rules": ["exposed-communication"],
-        "rows": EXPOSED,
-        "expect": [("exposed-communication", "critical")],
-        "detail": [
-            {
-                "run_id": 1,
-                "report_id": 1,
-                "ranks": [1, 3, 0],
-                "est_savings_ns": MS // 2 * STEADY,
-                "says": [
-                    "In run 1 (ddp_w4)",
-                    "30% of rank 1's steady step time",
-                    "ranks 0, 1 and 3 are at 10%",
-                    "rank 2, exposes 2.5 ms in its steady steps",
-                ],
-                "evidence": _EXPOSED_EVIDENCE,
-            }
-        ],
-    },
-    {
-        "id": "run-exposed-communication-threshold-raised",
-        "rules": ["exposed-communication"],
-        "rows": EXPOSED,
-        "config": {"exposed_share_warning": 0.35, "exposed_share_critical": 0.5},
-        "expect": [],
-    },
-    {
-        "id": "run-straggler-and-its-victims",
-        "rules": RUN_RULES,
-        "rows": STRAGGLER,
-        "expect": [("straggler-rank", "critical"), ("exposed-communication", "info")],
-        "detail": [
-            {
-                "run_id": 1,
-                "report_id": 3,
-                "ranks": [2],
-                "est_savings_ns": 8 * MS * STEADY,
-                # its GPU idled because its host was late, and report 3 is rank 2's alone: the
-                # gpu-idle finding of that report is the same fix
-                "same_saving_as": "gpu-idle",
-                "says": [
-                    "run 1 (ddp_w4_slow2), rank 2 arrives last at 5 of the 5 collectives",
-                    "(ranks 0, 1 and 3) wait",
-                    "victims, not the cause",
-                    "'data' took 9 ms",
-                    "nanosleep 8 ms per step",
-                    "GPU sat idle 13.9 ms per step (median other rank: 5.9 ms)",
-                ],
-                "evidence": _STRAGGLER_EVIDENCE,
-            },
-            {
-                "run_id": 1,
-                "report_id": 3,
-                "ranks": [2],
-                "est_savings_ns": 1 * MS * STEADY,
-                "says": [
-                    "ranks 0, 1 and 3 wait inside the collectives for rank 2",
-                    "are victims, not the cause",
-                ],
-                "evidence": _VICTIM_EVIDENCE,
-            },
-        ],
-    },
-    {
-        "id": "run-slow-kernels-imbalance-is-the-straggler",
-        "rules": RUN_RULES,
-        "rows": HEAVY,
-        "expect": [
-            ("load-imbalance", "critical"),
-            ("straggler-rank", "warning"),
-            ("exposed-communication", "info"),
-        ],
-        "detail": [
-            {
-                "run_id": 1,
-                "report_id": 2,
-                "ranks": [1],
-                "est_savings_ns": 2 * MS * STEADY,
-                "same_saving_as": "straggler-rank",
-                "says": ["rank 1 computes 7.1 ms per steady step, 1.39x"],
-                "evidence": {
-                    "heaviest_rank": 1,
-                    "median_compute_ns": 5.1 * MS,
-                    "ratio": 7.1 / 5.1,
-                    "compute_ns": {"0": 5.1 * MS, "1": 7.1 * MS, "2": 5.1 * MS, "3": 5.1 * MS},
-                    "steps": STEADY,
-                    "straggler_rank": 1,
-                },
-            },
-            {
-                "run_id": 1,
-                "report_id": 2,
-                "ranks": [1],
-                "est_savings_ns": 2 * MS * STEADY,
-                "says": ["most of the growth in gemm (+2 ms per step)"],
-                "evidence": {
-                    "rank": 1,
-                    "late_ns": 2 * MS,
-                    "late_share": 2 / 12,
-                    "others_wait_ns": 3 * 2 * MS,
-                    "compute_vs_median": 7.1 / 5.1,
-                    "phase": None,
-                    "host_wait": None,
-                    "idle_ns": 3.9 * MS,  # 12 - (0.1 + 9 - 1) on every rank: the same E, the same idle
-                    "median_idle_ns": 3.9 * MS,
-                    "kernel": {
-                        "name": "gemm",
-                        "ns_per_step": 7 * MS,
-                        "median_ns_per_step": 5 * MS,
-                        "excess_ns": 2 * MS,
-                    },
-                },
-            },
-            {
-                "run_id": 1,
-                "report_id": 2,
-                "ranks": [1],
-                "est_savings_ns": 1 * MS * STEADY,
-                "evidence": {
-                    "worst_rank": 0,
-                    "exposed_share": 0.25,
-                    "explained_by_straggler": True,
-                    "victims": [0, 2, 3],
-                    "victims_wait_ns": 3 * 2 * MS * STEADY,
-                    "victims_exposed_ns": 3 * 3 * MS * STEADY,
-                    "exposed_share_without_wait": 1 / 12,
-                },
-            },
-        ],
-    },
-    {
-        "id": "run-scaling-loss-critical",
-        "rules": ["scaling-loss"],
-        "rows": merged(SCALE_W2, SCALE_W4, OTHER),
-        "expect": [("scaling-loss", "critical")],
-        "detail": [
-            {
-                "run_id": 2,
-                "report_id": 3,
-                "ranks": [0, 1, 2, 3],
-                "est_savings_ns": 4 * MS * STEADY,
-                "says": [
-                    "Run 2 (ddp_w4), ranks 0-3, scales at 71% efficiency against run 1 (ddp_w2)",
-                    "2 ranks: 200 rank-steps/s",
-                    "4 ranks: 286 rank-steps/s",
-                    "4 ms lost per step: 4 ms more exposed",
-                ],
-                "evidence": {
-                    "base_run_id": 1,
-                    "mode": "weak",
-                    "efficiency": 10 / 14,
-                    "speedup": (4 / 14) / (2 / 10),
-                    "step_ns": 14 * MS,
-                    "ideal_ns": 10 * MS,
-                    "lost_ns": 4 * MS,
-                    "lost_comm_ns": 4 * MS,
-                    "lost_compute_ns": 0,
-                    "lost_imbalance_ns": 0,
-                    "lost_other_ns": 0,
-                    "largest_part": "lost_comm_ns",
-                    "runs": [
-                        {
-                            "run_id": 1,
-                            "run": "ddp_w2",
-                            "world_size": 2,
-                            "step_ns": 10 * MS,
-                            "throughput": 200.0,
-                            "efficiency": 1.0,
-                        },
-                        {
-                            "run_id": 2,
-                            "run": "ddp_w4",
-                            "world_size": 4,
-                            "step_ns": 14 * MS,
-                            "throughput": 4e9 / (14 * MS),
-                            "efficiency": 10 / 14,
-                        },
-                    ],
-                },
-            },
-        ],
-    },
-    {
-        # a healthy job: the all-reduce fully hidden behind compute, no straggler, equal compute,
-        # and the same step at 2 and 4 ranks
-        "id": "run-healthy-passes",
-        "rules": RUN_RULES,
-        "rows": merged(
-            ddp_run(1, "ddp_w2", [Rank(overlap=1 * MS)] * 2, step=10 * MS, latency=1 * MS, first_report=1),
-            ddp_run(2, "ddp_w4", [Rank(overlap=1 * MS)] * 4, step=10 * MS, latency=1 * MS, first_report=3),
-        ),
-        "expect": [],
-    },
-]
