@@ -23,7 +23,7 @@ import pytest
 import nsight_analytics as nsa
 from conftest import realdata
 from nsight_analytics.rules import host_activity
-from nsight_analytics.rules.units import dur, pct
+from nsight_analytics.units import dur, pct
 
 DATA = Path(__file__).resolve().parent / "data"
 BUSY = DATA / "busy"

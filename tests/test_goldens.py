@@ -12,7 +12,7 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics import render
-from nsight_analytics.ingest.nsys import fill_nvtx_kernels
+from nsight_analytics.ingest.nvtx import fill_nvtx_kernels
 from rows import insert
 
 GOLDENS = Path(__file__).resolve().parent / "goldens"
