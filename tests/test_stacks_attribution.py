@@ -1,6 +1,6 @@
 """Which line of code: launch_stacks, hot_stacks and the findings that name a line (gpu-idle,
 small-kernel-storm, host-sync, startup), on the stack_loop captures of tests/data/stacks/
-(fixtures/captures/stack_loop.py) and on rule cases (tests/rules/cases.py). Expected lines come
+(fixtures/captures/stack_loop.py) and on rule cases (tests/rules/host_sync.py, small_kernel_storm.py). Expected lines come
 from the program's source (ast); expected counts from the exports (sqlite3, JSON)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from rules.cases import CASES
+from rules import CASES
 from test_rules_cases import load_case
 from test_stacks import KINETO, NOSTACKS, STACKS, _line_of, _source_lines
 
@@ -252,7 +252,7 @@ def test_straggler_names_its_hot_line(tmp_path: Path) -> None:
     """The run case's straggler (rank 2, report 3) with Python samples every 1 ms: in each steady
     step 9 in load_batch (its 9 ms `data` phase), 5 in train_step; in the warm-up step 20 more
     in load_batch, which the steady window leaves out: 45 of 70 samples."""
-    from rules.run_cases import MS, STEPS, STRAGGLER
+    from rules.build_runs import MS, STEPS, STRAGGLER
 
     frames = [
         {"report_id": 3, "frame_id": f, "kind": "python", "function": fn, "file": "/home/u/train.py", "line": line,
@@ -301,3 +301,191 @@ def test_hint_names_the_missing_kind_of_stack(tmp_path: Path) -> None:
     assert len(hinted) == 1 and not any(NSYS_HINT in f.recommendation for f in found)
     text = hinted[0].recommendation
     assert "CPU samples" in text and "--cudabacktrace=all" in text and "-s cpu" not in text
+
+
+# ---- captures without backtraces of the CUDA calls: samples taken inside the calls (issue 33) ----
+
+
+@pytest.fixture(scope="module")
+def sampled(ws, tmp_path_factory):
+    """The stacks capture without its CUDA call backtraces (the Python backtraces' NVTX rows,
+    CUDA_CALLCHAINS and the runtime calls' callchainId dropped): Python and CPU samples only, as
+    `nsys profile -s cpu --python-sampling=true` records them. Ingested into ws's workspace."""
+    con, _, plain = ws
+    path = tmp_path_factory.mktemp("sampled") / "h100_stack_loop_samples_only.sqlite"
+    shutil.copyfile(plain["stacks"], path)
+    with sqlite3.connect(path) as db:
+        domain = dict(db.execute("SELECT text, domainId FROM NVTX_EVENTS WHERE eventType = 75").fetchall())
+        db.execute(
+            "DELETE FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ?",
+            [domain["Python Backtrace on CUDA"]],
+        )
+        db.execute("DROP TABLE CUDA_CALLCHAINS")
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET callchainId = NULL")
+    return con, nsa.ingest(con, path).report_id, path
+
+
+def _samples_inside(db: sqlite3.Connection, calls: list[tuple[int, int, int]], samples_sql: str) -> list[int]:
+    """Per call (globalTid, start, end): the samples of `samples_sql` (globalTid, start) inside it."""
+    by_tid: dict[int, list[int]] = {}
+    for tid, t in db.execute(samples_sql):
+        by_tid.setdefault(tid, []).append(t)
+    return [sum(a <= t <= b for t in by_tid.get(tid, [])) for tid, a, b in calls]
+
+
+def test_launch_stacks_from_python_samples_inside_the_calls(sampled) -> None:
+    con, rid, path = sampled
+    rows = _rows(con, "launch_stacks", report_id=rid, kind="kernel", source="python_sample", top_n=None)
+    line = _line_of("scale_params", "s.mul_(0.999)")
+    top = rows[0]
+    assert (top["user_function"], top["user_line"]) == ("scale_params", line)
+    db = sqlite3.connect(path)
+    domain = dict(db.execute("SELECT text, domainId FROM NVTX_EVENTS WHERE eventType = 75").fetchall())
+    python = (
+        "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = "
+        f"{domain['Python Periodic Sampling']}"
+    )
+    # one launch per kernel: the calls of its correlation id (a runtime call, its `_v7000` twin, the
+    # driver call inside it) as one interval
+    launches = db.execute(
+        "SELECT r.tid, r.a, r.b, EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.eventType = 59 "
+        "AND n.text = 'scale' AND n.globalTid = r.tid AND r.a BETWEEN n.start AND n.\"end\") "
+        'FROM (SELECT correlationId, min(globalTid) AS tid, min(start) AS a, max("end") AS b '
+        "FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY correlationId) r "
+        "WHERE r.correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    ).fetchall()
+    inside = _samples_inside(db, [(t, a, b) for t, a, b, _ in launches], python)
+    # every launch inside a `scale` range comes from scale_params' loop: those holding a sample
+    assert top["calls"] == sum(n > 0 for n, x in zip(inside, launches) if x[3]) >= 10
+    assert top["samples"] == sum(n for n, x in zip(inside, launches) if x[3])
+    assert top["stacked_calls"] == sum(n > 0 for n in inside)
+    assert top["total_calls"] == len(launches)
+
+
+def test_findings_name_the_lines_from_samples(sampled) -> None:
+    """Without CUDA backtraces the storm is named from the Python samples inside the launches;
+    the per-step .item() syncs are too short for any sample to fall inside: host-sync says so."""
+    con, rid, path = sampled
+    storm = _finding(con, rid, "small-kernel-storm")
+    loc = storm.evidence["location"]
+    line = _line_of("scale_params", "s.mul_(0.999)")
+    assert (loc["source"], loc["function"], loc["line"]) == ("python_sample", "scale_params", line)
+    assert f"stack_loop.py:{line} in scale_params" in storm.title
+    assert "by Python samples taken inside" in storm.message
+    sync = _finding(con, rid, "host-sync", {"sync_share_info": 0.0})
+    assert "location" not in sync.evidence
+    db = sqlite3.connect(path)
+    calls = db.execute(
+        'SELECT r.globalTid, r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId '
+        "WHERE s.value LIKE 'cuda%Synchronize%' AND r.start >= ?",
+        [sync.evidence.get("steady_start_ns", 0) or 0],
+    ).fetchall()
+    python_or_cpu = (
+        "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 34 UNION ALL "
+        "SELECT globalTid, start FROM COMPOSITE_EVENTS"
+    )
+    assert sum(_samples_inside(db, calls, python_or_cpu)) == 0
+    assert "None of the" in sync.recommendation and "too few to name the line" in sync.recommendation
+    assert "--cudabacktrace=all" in sync.recommendation
+
+
+def _short(symbol: str) -> str:
+    """A C++ symbol's name without return type, template arguments and parameters (test's own)."""
+    name = symbol.split("(", 1)[0].split("<", 1)[0]
+    return name.rsplit(" ", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def clover(tmp_path_factory):
+    from conftest import realdata
+
+    path = realdata("nsys", "a100_nsys2024.5_perlmutter_cloverleaf.sqlite")
+    con = nsa.connect(tmp_path_factory.mktemp("clover") / "w.duckdb")
+    yield con, nsa.ingest(con, path).report_id, path
+    con.close()
+
+
+def test_cloverleaf_syncs_named_from_cpu_samples(clover) -> None:
+    """cloverleaf (C++, `-s cpu`, no CUDA backtraces): the CPU samples of the calling thread inside
+    its cudaDeviceSynchronize calls, per call the first whose stack holds a frame of the program's
+    binary other than the static CUDA runtime, that innermost frame's function: launch_stacks' calls
+    and blocked time per function, and host-sync's named function."""
+    con, rid, path = clover
+    db = sqlite3.connect(path)
+    strings = dict(db.execute("SELECT id, value FROM StringIds"))
+    calls = db.execute(
+        'SELECT r.globalTid, r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+        "JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaDeviceSynchronize%' ORDER BY r.start"
+    ).fetchall()
+    program: dict[int, str] = {}  # sample id -> its innermost frame of the binary, not CUDA runtime
+    for sid, depth, symbol, module in db.execute(
+        "SELECT id, stackDepth, symbol, module FROM SAMPLING_CALLCHAINS ORDER BY id, stackDepth"
+    ):
+        name = strings[symbol]
+        if sid in program or not strings[module].endswith("/cuda-cloverleaf") or name.startswith("0x"):
+            continue
+        if _short(name).startswith(("cuda", "__cuda", "cudart", "_start", "__libc_csu")):
+            continue
+        program[sid] = name
+    samples: dict[int, list[tuple[int, int]]] = {}
+    for sid, tid, t in db.execute("SELECT id, globalTid, start FROM COMPOSITE_EVENTS ORDER BY start"):
+        samples.setdefault(tid, []).append((t, sid))
+    per_function: dict[str, list[int]] = {}  # short name -> [calls, blocked ns]
+    for tid, a, b in calls:
+        named = [program[sid] for t, sid in samples.get(tid, []) if a <= t <= b and sid in program]
+        if named:
+            p = per_function.setdefault(named[0], [0, 0])
+            p[0] += 1
+            p[1] += b - a
+    assert per_function
+    rows = _rows(con, "launch_stacks", report_id=rid, kind="sync", source="cpu_sample",
+                 pattern="^cudaDeviceSynchronize", top_n=None)  # fmt: skip
+    got: dict[str, list[int]] = {}
+    for r in rows:
+        if r["user_function"] is not None and r["api_name"].startswith("cudaDeviceSynchronize"):
+            p = got.setdefault(r["user_function"], [0, 0])
+            p[0] += r["calls"]
+            p[1] += r["api_ns"]
+    assert got == per_function
+    # the finding names the function that blocked longest, its template instances as one
+    merged: dict[str, int] = {}
+    for name, (_, ns) in per_function.items():
+        merged[_short(name)] = merged.get(_short(name), 0) + ns
+    top = max(merged, key=merged.__getitem__)
+    sync = _finding(con, rid, "host-sync")
+    assert _short(sync.evidence["location"]["function"]) == top
+    assert sync.evidence["location"]["source"] == "cpu_sample"
+    assert f"came from {top}<>()" in sync.message
+    assert "by CPU samples taken inside" in sync.message
+
+
+def test_gap_stacks_of_one_step(ws) -> None:
+    """A step's idle time: the GPU's idle intervals (no kernel, copy or memset running) inside the
+    NVTX range `step 5`, from the export; the stacks sampled in it name load_batch's work."""
+    con, ids, plain = ws
+    rid = ids["stacks"]
+    rows = _rows(con, "gap_stacks", report_id=rid, step=5, top_n=None)
+    db = sqlite3.connect(plain["stacks"])
+    s0, s1 = db.execute(
+        "SELECT start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 AND text = 'step 5'"
+    ).fetchone()
+    acts = sorted(db.execute(
+        "SELECT start, \"end\" FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, \"end\" FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, \"end\" FROM CUPTI_ACTIVITY_KIND_MEMSET"
+    ).fetchall())  # fmt: skip
+    idle, reach = 0, acts[0][1]
+    for a, b in acts[1:]:
+        if a > reach:  # an idle interval [reach, a]
+            idle += max(0, min(a, s1) - max(reach, s0))
+        reach = max(reach, b)
+    assert {r["idle_ns"] for r in rows} == {idle}
+    python = [r for r in rows if r["source"] == "python_sample"]
+    assert 0 < sum(r["explained_ns"] for r in python) <= idle
+    src = _source_lines()
+    top = python[0]
+    assert top["user_function"] in ("busy_python", "load_batch")
+    assert top["user_line"] in src[top["user_function"]]["body"]
+    # the step's idle time is part of the window's
+    whole = _rows(con, "gap_stacks", report_id=rid, top_n=None)
+    assert idle < whole[0]["idle_ns"]
+    assert _rows(con, "gap_stacks", report_id=rid, step=999) == []  # no such step: no idle time

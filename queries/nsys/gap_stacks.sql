@@ -21,6 +21,7 @@
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
 -- param per_gap BOOLEAN = false: one group of rows per gap (gap_start_ns set) instead of totals over the window.
+-- param step INTEGER = NULL: only the idle time of this step (steps.step; from the step's first start to its last end over the report's series), its gaps clipped to the step; a step of the steady state (the gaps are the window's). The whole window when NULL.
 -- param top_n INTEGER = 10: keep the N rows that explain the most per report, device, source (and gap); all when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id of the gaps.
@@ -38,7 +39,20 @@
 -- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
 WITH
 -- every gap of the window, with the thread that launched the work ending it (NULL: unknown)
-gap AS (SELECT * FROM nsa_gap_launches($report_id, $min_gap_ns)),
+-- with a step: the gaps overlapping it, clipped to it (a gap's length before clipping decides min_gap_ns)
+step_window AS (
+    SELECT report_id, min(start_ns) AS s0, max(end_ns) AS s1
+    FROM steps
+    WHERE $step IS NOT NULL AND step = $step AND ($report_id IS NULL OR report_id = $report_id)
+    GROUP BY ALL
+),
+gap AS (
+    SELECT g.report_id, g.dev, greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns,
+           g.global_tid
+    FROM nsa_gap_launches($report_id, $min_gap_ns) AS g
+    LEFT JOIN step_window AS w USING (report_id)
+    WHERE $step IS NULL OR (g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
+),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
 ),
