@@ -39,9 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # query -> why Spark cannot run it (the same rows as DuckDB, or at all).
 UNSUPPORTED: dict[str, str] = {
     "launch_stacks": (
-        "it selects `m.*` over an ASOF join, and Spark's version of the join (a range join that "
-        "keeps the latest match) carries the right table as one struct column, which the star "
-        "would list"
+        "it stacks its three sources of stacks with UNION ALL BY NAME (columns matched by name, "
+        "each side naming its own), which Spark's SQL does not parse"
     ),
     "memory_steps": (
         "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND frame_rows "
@@ -55,18 +54,9 @@ UNSUPPORTED: dict[str, str] = {
         "its window frame ends a parameter's number of rows ahead (ROWS BETWEEN CURRENT ROW AND "
         "least(greatest($length, 2), 8) - 1 FOLLOWING), and Spark takes only literal frame bounds"
     ),
-    "rank_activity": (
-        "it selects `*` over an ASOF join and UNIONs the result: Spark's version of the join "
-        "carries the right table as one struct column (and two helper columns), so the widths differ"
-    ),
     "stream_gaps": (
         "it names activities by their position in a list built in label order (list(... ORDER "
         "BY ...)), and Spark's collect_list keeps no order: the labels come out wrong"
-    ),
-    "sync_beyond_gpu": (
-        "it joins each call to a VALUES list built from the call's own columns (CROSS JOIN "
-        "LATERAL (VALUES (c.start_ns, -1), (c.end_ns, 1))), and Spark's inline tables take no "
-        "outer references"
     ),
     "gpu_metrics_by_range": (
         "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND ahead "
@@ -239,12 +229,12 @@ def _asof(node: exp.Expr) -> exp.Expr:
     """`L AS p ASOF [LEFT] JOIN R AS s ON eq AND p.t >= s.ts` as a Spark join: every match, then
     per left row only the one with the latest s.ts (the earliest for `<=`). The joined rows are
     packed so the rest of the statement reads them unchanged: the right's columns become one
-    struct column named like the right (`s.x` reads its field); the left's stay columns of a
-    derived table named like it (`p.x`, or an unqualified `x`), or, when the ASOF join follows
-    other joins, each table before it becomes a struct too. Left rows are told apart by all their
-    values: equal rows get the same matches, as ASOF gives them. Unlike DuckDB's, a `*` over the
-    join lists the right table as that one struct column (and two helper columns), and right
-    rows tied on the key are all kept."""
+    struct column named like the right (`s.x` reads its field); the left's stay columns (an
+    unqualified `x`) and are once more a struct named like the left (`p.x`), or, when the ASOF
+    join follows other joins, each table before it becomes a struct only. `p.*` lists a struct's
+    fields, so a star over the join lists what DuckDB lists (a bare `*` is written as each
+    table's). Left rows are told apart by all their values: equal rows get the same matches, as
+    ASOF gives them. Unlike DuckDB's, right rows tied on the key are all kept."""
     import sqlglot
     from sqlglot import exp
 
@@ -262,12 +252,25 @@ def _asof(node: exp.Expr) -> exp.Expr:
     key, latest = _asof_key(join.args["on"], right)
     pick = "MAX" if latest else "MIN"
     outer = "LEFT JOIN" if (join.args.get("side") or "").upper() == "LEFT" else "JOIN"
+    n = next(_ASOF_JOINS)  # helper columns named apart: one ASOF join's left may be another's result
+    # `*` over the join: DuckDB lists the left tables' columns, then the right's; here each
+    # table's `t.*`, which a struct column expands to its fields
+    stars = [f"{a}.*" for a in [*lefts, right]]
+    node.set(
+        "expressions",
+        [
+            s
+            for e in node.expressions
+            for s in ([sqlglot.parse_one(x, read="spark") for x in stars] if isinstance(e, exp.Star) else [e])
+        ],
+    )
     if len(lefts) == 1:
-        columns, name = f"{lefts[0]}.*", lefts[0]
+        # the left's columns as they are (an unqualified `x`), and once more as a struct named
+        # like the left (`p.x`, and `p.*` lists only the left's columns)
+        columns, name = f"{lefts[0]}.*, STRUCT({lefts[0]}.*) AS {lefts[0]}", f"__nsa_asof{n}"
     else:
         columns, name = ", ".join(f"STRUCT({a}.*) AS {a}" for a in lefts), "__nsa_asof"
     partition = ", ".join(f"STRUCT({a}.*)" for a in lefts)
-    n = next(_ASOF_JOINS)  # helper columns named apart: one ASOF join's left may be another's result
     template = sqlglot.parse_one(
         f"SELECT * FROM (SELECT {columns}, STRUCT({right}.*) AS {right}, __nsa_key AS __nsa_asof_key{n},"
         f" {pick}(__nsa_key) OVER (PARTITION BY {partition}) AS __nsa_asof_pick{n}"
@@ -288,6 +291,45 @@ def _asof(node: exp.Expr) -> exp.Expr:
     node.set("from_", exp.From(this=packed))
     node.set("joins", joins[at + 1 :] or None)
     return _asof(node)
+
+
+def _lateral_values(node: exp.Expr) -> exp.Expr:
+    """`CROSS JOIN LATERAL (VALUES (c.a, -1), (c.b, 1)) AS t(x, side)`, rows built from the
+    joined row's own columns: Spark's inline tables take no outer references, so the rows become
+    `LATERAL VIEW inline(array(named_struct('x', c.a, 'side', -1), ...)) t AS x, side`, the same
+    rows per joined row. A lateral view applies to every relation before it: the join must be the
+    statement's last."""
+    from sqlglot import exp
+
+    if not isinstance(node, exp.Select):
+        return node
+    joins = node.args.get("joins") or []
+    for i, join in enumerate(joins):
+        lateral = join.this
+        if not (
+            isinstance(lateral, exp.Lateral)
+            and isinstance(lateral.this, exp.Subquery)
+            and isinstance(lateral.this.this, exp.Values)
+        ):
+            continue
+        if i != len(joins) - 1 or join.args.get("on") or (join.args.get("side") or "").upper() == "LEFT":
+            raise QueryError(
+                "a LATERAL (VALUES ...) join that is not the last inner join: no Spark translation."
+            )
+        alias = lateral.args["alias"]
+        cols = [c.name for c in alias.columns]
+        rows = []
+        for row in lateral.this.this.expressions:
+            fields: list[exp.Expr] = []
+            for col, value in zip(cols, row.expressions, strict=True):
+                fields += [exp.Literal.string(col), value.copy()]
+            rows.append(exp.Anonymous(this="named_struct", expressions=fields))
+        generator = exp.Anonymous(this="inline", expressions=[exp.Array(expressions=rows)])
+        view = exp.Lateral(this=generator, view=True, alias=alias.copy())
+        node.set("joins", joins[:i] or None)
+        node.set("laterals", [*(node.args.get("laterals") or []), view])
+        return node
+    return node
 
 
 def _named_windows(node: exp.Expr) -> exp.Expr:
@@ -383,6 +425,7 @@ def _functions(node: exp.Expr) -> exp.Expr:
 
 def _spark_rewrites(tree: exp.Expr) -> exp.Expr:
     tree = tree.transform(_unmaterialise).transform(_named_windows).transform(_window_filter)
+    tree = tree.transform(_lateral_values)
     tree = tree.transform(_functions)
     return tree.transform(_asof)
 
@@ -488,10 +531,9 @@ def query(
         raise QueryError(f"query {q.name} does not run on Spark: {UNSUPPORTED[q.name]}")
     bound = q.bind(dict(params or {}))
     dataset.read_manifest(data)  # not a dataset: said before a session starts
-    if spark is None or isinstance(spark, str):
-        spark = session(spark)
-    register(spark, data)
-    return spark.sql(translate(q.name), args={k: _arg(v) for k, v in bound.items()})
+    live = session(spark) if spark is None or isinstance(spark, str) else spark
+    register(live, data)
+    return live.sql(translate(q.name), args={k: _arg(v) for k, v in bound.items()})
 
 
 def _arg(value: Any) -> Any:
@@ -555,9 +597,8 @@ def findings(
     files, and the rules' Python runs here, on the driver."""
     from .rules.engine import run_rules
 
-    if spark is None or isinstance(spark, str):
-        spark = session(spark)
-    register(spark, data)
+    live = session(spark) if spark is None or isinstance(spark, str) else spark
+    register(live, data)
     con = dataset.open_dataset(data)
     try:
         queries.install_macros(con)
@@ -565,7 +606,7 @@ def findings(
         def context(*args: Any) -> Context:
             return SparkContext(session_, data, *args)
 
-        session_ = spark
+        session_ = live
         return run_rules(con, report_id=report_id, config=config, only=only, run_id=run_id, context=context)
     finally:
         con.close()
