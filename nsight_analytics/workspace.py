@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 DEFAULT_DB = "nsa.duckdb"
 
 
+MEMORY = ":memory:"
+
+
 def resolve_db_path(db: str | os.PathLike[str] | None = None) -> Path:
     """--db wins, then $NSA_DB, then ./nsa.duckdb. A symbolic link loop or a name too long is
     refused here, the same on every Python (3.13's Path.resolve no longer raises on a loop)."""
@@ -97,7 +100,13 @@ def open_workspace(
 ) -> duckdb.DuckDBPyConnection:
     """Open (creating when writable) the workspace and make sure the canonical tables exist.
 
-    The query library's macros are not installed here: the facade (api) does that, a layer up."""
+    The query library's macros are not installed here: the facade (api) does that, a layer up.
+    `:memory:` is a workspace in memory, as in DuckDB (not a file of that name)."""
+    if db is not None and os.fspath(db) == MEMORY:
+        con = params.connect(MEMORY)
+        con.execute("SET asof_loop_join_threshold = 0")
+        ensure_schema(con)
+        return con
     path = resolve_db_path(db)
     if read_only and not path.exists():
         raise WorkspaceError(
