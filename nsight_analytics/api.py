@@ -936,17 +936,20 @@ def diff_reports(con: duckdb.DuckDBPyConnection, side: Any) -> list[int]:
 
 def diff_gate(
     result: Diff,
-    threshold_pct: float,
+    threshold_pct: float | None,
     metric: str = "step_time",
     fail_inconclusive: bool = False,
     allow_not_comparable: bool = False,
+    new_findings: str | None = None,
 ) -> Gate:
     """The CI gate of `nsa diff --fail-on-regression PCT`: failed when B regressed beyond PCT,
     or when A and B are not comparable (unless `allow_not_comparable`); with
-    `fail_inconclusive`, also when an inconclusive step time does not rule that out."""
+    `fail_inconclusive`, also when an inconclusive step time does not rule that out. With
+    `new_findings` (`--fail-on-new-finding SEVERITY`), also when B has a finding at or above that
+    severity that is new or worse than in A; `threshold_pct` None gates on findings alone."""
     from .diff import gate
 
-    return gate(result, threshold_pct, metric, fail_inconclusive, allow_not_comparable)
+    return gate(result, threshold_pct, metric, fail_inconclusive, allow_not_comparable, new_findings)
 
 
 def save_baseline(con: duckdb.DuckDBPyConnection, name: str, side: Any) -> list[int]:

@@ -1171,6 +1171,13 @@ def rules_cmd(explain: str | None, fmt: str, output_path: str | None) -> None:
     help="With --fail-on-regression: pass (exit 0, saying so) a diff that is NOT COMPARABLE.",
 )  # fmt: skip
 @click.option(
+    "--fail-on-new-finding", "fail_new", type=click.Choice(["warning", "critical"]), is_flag=False,
+    flag_value="warning", default=None, metavar="[SEVERITY]",
+    help=f"Exit {EXIT_FINDINGS} when B has a finding at or above SEVERITY (warning when not given) that "
+    "A has not, or that got more severe; alone or beside --fail-on-regression. Without a value, "
+    "give it after A B.",
+)  # fmt: skip
+@click.option(
     "--noise-floor", "floor_pct", type=click.FloatRange(min=0), default=2.0, show_default=True, metavar="PCT",
     help="Step-time shifts under PCT percent are noise; 'no significant change' needs the interval "
     "inside +-PCT (else 'inconclusive').",
@@ -1192,6 +1199,7 @@ def diff(
     metric: str,
     fail_on_inconclusive: bool,
     allow_not_comparable: bool,
+    fail_new: str | None,
     floor_pct: float,
     no_findings: bool,
     fmt: str,
@@ -1205,14 +1213,16 @@ def diff(
     with --run, runs (id or name): the same world size compares the job before and after, rank
     by rank; two world sizes compare as a scaling (efficiency, throughput, the time lost).
     Exit codes: 0 ok, 1 --fail-on-regression fired (B regressed, or A and B are not comparable
-    unless --allow-not-comparable), 2 a usage or input error. The same report on both sides says
-    so (verdict 'same report') instead of measuring a change.
+    unless --allow-not-comparable) or --fail-on-new-finding did (B has a finding A has not, or a
+    more severe one), 2 a usage or input error. The same report or run on both sides says so
+    (verdict 'same report', 'same run') instead of measuring a change.
 
     \b
         nsa diff before.sqlite after.sqlite
         nsa diff --run ddp_w4 ddp_w4_fix                   # two runs of one job
         nsa diff --baseline main --save run.sqlite         # store a baseline
         nsa diff --baseline main new.sqlite --fail-on-regression 5
+        nsa diff --baseline main new.sqlite --fail-on-new-finding warning
     """
     if save and not baseline:
         raise NsaClickError("--save stores a baseline: give its name with --baseline NAME.")
@@ -1220,6 +1230,8 @@ def diff(
         raise NsaClickError("--fail-on-inconclusive changes the gate: give it with --fail-on-regression PCT.")
     if allow_not_comparable and fail_pct is None:
         raise NsaClickError("--allow-not-comparable changes the gate: give it with --fail-on-regression PCT.")
+    if fail_new is not None and no_findings:
+        raise NsaClickError("--fail-on-new-finding gates on the findings: leave out --no-findings.")
     if runs and baseline:
         raise NsaClickError("--baseline stores and compares reports; with --run give two runs: --run A B.")
     wanted = 1 if baseline else 2
@@ -1248,8 +1260,8 @@ def diff(
                     con, a, sides[-1], noise_floor=floor_pct / 100, with_findings=not no_findings, runs=runs
                 )
             gate = (
-                api.diff_gate(result, fail_pct, metric, fail_on_inconclusive, allow_not_comparable)
-                if fail_pct is not None
+                api.diff_gate(result, fail_pct, metric, fail_on_inconclusive, allow_not_comparable, fail_new)
+                if fail_pct is not None or fail_new is not None
                 else None
             )
         finally:

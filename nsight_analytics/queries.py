@@ -261,6 +261,7 @@ def add_folder(folder: str | Path) -> None:
         _FOLDERS.append(path)
         library.cache_clear()
         _macro_bodies.cache_clear()
+        macro_sources.cache_clear()
 
 
 def remove_folder(folder: str | Path) -> None:
@@ -270,6 +271,7 @@ def remove_folder(folder: str | Path) -> None:
         _FOLDERS.remove(path)
         library.cache_clear()
         _macro_bodies.cache_clear()
+        macro_sources.cache_clear()
 
 
 def folders() -> list[Path]:
@@ -282,10 +284,12 @@ def reset_folders() -> None:
     _FOLDERS.clear()
     library.cache_clear()
     _macro_bodies.cache_clear()
+    macro_sources.cache_clear()
 
 
 @cache
 def library() -> dict[str, Query]:
+    macro_sources()  # a team macro that replaces the library's is refused before anything runs
     found: dict[str, Query] = {}
     for root in (query_root(), *_FOLDERS):
         for path in sorted(root.rglob("*.sql")):
@@ -321,6 +325,39 @@ _COMMENT = re.compile(r"--[^\n]*")
 _STRING = re.compile(r"'[^']*'")
 _STAR = re.compile(r"(?<!\()\*")  # `SELECT *`, `r.*`; not `count(*)`
 _MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+)?MACRO\s+(\w+)", re.IGNORECASE)
+
+
+_OVERRIDE = r"^\s*--\s*override\s+{}\b"
+
+
+@cache
+def macro_sources() -> dict[str, tuple[Path, int]]:
+    """Where each shared macro is defined: {name: (file, line)}. The added folders' macro files
+    run after the library's, so a team macro named like a library macro (`nsa_gpu_activity`)
+    would change every built-in query and rule that calls it, silently: that is refused unless
+    its file says `-- override NAME`. Two team files defining one macro are refused too."""
+    root = query_root().resolve()
+    found: dict[str, tuple[Path, int]] = {}
+    for path in macro_files():
+        raw = path.read_text(encoding="utf-8")
+        text = _COMMENT.sub("", raw)
+        for m in _MACRO.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            first = found.get(m[1])
+            if first is not None and first[0] != path and not path.resolve().is_relative_to(root):
+                if not first[0].resolve().is_relative_to(root):
+                    raise QueryError(
+                        f"{path}:{line}: macro {m[1]} is defined in {first[0]}:{first[1]} as well; "
+                        "keep one of the two."
+                    )
+                if not re.search(_OVERRIDE.format(re.escape(m[1])), raw, re.IGNORECASE | re.MULTILINE):
+                    raise QueryError(
+                        f"{path}:{line}: macro {m[1]} would replace the library's ({first[0]}:{first[1]}) "
+                        f"in every built-in query and rule; rename it, or write `-- override {m[1]}` in "
+                        "the file to replace it on purpose."
+                    )
+            found[m[1]] = (path, line)
+    return found
 
 
 @cache
@@ -391,6 +428,7 @@ def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     could not become macros: one broken file must not take the workspace down with it;
     `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
     """
+    macro_sources()
     for path in macro_files():
         sql = path.read_text(encoding="utf-8")
         sql = re.sub(

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 import nsight_analytics as nsa
 from conftest import ROOT, realdata
 from fixtures.nsys_fixtures import T0, ExportBuilder
+from nsight_analytics import api
 from nsight_analytics.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, main
 from nsight_analytics.diff import NOISE_FLOOR, Diff, stats
 from nsight_analytics.diff.names import diff_key
@@ -174,6 +175,124 @@ def test_gate_exit_codes_both_ways(ws) -> None:
     assert idle.exit_code == EXIT_FINDINGS, idle.output
     assert json.loads(idle.stdout)["gate"]["failed"] is True
     assert idle.stderr.startswith("gate FAILED: gpu_idle")
+
+
+def gpu_idle_share(path: Path) -> float:
+    """The share of the window from the first GPU start of step 2 (past warm-up) to the last GPU
+    end in which no kernel, copy or memset ran: a sort-and-merge of their intervals."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            " UNION ALL ".join(f'SELECT start, "end" FROM {t}' for t in GPU_WORK) + " ORDER BY 1"
+        ).fetchall()
+    finally:
+        db.close()
+    lo = nvtx_step_starts(path)[2]
+    busy, reach = 0, lo
+    for start, end in rows:
+        start = max(start, reach)
+        if end > start:
+            busy, reach = busy + end - start, end
+    return 1 - busy / (reach - lo)
+
+
+def test_gate_on_new_findings(ws, tmp_path) -> None:
+    """--fail-on-new-finding: the sync loop's GPU idles about a quarter of each step before the
+    fix and hardly at all after (plain SQL below), between gpu-idle's warning (20%) and critical
+    (50%) shares: the fix resolves the warning, undoing it brings it back as new."""
+    db, _ = ws
+    before, after = (
+        gpu_idle_share(unpacked(SYNC_BEFORE, tmp_path)),
+        gpu_idle_share(unpacked(SYNC_AFTER, tmp_path)),
+    )
+    assert 0.2 <= before < 0.5 and after < 0.05, (before, after)
+    fix = run("diff", "--db", str(db), str(SYNC_BEFORE), str(SYNC_AFTER), "--fail-on-new-finding")
+    assert fix.exit_code == EXIT_OK, fix.output
+    assert fix.stdout.endswith(
+        "gate passed: no finding of B at warning or above is new or worse than in A (1\nresolved).\n"
+    )
+    undo = run(
+        "diff",
+        "--db",
+        str(db),
+        str(SYNC_AFTER),
+        str(SYNC_BEFORE),
+        "--format",
+        "json",
+        "--fail-on-new-finding",
+    )
+    assert undo.exit_code == EXIT_FINDINGS, undo.output
+    gate = json.loads(undo.stdout)["gate"]
+    assert (gate["metric"], gate["threshold_pct"], gate["failed"]) == ("findings", None, True)
+    assert undo.stderr.startswith(
+        "gate FAILED: B has 1 finding at warning or above that is new or worse than in A "
+        f"(--fail-on-new-finding): new [warning] gpu-idle: GPU idle {before:.0%} of the steady state"
+    )
+    # a warning does not fail a gate at critical; without the option findings never fail a diff
+    crit = run(
+        "diff", "--db", str(db), str(SYNC_AFTER), str(SYNC_BEFORE), "--fail-on-new-finding", "critical"
+    )
+    assert crit.exit_code == EXIT_OK, crit.output
+    assert "gate passed: no finding of B at critical is new or worse than in A." in crit.stdout
+    plain = run("diff", "--db", str(db), str(SYNC_AFTER), str(SYNC_BEFORE), "--format", "json")
+    assert plain.exit_code == EXIT_OK and "gate" not in json.loads(plain.stdout)
+    # beside the metric gate: +33% passes +50%, the new finding fails the build
+    both = run("diff", "--db", str(db), str(SYNC_AFTER), str(SYNC_BEFORE), "--fail-on-regression", "50",
+               "--fail-on-new-finding", "warning", "--format", "json")  # fmt: skip
+    assert both.exit_code == EXIT_FINDINGS, both.output
+    assert both.stderr.startswith("gate passed: step time +3")
+    assert "gate FAILED: B has 1 finding at warning or above" in both.stderr
+    no = run("diff", "--db", str(db), "1", "2", "--no-findings", "--fail-on-new-finding")
+    assert no.exit_code == EXIT_ERROR
+    assert no.stderr == "Error: --fail-on-new-finding gates on the findings: leave out --no-findings.\n"
+
+
+def test_gate_on_a_metric_one_side_lacks_is_not_comparable(con, train, ws) -> None:
+    """The NVML log written during the fused capture covers it (UTC clocks), not its rerun on
+    another day: a gate on the energy per step cannot judge the rerun against it."""
+    log = realdata("power", "h100_nvml_train_fused.csv")
+    with log.open() as fh:
+        stamps = [int(r["timestamp_ns"]) for r in csv.DictReader(fh)]
+    for name, path, covered in (
+        ("fused", train["h100_nsys2025.3_train_fused_gpumetrics.sqlite:path"], True),
+        (
+            "rerun",
+            unpacked(
+                FUSED_RERUN, Path(str(train["h100_nsys2025.3_train_fused_gpumetrics.sqlite:path"])).parent
+            ),
+            False,
+        ),
+    ):
+        db = sqlite3.connect(path)
+        (origin,) = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        (lo, hi) = db.execute('SELECT min(start), max("end") FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+        db.close()
+        assert (min(stamps) <= origin + lo and origin + hi <= max(stamps)) is covered, name
+    try:
+        nsa.ingest(con, log)
+    except nsa.InputError as exc:  # pragma: no cover - the power reader is another module
+        pytest.skip(f"no power log reader: {exc}")
+    d = nsa.diff(
+        con,
+        train["h100_nsys2025.3_train_fused_gpumetrics.sqlite"],
+        ws[1][FUSED_RERUN.name],
+        with_findings=False,
+    )
+    assert d.comparable, d.reason
+    m = d.metric("energy_per_step")
+    assert m is not None and m.a is not None and m.b is None
+    g = api.diff_gate(d, 5, "energy_per_step")
+    assert g.failed
+    assert g.message == (
+        "gate FAILED: it could not judge B against A: energy_per_step is NOT COMPARABLE, measured in A only; "
+        "--allow-not-comparable passes such a diff."
+    )
+    passed = api.diff_gate(d, 5, "energy_per_step", allow_not_comparable=True)
+    assert not passed.failed
+    assert passed.message == (
+        "gate passed without judging (--allow-not-comparable): energy_per_step is NOT COMPARABLE, "
+        "measured in A only."
+    )
 
 
 def test_table_fits_80_columns_and_markdown_is_a_comment(ws) -> None:
@@ -583,7 +702,7 @@ def test_a_real_but_small_shift_is_under_the_noise_floor(loops) -> None:
     assert d.step_change.estimate_ns == pytest.approx(ans_b["step_ns"] - ans_a["step_ns"], rel=0.01)
     strict = nsa.diff(con, a, b, with_findings=False, noise_floor=0.001)
     assert strict.verdict == "regression"
-    assert nsa.api.diff_gate(strict, 0.2).failed and not nsa.api.diff_gate(strict, 1).failed
+    assert api.diff_gate(strict, 0.2).failed and not nsa.api.diff_gate(strict, 1).failed
 
 
 def test_too_few_steps_is_inconclusive(loops) -> None:
@@ -603,8 +722,8 @@ def test_too_few_steps_is_inconclusive(loops) -> None:
     assert d.reason.endswith("capture about 6 steady steps a side.")
     note = next(c for c in d.checks if c.name == "steps" and c.warning)
     assert note.ok and note.warning and note.detail.startswith("too few steps")
-    assert not nsa.api.diff_gate(d, 5).failed  # no regression shown
-    assert nsa.api.diff_gate(d, 5, fail_inconclusive=True).failed  # nor ruled out
+    assert not api.diff_gate(d, 5).failed  # no regression shown
+    assert api.diff_gate(d, 5, fail_inconclusive=True).failed  # nor ruled out
 
 
 def test_different_gpu_is_not_comparable(loops) -> None:
@@ -614,11 +733,11 @@ def test_different_gpu_is_not_comparable(loops) -> None:
     d = nsa.diff(con, a, b, with_findings=False)
     assert d.verdict == "not comparable"
     assert d.reason == "different GPUs: A ran on 1x NVIDIA H100 80GB HBM3, B on 1x NVIDIA A100-SXM4-80GB."
-    gate = nsa.api.diff_gate(d, 5)
+    gate = api.diff_gate(d, 5)
     assert gate.failed and gate.message.startswith(
         "gate FAILED: it could not judge B against A: not comparable"
     )
-    allowed = nsa.api.diff_gate(d, 5, allow_not_comparable=True)
+    allowed = api.diff_gate(d, 5, allow_not_comparable=True)
     assert not allowed.failed and allowed.message.startswith("gate passed without judging")
 
 

@@ -174,7 +174,15 @@ def test_the_same_run_twice_says_so(ws) -> None:
     # an id on one side, the name on the other: still one run
     with opened(db) as con:
         d = nsa.diff(con, runs["ddp_w4"], "ddp_w4", runs=True)
-    assert d.same_run and d.verdict == "no significant change" and not d.findings
+    assert d.same_run and d.verdict == "same run" and not d.findings
+    # as for one report twice: no gate, whatever it watches, findings included
+    js = run("diff", "--db", str(db), "--run", "ddp_w4", "ddp_w4", "--format", "json", "--fail-on-regression", "1",
+             "--metric", "energy_per_step", "--fail-on-new-finding")  # fmt: skip
+    assert js.exit_code == EXIT_OK, js.output
+    assert json.loads(js.stdout)["verdict"] == "same run"
+    assert js.stderr == (
+        "gate not applied: A and B are the same run. findings gate not applied: A and B are the same run.\n"
+    )
 
 
 def test_text_fits_80_columns_markdown_and_json(ws, diffs) -> None:

@@ -311,3 +311,76 @@ def test_a_bad_rule_file_names_the_file_line_and_field(
 def test_a_rule_id_taken_by_a_builtin_rule_is_refused(team: Path) -> None:
     out, path = _bad(team, RULES.replace('id = "one-kernel-dominates"', 'id = "gpu-idle"'))
     assert f"{path}:{_line(RULES, 'id = ')}: rule gpu-idle, field id: rule gpu-idle exists already" in out
+
+
+def test_the_diff_gate_fails_on_a_new_or_worse_file_rule_finding(team: Path, db: Path) -> None:
+    """--fail-on-new-finding judges a rule file's findings as the built-in ones: the after
+    capture's longest kernel crosses the pack's warning share (sqlite3 below), a new warning;
+    with thresholds between the two shares, the warning of before becomes a critical after."""
+    _, total_a, longest_a, _ = _expected(realdata(*BEFORE))
+    _, total_b, longest_b, _ = _expected(realdata(*AFTER))
+    share_a, share_b = longest_a / total_a, longest_b / total_b
+    assert share_a < 0.015 <= share_b < 0.5  # the pack's warning and critical shares
+    args = ("diff", "1", "2", "--db", str(db), "--queries", str(team / "q"), "--rules", str(team / "r"))
+    new = _run(*args, "--format", "json", "--fail-on-new-finding")
+    assert new.exit_code == EXIT_FINDINGS, new.output
+    gate = json.loads(new.stdout)["gate"]
+    assert gate["failed"] and "new [warning] one-kernel-dominates: " in gate["message"]
+    assert _run(*args, "--fail-on-new-finding", "critical").exit_code == 0
+    # the same pair, thresholds set between the two shares: warning -> critical is worse
+    middle = (share_a + share_b) / 2
+    config = {"dominant_share_warning": share_a * 0.9, "dominant_share_critical": middle}
+    con = nsa.connect(db)
+    try:
+        worse = nsa.diff(con, 1, 2, config=config)
+        better = nsa.diff(con, 2, 1, config=config)
+    finally:
+        con.close()
+    (change,) = [c for c in worse.findings if c.rule_id == "one-kernel-dominates"]
+    assert (change.status, change.a_severity, change.severity) == ("persisting", "warning", "critical")
+    for severity in ("warning", "critical"):
+        g = api.diff_gate(worse, None, new_findings=severity)
+        assert g.failed and [c.rule_id for c in g.failing_findings] == ["one-kernel-dominates"]
+        assert "worse [warning -> critical] one-kernel-dominates: " in g.message
+    g = api.diff_gate(better, None, new_findings="warning")
+    assert not g.failed, g.message
+
+
+TEAM_MACRO = """\
+-- Our GPU activity: kernels only.
+CREATE MACRO nsa_gpu_activity(rid) AS TABLE SELECT * FROM kernel_rows WHERE report_id = rid;
+"""
+
+
+def test_a_team_macro_named_like_a_library_macro_is_refused(team: Path, tmp_path: Path) -> None:
+    """A team `_macros.sql` runs after the library's: a macro of the same name would change every
+    built-in query and rule that calls it. Refused with file:line, unless the file says
+    `-- override NAME`; two team folders defining one macro are refused too."""
+    library = queries.query_root() / "nsys" / "_macros.sql"
+    lib_line = _line(library.read_text(), "MACRO nsa_gpu_activity(")
+    macros = team / "q" / "_macros.sql"
+    macros.write_text(TEAM_MACRO)
+    r = _run("query", "--list", "--queries", str(team / "q"))
+    assert r.exit_code == EXIT_ERROR, r.output
+    assert r.output == (
+        f"Error: {macros}:2: macro nsa_gpu_activity would replace the library's ({library}:{lib_line}) in "
+        "every built-in query and rule; rename it, or write `-- override nsa_gpu_activity` in the file to "
+        "replace it on purpose.\n"
+    )
+    _forget()
+    macros.write_text("-- override nsa_gpu_activity\n" + TEAM_MACRO)
+    ok = _run("query", "--list", "--queries", str(team / "q"))
+    assert ok.exit_code == 0, ok.output
+    assert "longest_kernel" in ok.output
+    _forget()
+    (tmp_path / "q2").mkdir()
+    (tmp_path / "q2" / "_macros.sql").write_text(
+        "\n" + TEAM_MACRO.replace("nsa_gpu_activity", "team_kernels")
+    )
+    macros.write_text(TEAM_MACRO.replace("nsa_gpu_activity", "team_kernels"))
+    twice = _run("query", "--list", "--queries", str(team / "q"), "--queries", str(tmp_path / "q2"))
+    assert twice.exit_code == EXIT_ERROR
+    assert twice.output == (
+        f"Error: {tmp_path / 'q2' / '_macros.sql'}:3: macro team_kernels is defined in {macros}:2 as well; "
+        "keep one of the two.\n"
+    )

@@ -106,3 +106,57 @@ def test_estimate_is_the_named_process(tmp_path) -> None:
         con.close()
     assert (f.evidence["pid"], f.evidence["beyond_gpu_ns"], f.est_savings_ns) == (5, 5 * ms, 5 * ms)
     assert "idle for 5 ms" in f.message
+
+
+@pytest.mark.parametrize(
+    ("calls", "title"),
+    [
+        # the sync ends with the kernel: blocked only while the GPU works
+        ([("cudaStreamSynchronize", 0, 10)], "Host blocked 100% of the run in cudaStreamSynchronize, while the GPU was busy"),
+        # a 7 ms sync from 5 ms, 2 ms of it past the kernel: 17% of the run, under the warning share
+        ([("cudaStreamSynchronize", 5, 12)], "Host blocked 58% of the run in cudaStreamSynchronize, the GPU idle for 29% of that"),
+        # two calls: a 6 ms and a 4.5 ms one, the last 0.5 ms of the second past the kernel
+        ([("cudaStreamSynchronize", 0, 6), ("cudaDeviceSynchronize", 6, 10.5)],
+         "Host blocked 100% of the run, mostly in cudaStreamSynchronize, the GPU idle for 4.8% of that"),
+    ],
+)  # fmt: skip
+def test_an_info_title_says_how_busy_the_gpu_was(tmp_path, calls, title) -> None:
+    """An info finding's title says the GPU was busy only when it was busy for all of the blocked
+    time; else how much of it the GPU idled, as the message does. A 10 ms kernel from 0 and a
+    launch at 0; the shares are worked out from the rows by hand below."""
+    from test_rules_cases import load_case
+
+    import nsight_analytics as nsa
+    from nsight_analytics.rules import run_rules
+
+    ms = 1_000_000
+    api = [{"report_id": 1, "pid": 5, "tid": 5, "start_ns": 0, "end_ns": 1, "duration_ns": 1,
+            "name": "cudaLaunchKernel"}]  # fmt: skip
+    for name, start, end in calls:
+        s, e = int(start * ms), int(end * ms)
+        api.append(
+            {
+                "report_id": 1,
+                "pid": 5,
+                "tid": 5,
+                "start_ns": s,
+                "end_ns": e,
+                "duration_ns": e - s,
+                "name": name,
+            }
+        )
+    kernel = {"report_id": 1, "device_id": 0, "stream_id": 7, "pid": 5, "start_ns": 0, "end_ns": 10 * ms,
+              "duration_ns": 10 * ms, "name": "gemm", "short_name": "gemm"}  # fmt: skip
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, {"kernels": [kernel], "cuda_api": api})
+        (f,) = run_rules(con, only=["host-sync"])
+    finally:
+        con.close()
+    assert f.severity == "info", f.message
+    assert f.title == title
+    span = max(e for _, _, e in calls) * ms
+    blocked = sum((e - s) * ms for _, s, e in calls)
+    beyond = sum(max(0.0, e - max(s, 10)) * ms for _, s, e in calls)
+    assert f.evidence["blocked_share"] == pytest.approx(blocked / span)
+    assert f.evidence["beyond_gpu_ns"] == pytest.approx(beyond, abs=1)

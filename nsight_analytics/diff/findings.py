@@ -110,6 +110,7 @@ def finding_changes(
                     shown.title,
                     x.est_savings_ns if x else None,
                     y.est_savings_ns if y else None,
+                    x.severity if x else None,
                 )
             )
     order = {"new": 0, "resolved": 1, "persisting": 2}

@@ -10,7 +10,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 # 'inconclusive': comparable, but the steps cannot tell a change beyond the noise floor from
 # none (too few, or too spread); 'scaling': two runs of different world sizes, compared as a
-# scaling (`Diff.scaling`); 'same report': A and B are one report (nothing compared).
+# scaling (`Diff.scaling`); 'same report' / 'same run': A and B are one report or one run
+# (nothing compared).
 VERDICTS = (
     "improvement",
     "regression",
@@ -19,6 +20,7 @@ VERDICTS = (
     "not comparable",
     "scaling",
     "same report",
+    "same run",
 )
 
 
@@ -139,7 +141,8 @@ class KernelChange:
 
 @dataclass
 class FindingChange:
-    """A finding 'resolved' (in A only), 'new' (in B only) or 'persisting' (both)."""
+    """A finding 'resolved' (in A only), 'new' (in B only) or 'persisting' (both): its rule and
+    title as B states them (A's for a resolved one), with both sides' savings and A's severity."""
 
     status: str
     rule_id: str
@@ -147,6 +150,7 @@ class FindingChange:
     title: str
     a_savings_ns: int | None
     b_savings_ns: int | None
+    a_severity: str | None = None  # A's severity (None for a new finding); `severity` is B's where B has it
 
 
 @dataclass

@@ -127,7 +127,7 @@ def compare_runs(
 def _same_run(con: duckdb.DuckDBPyConnection, run: RunSide, floor: float) -> Diff:
     side = describe(con, run.report_ids)
     text = f"A and B are the same run (run {run.run_id}, {run.name}): nothing to compare; give two runs."
-    d = Diff(side, side, [], "no significant change", text, floor)
+    d = Diff(side, side, [], "same run", text, floor)
     d.run_a = d.run_b = run
     d.same_run = True
     return d

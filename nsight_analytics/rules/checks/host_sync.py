@@ -64,7 +64,7 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
     work"), for the process the finding names (the one with the largest such share of its run,
     or for an info finding the largest blocked share); time covered by GPU work is not counted.
     Severity follows that share of the process's run; an info finding notes a large blocked
-    share when the GPU was busy throughout.
+    share when the GPU was busy for most of it (its title says how much of it the GPU idled).
     """
     calls = ctx.query("sync_beyond_gpu", rid, phase="steady")
     window = ctx.steady(rid)
@@ -117,7 +117,11 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
         f"were idle for {dur(w['beyond_ns'])} of that ({pct(w['beyond_share'])} of the {run})."
     )
     if severity == "info":
-        title = f"Host blocked {pct(w['share'])} of the {run} in {top.name}, while the GPU was busy"
+        title = f"Host blocked {pct(w['share'])} of the {run}{_in_calls(mine, w['blocked_ns'])}, " + (
+            "while the GPU was busy"
+            if w["beyond_ns"] <= 0
+            else f"the GPU idle for {pct(w['beyond_ns'] / w['blocked_ns'])} of that"
+        )
         recommendation = (
             "The waits cover GPU work, so they are not the bottleneck today; but a host that waits cannot "
             "queue ahead. Once the GPU work shrinks, replace per-step synchronisation with events or "
@@ -149,6 +153,15 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
             ]
     savings = int(w["beyond_ns"])  # the process the finding names, so message and estimate agree
     return [Finding("host-sync", severity, rid, title, message, recommendation, ev, savings)]
+
+
+def _in_calls(mine: list[Any], blocked_ns: int) -> str:
+    """Where the time was blocked, as the title says it: the one call, else the call that
+    blocked longest ('mostly in' when it holds at least half of the blocked time)."""
+    top = mine[0]
+    if len(mine) == 1:
+        return f" in {top.name}"
+    return f", {'mostly in' if 2 * top.blocked_ns >= blocked_ns else 'longest in'} {top.name}"
 
 
 def _callers(ctx: Context, rid: int, start_ns: int | None) -> list[Any] | str | None:
