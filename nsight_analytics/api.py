@@ -24,6 +24,7 @@ from . import config_files, dataset, params, queries, schema
 from .errors import QueryError, SourceGoneError, WorkspaceError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
 from .ingest import runs as _runs
+from .ingest import timeline as _timeline
 from .statements import canonical_writes, refuse_extensions
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
@@ -123,7 +124,7 @@ def reader(
     return _loaded_reader(
         db,
         check or (lambda con: None),
-        lambda con: bool(wanted and deferred_for(con, wanted)),
+        lambda con: bool(wanted and _pending(con, wanted)),
         lambda con: materialise(con, wanted),
     )
 
@@ -186,8 +187,10 @@ def materialise(
     tables = set(tables)
     report_ids = None if report_ids is None else list(report_ids)
     todo = deferred_for(con, tables, report_ids)
+    # the GPU timeline is worked out from the workspace's GPU rows, after anything they wait for
+    timeline = _timeline.TABLE in tables
     if not todo:
-        return 0
+        return _timeline.ensure(con, report_ids) if timeline else 0
     if is_read_only(con):
         temp = {
             name
@@ -198,7 +201,19 @@ def materialise(
         stored = params.first_row(con.execute("SELECT current_database()"))[0]
         for name in sorted(shadow - temp):
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{stored}".main."{name}"')
-    return ensure_loaded(con, tables, report_ids=report_ids)
+    loaded = ensure_loaded(con, tables, report_ids=report_ids)
+    return loaded + (_timeline.ensure(con, report_ids) if timeline else 0)
+
+
+def _pending(
+    con: duckdb.DuckDBPyConnection, tables: Iterable[str], report_ids: Iterable[int] | None = None
+) -> bool:
+    """Is data `tables` need still to be loaded or worked out (what `materialise` would do)?"""
+    tables = set(tables)
+    ids = None if report_ids is None else list(report_ids)
+    return bool(deferred_for(con, tables, ids)) or (
+        _timeline.TABLE in tables and bool(_timeline.stale(con, ids))
+    )
 
 
 def tables_needed(sql: str) -> set[str]:
@@ -635,7 +650,7 @@ def findings_reader(
         db,
         lambda con: require_reports(con, [report_id]),
         lambda con: any(
-            deferred_for(con, wanted, rids)
+            _pending(con, wanted, rids)
             for (_, wanted), rids in _rule_reads_by_report(con, report_id, only).items()
         ),
         lambda con: _materialise_for_rules(con, report_id, only),

@@ -452,7 +452,12 @@ def run(
 ) -> duckdb.DuckDBPyRelation:
     """Run a library query; the caller turns the relation into a DataFrame, Arrow or rows."""
     q = get(name)
+    bound = q.bind(params)
+    if "gpu_timeline" in q.reads:  # worked out on first use, whoever runs the query (the rules' engine too)
+        from .ingest import timeline
+
+        timeline.ensure(con, None if bound.get("report_id") is None else [bound["report_id"]])
     try:
-        return params_sql(con, q.sql, q.bind(params))
+        return params_sql(con, q.sql, bound)
     except duckdb.Error as exc:
         raise QueryError(f"query {q.name} failed: {str(exc).splitlines()[0]}") from exc

@@ -287,6 +287,79 @@ TABLES: tuple[Table, ...] = (
         "nsys",
     ),
     Table(
+        "gpu_timeline",
+        "Every kernel, memcpy, memset and CUDA graph execution of a report (the rows of "
+        "kernel_rows, memcpy, memset and graph_executions that have a start and do not end before "
+        "it; query macro `nsa_gpu_activity` lists the same with labels), each with the running "
+        "maxima of the ends of the activities before it on its device, in (start_ns, end_ns) "
+        "order. Worked out from those tables the first time a query needs it, and again for a "
+        "report whose GPU rows changed (nsight_analytics/ingest/timeline.py); not copied from the "
+        "source file. The running maxima make an idle gap a filter (start_ns > prev_end_ns), the "
+        "union of a device's busy intervals a plain sum (`nsa_union_ns(end_ns, start_ns, "
+        "prev_end_ns)`) and the busy time up to an instant one ASOF join (busy_through_ns). Rows "
+        "tied on both start and end are in no particular order.",
+        (
+            RID,
+            _c("device_id", "INTEGER", "", "CUDA device id the activity ran on (NULL: one unnamed device)."),
+            _c("kind", "VARCHAR", "", "'kernel', 'memcpy', 'memset' or 'graph' (a CUDA graph execution)."),
+            START,
+            END,
+            _c("duration_ns", "BIGINT", "ns", "The source row's duration_ns."),
+            PID,
+            STREAM,
+            CORR,
+            _c("name_id", "BIGINT", "", "Kernels: the name's id in kernel_names; NULL for the others."),
+            _c(
+                "label",
+                "VARCHAR",
+                "",
+                "The others' label as nsa_gpu_activity writes it ('memcpy HtoD', 'memset', 'CUDA "
+                "graph 3'); NULL for kernels (their name: kernel_names by name_id).",
+            ),
+            _c(
+                "prev_end_ns",
+                "BIGINT",
+                "ns",
+                "Latest end of any activity before this one on the device (NULL for the first).",
+            ),
+            _c("prev_kernel_end_ns", "BIGINT", "ns", "Latest end of a kernel before this row on the device."),
+            _c(
+                "prev_graph_end_ns",
+                "BIGINT",
+                "ns",
+                "Latest end of a CUDA graph execution before this row on the device.",
+            ),
+            _c(
+                "prev_copy_end_ns",
+                "BIGINT",
+                "ns",
+                "Latest end of a memcpy or memset before this row on the device.",
+            ),
+            _c(
+                "busy_through_ns",
+                "BIGINT",
+                "ns",
+                "Length of the union of the device's activities up to and including this row: "
+                "at the last row starting at start_ns (last_at_start), the time the device was "
+                "busy before start_ns plus the covered part of what started then.",
+            ),
+            _c(
+                "end_through_ns",
+                "BIGINT",
+                "ns",
+                "Latest end of the activities up to and including this row: greatest(end_ns, prev_end_ns).",
+            ),
+            _c(
+                "last_at_start",
+                "BOOLEAN",
+                "",
+                "The last row of the device starting at start_ns: its busy_through_ns and "
+                "end_through_ns count every activity starting by then.",
+            ),
+        ),
+        "workspace",
+    ),
+    Table(
         "graph_events",
         "Host-side CUDA graph events (nsys CUDA_GRAPH_EVENTS and CUDA_GRAPH_NODE_EVENTS): graph "
         "and graph-node creation, with the ids that tie nodes to the kernels they ran.",

@@ -518,6 +518,7 @@ def test_verbose_logs_steps_and_times_on_stderr(db: Path) -> None:
     assert steps == [
         "nsa: report 1: loaded deferred cuda_api: N s",
         "nsa: report 1: loaded deferred steps: N s",
+        "nsa: report 1: worked out gpu_timeline: N s",
         "nsa: query gaps: N s",
     ]
     res = run("query", "gaps", "--db", str(db), "--format", "csv")

@@ -62,12 +62,10 @@ CREATE OR REPLACE MACRO nsa_steady(nsa_rid) AS TABLE
 CREATE OR REPLACE MACRO nsa_window_gaps(nsa_rid, nsa_min_gap_ns) AS TABLE
     WITH
     act AS (
-        SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns,
-               max(end_ns) OVER (
-                   PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-               ) AS prev_end
-        FROM nsa_gpu_activity(nsa_rid)
+        -- the running maximum of earlier ends is stored (gpu_timeline): a gap is a filter
+        SELECT report_id, coalesce(device_id, -1) AS dev, pid, correlation_id, start_ns, prev_end_ns AS prev_end
+        FROM gpu_timeline
+        WHERE nsa_rid IS NULL OR report_id = nsa_rid
     ),
     first_kernel AS (
         SELECT report_id, coalesce(device_id, -1) AS dev, min(start_ns) AS first_ns

@@ -31,7 +31,7 @@
 -- pass, the clipping by ASOF joins against the running total of gap time per thread (a second
 -- only for activities that span a gap's start), the nesting by one sorted sweep per thread and
 -- source over the activities that overlap the gaps.
--- reads cpu_ops, cpu_samples, cuda_api, graph_executions, host_waits, kernel_names, kernel_rows, memcpy, memset, nvtx_ranges, osrt_api, steps
+-- reads cpu_ops, cpu_samples, cuda_api, gpu_timeline, host_waits, kernel_rows, nvtx_ranges, osrt_api, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
 -- param top_n INTEGER = 20: keep the N names with the most in_gaps_ns and the N with the most self_ns per report, device and source; all when NULL.

@@ -17,7 +17,7 @@
 -- capture option records them. Linear: the gaps in one sorted pass, samples and frame boundaries
 -- placed in them by ASOF joins per thread, the idle time before a moment by a running sum of gap
 -- time (no join of gaps against samples by range).
--- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, reports, stack_events, stack_frames, stacks, steps
+-- reads cuda_api, gpu_timeline, kernel_rows, reports, stack_events, stack_frames, stacks, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
 -- param per_gap BOOLEAN = false: one group of rows per gap (gap_start_ns set) instead of totals over the window.

@@ -15,9 +15,10 @@
 --   unknown      otherwise: the work was queued before the gap began but did not start (a
 --                stream/event dependency, another process, or no launch call recorded).
 -- The launch call is the cuda_api row with the same report_id, pid and correlation_id. The gap
--- is found in one sorted pass (running max of earlier ends); the blocking call by an ASOF join
--- per host thread at the gap's midpoint (a call covering half the gap covers the midpoint).
--- reads cuda_api, graph_executions, host_waits, kernel_names, kernel_rows, memcpy, memset, steps
+-- is a filter on the stored timeline (gpu_timeline: the latest end of earlier activity on the
+-- device); the blocking call is found by an ASOF join per host thread at the gap's midpoint (a
+-- call covering half the gap covers the midpoint).
+-- reads cuda_api, gpu_timeline, host_waits, kernel_names, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 1000000: shortest gap reported (ns).
 -- col report_id INTEGER: workspace report id.
@@ -36,55 +37,49 @@
 -- col launch_global_tid BIGINT: host thread (nsys global_tid) of the launch call.
 -- col phase VARCHAR: where the gap's midpoint falls: 'startup' (before the first steady step of nsa_steady), 'steady' (after its start), or 'run' for reports without steps.
 WITH
--- sorted on the integer keys only: a sort on the label strings costs several times more. Among
--- rows with the same start the first (smallest end) is the only one that can open a gap; the
--- kind and label order among rows with the same start and end is applied below, to the few gaps
-w AS (
-    SELECT
-        report_id,
-        device_id,
-        start_ns,
-        end_ns,
-        max(end_ns) OVER (
-            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
-            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS prev_end
-    FROM nsa_gpu_activity($report_id)
-),
+-- the gap's end opens it: the first row (smallest end) of those starting at gap_end_ns, in the
+-- timeline's (start_ns, end_ns) order; the kind and label order among rows with the same start
+-- and end is applied below, to the few gaps
 g0 AS (
-    SELECT report_id, device_id, prev_end AS gap_start_ns, start_ns AS gap_end_ns, end_ns AS after_end_ns
-    FROM w
-    WHERE start_ns - prev_end >= greatest($min_gap_ns, 1)
+    SELECT report_id, device_id, coalesce(device_id, -1) AS dev, prev_end_ns AS gap_start_ns,
+           start_ns AS gap_end_ns, end_ns AS after_end_ns
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns - prev_end_ns >= greatest($min_gap_ns, 1)
 ),
 -- the activity after the gap: of those starting at gap_end_ns with the smallest end, the first
--- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it
+-- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it. The
+-- timeline's rows at the gaps' edges are found on integer keys (a NULL device keyed -1: CUDA
+-- device ids are never negative) and labelled as nsa_gpu_activity labels them.
 g AS (
     SELECT
-        report_id, device_id, first_row.pid, first_row.correlation_id, gap_start_ns, gap_end_ns,
+        report_id, device_id, dev, first_row.pid, first_row.correlation_id, gap_start_ns, gap_end_ns,
         gap_end_ns - gap_start_ns AS gap_ns, first_row.label AS after
     FROM (
         SELECT
             g0.report_id,
-            g0.device_id,
+            any_value(g0.device_id) AS device_id,
+            g0.dev,
             g0.gap_start_ns,
             g0.gap_end_ns,
-            min({'kind': a.kind, 'label': a.label, 'pid': a.pid, 'correlation_id': a.correlation_id}) AS first_row
+            min({
+                'kind': a.kind, 'label': coalesce(a.label, n.name, n.short_name, '(unnamed kernel)'),
+                'pid': a.pid, 'correlation_id': a.correlation_id
+            }) AS first_row
         FROM g0
-        JOIN nsa_gpu_activity($report_id) AS a
-            ON a.report_id = g0.report_id
-            AND a.device_id IS NOT DISTINCT FROM g0.device_id
-            AND a.start_ns = g0.gap_end_ns
-            AND a.end_ns = g0.after_end_ns
-        GROUP BY g0.report_id, g0.device_id, g0.gap_start_ns, g0.gap_end_ns
+        JOIN gpu_timeline AS a
+            ON a.report_id = g0.report_id AND coalesce(a.device_id, -1) = g0.dev
+            AND a.start_ns = g0.gap_end_ns AND a.end_ns = g0.after_end_ns
+        LEFT JOIN kernel_names AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
+        GROUP BY g0.report_id, g0.dev, g0.gap_start_ns, g0.gap_end_ns
     )
 ),
 before AS (
-    SELECT g.report_id, g.device_id, g.gap_start_ns, min(a.label) AS before
+    SELECT g.report_id, g.device_id, g.gap_start_ns,
+           min(coalesce(a.label, n.name, n.short_name, '(unnamed kernel)')) AS before
     FROM g
-    JOIN nsa_gpu_activity($report_id) AS a
-        ON a.report_id = g.report_id
-        AND a.device_id IS NOT DISTINCT FROM g.device_id
-        AND a.end_ns = g.gap_start_ns
+    JOIN gpu_timeline AS a
+        ON a.report_id = g.report_id AND coalesce(a.device_id, -1) = g.dev AND a.end_ns = g.gap_start_ns
+    LEFT JOIN kernel_names AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
     GROUP BY ALL
 ),
 launch AS (

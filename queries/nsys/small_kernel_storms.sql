@@ -4,7 +4,7 @@
 -- busy at most max_busy_pct of the window: the GPU mostly waits for the host to launch the next
 -- tiny kernel. A larger kernel or a longer pause ends a storm. busy_ns is the union of the
 -- storm's kernels (overlaps once); memcpy/memset are not considered, except by idle_ns.
--- reads graph_executions, kernel_names, kernel_rows, memcpy, memset
+-- reads gpu_timeline, kernel_names
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param max_kernel_ns BIGINT = 10000: kernels shorter than this are tiny (ns).
 -- param max_gap_ns BIGINT = 50000: longest pause between kernels inside a storm (ns).
@@ -22,38 +22,33 @@
 -- col launches_per_s DOUBLE: kernels per second of window (1/s).
 -- col top_name VARCHAR: most frequent kernel name in the storm.
 -- col idle_ns BIGINT: time nothing ran on the device (no kernel, memcpy or memset) in pauses of at most max_gap_ns inside the window: what fusing the storm or a CUDA graph could win (ns).
--- The device order is (start_ns, end_ns): sorting on integers only. Kernels tied on both have the
--- same duration, so the same `tiny`, and all land in one storm, whatever their order.
+-- The device order is (start_ns, end_ns), as the stored timeline (gpu_timeline) keeps it, with
+-- the latest end of the kernels before each one (prev_kernel_end_ns). Kernels tied on both have
+-- the same duration, so the same `tiny`, and all land in one storm, whatever their order.
+-- One ordered pass over the kernels: a kernel that is not tiny, or starts more than max_gap_ns
+-- after the kernels before it ended, ends the storm before it; the running count of those breaks
+-- numbers the storms (a run of tiny kernels with no break between them shares one number), and a
+-- tiny kernel opens a storm when the kernel before it was not tiny or it starts after a pause.
 WITH k AS (
     SELECT
-        report_id, device_id, start_ns, end_ns, duration_ns,
-        name_id,
+        report_id, device_id, start_ns, end_ns, duration_ns, name_id,
+        prev_kernel_end_ns AS prev_end,
         duration_ns < $max_kernel_ns AS tiny,
-        max(end_ns) OVER prev AS prev_end,
-        lag(duration_ns < $max_kernel_ns) OVER ord AS prev_tiny,
-        row_number() OVER ord AS pos
-    FROM kernel_rows
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
-    WINDOW
-        ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
-        prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
--- only tiny kernels can be in a storm, and every storm opens with a tiny first_of_storm kernel,
--- so numbering the storms among the tiny kernels alone separates them the same way
-flagged AS (
-    SELECT
-        *,
-        NOT coalesce(tiny AND prev_tiny AND start_ns - prev_end <= $max_gap_ns, false) AS first_of_storm
-    FROM k
-    WHERE tiny
+        coalesce(start_ns - prev_kernel_end_ns > $max_gap_ns, false) AS pause
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND kind = 'kernel'
 ),
 numbered AS (
-    SELECT
-        report_id, device_id, start_ns, end_ns, duration_ns, name_id, prev_end, first_of_storm, pos,
-        sum(CAST(first_of_storm AS INTEGER)) OVER (
-            PARTITION BY report_id, device_id ORDER BY pos ROWS UNBOUNDED PRECEDING
-        ) AS storm
-    FROM flagged
+    SELECT *
+    FROM (
+        SELECT
+            *,
+            NOT coalesce(tiny AND lag(tiny) OVER ord AND NOT pause, false) AS first_of_storm,
+            sum(CAST(NOT coalesce(tiny, false) OR pause AS INTEGER)) OVER (ord ROWS UNBOUNDED PRECEDING) AS storm
+        FROM k
+        WINDOW ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns)
+    )
+    WHERE tiny
 ),
 storms AS (
     SELECT
@@ -77,20 +72,12 @@ kept AS (
 -- the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns, in one sorted
 -- pass like `gaps`; each is credited to the storm starting last at or before it, if it ends
 -- inside that storm's window
-act AS (
-    SELECT
-        report_id, device_id, start_ns,
-        max(end_ns) OVER (
-            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns
-            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS prev_end
-    FROM nsa_gpu_activity($report_id)
-    WHERE EXISTS (SELECT 1 FROM kept)
-),
 pauses AS (
-    SELECT report_id, device_id, prev_end AS pause_start_ns, start_ns AS pause_end_ns
-    FROM act
-    WHERE start_ns > prev_end AND start_ns - prev_end <= $max_gap_ns
+    SELECT report_id, device_id, prev_end_ns AS pause_start_ns, start_ns AS pause_end_ns
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+        AND start_ns > prev_end_ns AND start_ns - prev_end_ns <= $max_gap_ns
+        AND EXISTS (SELECT 1 FROM kept)
 ),
 idle AS (
     SELECT s.report_id, s.device_id, s.storm, sum(p.pause_end_ns - p.pause_start_ns) AS idle_ns

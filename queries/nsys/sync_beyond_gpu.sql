@@ -2,13 +2,13 @@
 -- the process's GPUs had nothing to do ("beyond GPU work"). Time blocked while a GPU of the
 -- process was busy is mostly harmless (the host waits for work it needs); time blocked while
 -- they were all idle is lost on both sides. The calls are those of nsa_blocking_call, as in
--- sync_calls; each call's busy time is the union of the GPU activity (nsa_gpu_activity) of its
+-- sync_calls; each call's busy time is the union of the GPU activity (gpu_timeline) of its
 -- process's devices inside the call, on the device that was busiest.
 -- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
 -- first steady step (nsa_steady) on: calls are clipped to that window (a call running across its
 -- start counts from there) and pid_span_ns starts there too. Reports without steps keep their
 -- whole run.
--- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
+-- reads cuda_api, gpu_timeline, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL one of ('steady'): NULL for the whole run; 'steady' for the steady state of reports with steps.
 -- col report_id INTEGER: workspace report id.
@@ -24,55 +24,41 @@ api AS (
     FROM cuda_api AS a LEFT JOIN win AS w USING (report_id)
     WHERE ($report_id IS NULL OR a.report_id = $report_id) AND (w.ws IS NULL OR a.end_ns > w.ws)
 ),
-act AS (
-    SELECT report_id, device_id, pid, start_ns, end_ns FROM nsa_gpu_activity($report_id)
+devs AS (
+    SELECT DISTINCT report_id, pid, device_id FROM gpu_timeline WHERE ($report_id IS NULL OR report_id = $report_id)
 ),
-devs AS (SELECT DISTINCT report_id, pid, device_id FROM act),
 calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, end_ns - start_ns AS duration_ns, name,
            row_number() OVER () AS call_id
     FROM api
     WHERE nsa_blocking_call(name) IS NOT NULL
 ),
--- each call's start and end as probe rows on each GPU of its process, placed after the
--- activities that start at the same time (end_ns NULL: a probe adds nothing)
+-- each call's start and end as probes on each GPU of its process
 probes AS (
-    SELECT c.report_id, d.device_id, t.probe_ns AS start_ns, CAST(NULL AS BIGINT) AS end_ns, c.call_id, t.side
+    SELECT c.report_id, coalesce(d.device_id, -1) AS dev, t.probe_ns, c.call_id, t.side
     FROM calls AS c
     JOIN devs AS d ON d.report_id = c.report_id AND d.pid = c.pid
     CROSS JOIN LATERAL (VALUES (c.start_ns, -1), (c.end_ns, 1)) AS t(probe_ns, side)
 ),
-rows AS (
-    SELECT report_id, device_id, start_ns, end_ns, NULL AS call_id, 0 AS side FROM act
-    UNION ALL
-    SELECT * FROM probes
-),
--- one sorted pass per device: prev_end is the latest end before the row, and each activity adds
--- to the busy union the part of it not covered before
-o AS (
-    SELECT *, max(end_ns) OVER (
-        PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_end
-    FROM rows
-),
--- at a probe at time t: busy_to is the union of the activities starting by t, and all of
--- [t, prev_end] is covered (by the activity ending at prev_end), so busy time up to t is
--- busy_to - (prev_end - t) when prev_end > t
+-- the busy time up to a probe at time t, from the last activity of the device starting by t
+-- (gpu_timeline's last_at_start row: one per start time): busy_through_ns is the union of the
+-- activities starting by t, and all of [t, end_through_ns] is covered (by the activity ending
+-- there), so the busy time up to t is busy_through_ns - (end_through_ns - t) when that ends
+-- after t. An ASOF join never matches NULL keys: a NULL device is keyed -1 (CUDA device ids are
+-- never negative).
 b AS (
-    SELECT call_id, device_id, side,
-           coalesce(busy_to, 0) - greatest(0, coalesce(prev_end, start_ns) - start_ns) AS busy_until
-    FROM (
-        SELECT *, sum(CASE WHEN call_id IS NULL THEN nsa_union_ns(end_ns, start_ns, prev_end) END) OVER (
-            PARTITION BY report_id, device_id ORDER BY start_ns, call_id IS NOT NULL ROWS UNBOUNDED PRECEDING
-        ) AS busy_to
-        FROM o
-    )
-    WHERE call_id IS NOT NULL
+    SELECT p.call_id, p.dev, p.side,
+           coalesce(t.busy_through_ns - greatest(0, t.end_through_ns - p.probe_ns), 0) AS busy_until
+    FROM probes AS p
+    ASOF LEFT JOIN (
+        SELECT report_id, coalesce(device_id, -1) AS dev, start_ns, busy_through_ns, end_through_ns
+        FROM gpu_timeline
+        WHERE last_at_start AND ($report_id IS NULL OR report_id = $report_id)
+    ) AS t ON t.report_id = p.report_id AND t.dev = p.dev AND p.probe_ns >= t.start_ns
 ),
 per_call AS (
     SELECT call_id, max(busy_ns) AS busy_ns
-    FROM (SELECT call_id, device_id, sum(side * busy_until) AS busy_ns FROM b GROUP BY ALL)
+    FROM (SELECT call_id, dev, sum(side * busy_until) AS busy_ns FROM b GROUP BY ALL)
     GROUP BY ALL
 ),
 -- from cuda_api again rather than from api, so that api (with its names) has one reader and is

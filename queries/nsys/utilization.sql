@@ -7,14 +7,14 @@
 -- fill that the driver runs on a copy engine or as an internal kernel, depending on its size; it
 -- is traced as a memset either way). copy_busy_ns is the union of the memory operations and
 -- copy_only_ns the part of it during which no kernel ran (any_busy_ns - kernel_busy_ns), i.e.
--- copies not hidden behind compute; so any_busy_ns = kernel_busy_ns + copy_only_ns. Computed in
--- one sorted pass per device (running maxima of earlier kernel and copy ends), graph executions
--- in a pass of their own.
+-- copies not hidden behind compute; so any_busy_ns = kernel_busy_ns + copy_only_ns. Each union
+-- is a plain sum over the stored timeline (gpu_timeline: the running maxima of earlier kernel,
+-- graph and copy ends), with no sort.
 -- With phase 'steady', each report that has steps (table `steps`) is judged from the start of its
 -- first steady step (nsa_steady) to its last GPU activity: activities are clipped to that window
 -- and span_ns is its length; with 'startup', over the time before it. Reports without steps keep
 -- their whole span (column phase says 'run').
--- reads graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
+-- reads gpu_timeline, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL one of ('steady', 'startup'): NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
@@ -35,67 +35,26 @@ WITH win AS (
     FROM nsa_steady($report_id)
     WHERE $phase IN ('steady', 'startup')
 ),
+-- Clipping to the window needs no new pass: a row's part not covered by the rows before it is
+-- [greatest(start_ns, prev), end_ns]; these parts are disjoint and make up the union, so the
+-- union inside [ws, we] is the sum of those parts clipped to it. The running maxima are those of
+-- the unclipped rows: a row ending before ws (or starting after we) adds nothing either way.
+-- Rows that the window leaves out entirely (ending before ws, starting after we) are dropped.
 x AS (
     SELECT
-        g.report_id, g.device_id, g.kind,
-        CASE WHEN w.ws IS NOT NULL THEN greatest(g.start_ns, w.ws) ELSE g.start_ns END AS start_ns,
-        CASE WHEN w.we IS NOT NULL THEN least(g.end_ns, w.we) ELSE g.end_ns END AS end_ns,
+        t.report_id, t.device_id, t.kind,
+        CASE WHEN w.ws IS NOT NULL THEN greatest(t.start_ns, w.ws) ELSE t.start_ns END AS start_ns,
+        CASE WHEN w.we IS NOT NULL THEN least(t.end_ns, w.we) ELSE t.end_ns END AS end_ns,
+        greatest(t.prev_kernel_end_ns, t.prev_graph_end_ns) AS k_prev,
+        t.prev_copy_end_ns AS c_prev,
+        t.prev_graph_end_ns AS g_prev,
+        t.prev_end_ns AS a_prev,
         w.ws, w.we, w.report_id IS NOT NULL AS windowed
-    FROM nsa_gpu_activity($report_id) AS g
+    FROM gpu_timeline AS t
     LEFT JOIN win AS w USING (report_id)
-),
-a AS (
-    -- each class's end, NULL outside the class, computed once before the window
-    SELECT
-        report_id,
-        device_id,
-        start_ns,
-        end_ns,
-        ws,
-        we,
-        windowed,
-        CASE WHEN kind IN ('kernel', 'graph') THEN end_ns END AS k_end,
-        CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END AS c_end
-    FROM x
-    WHERE end_ns >= start_ns
-),
--- Rows are ordered by start only: rows starting together add max(their ends) - start to a union
--- in any order, and a sort on one key is cheaper (1.31M rows: 0.26 s -> 0.20 s on 2 cores). Two
--- running maxima: the latest end of all earlier rows is the larger of the two (every row is a
--- kernel or a copy), and each running maximum costs about as much as the sort.
-w AS (
-    SELECT
-        *,
-        max(k_end) OVER prev AS k_prev,
-        max(c_end) OVER prev AS c_prev
-    FROM a
-    WINDOW prev AS (
-        PARTITION BY report_id, device_id ORDER BY start_ns
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    )
-),
--- graph executions alone (usually none or few), clipped as in x: their own union. Read on their
--- own rather than from x, so that x has one reader and is never materialised.
-graphs AS (
-    SELECT report_id, device_id, sum(nsa_union_ns(end_ns, start_ns, g_prev)) AS graph_busy_ns
-    FROM (
-        SELECT *,
-               max(end_ns) OVER (
-                   PARTITION BY report_id, device_id ORDER BY start_ns
-                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-               ) AS g_prev
-        FROM (
-            SELECT
-                g.report_id, g.device_id,
-                CASE WHEN w.ws IS NOT NULL THEN greatest(g.start_ns, w.ws) ELSE g.start_ns END AS start_ns,
-                CASE WHEN w.we IS NOT NULL THEN least(g.end_ns, w.we) ELSE g.end_ns END AS end_ns
-            FROM nsa_gpu_activity($report_id) AS g
-            LEFT JOIN win AS w USING (report_id)
-            WHERE g.kind = 'graph'
-        )
-        WHERE end_ns >= start_ns
-    )
-    GROUP BY ALL
+    WHERE ($report_id IS NULL OR t.report_id = $report_id)
+        AND (w.ws IS NULL OR t.end_ns >= w.ws)
+        AND (w.we IS NULL OR t.start_ns <= w.we)
 ),
 d AS (
     SELECT
@@ -103,15 +62,16 @@ d AS (
         device_id,
         any_value(windowed) AS windowed,
         coalesce(any_value(we), max(end_ns)) - coalesce(any_value(ws), min(start_ns)) AS span_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE k_end IS NOT NULL), 0) AS kernel_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE c_end IS NOT NULL), 0) AS copy_busy_ns,
-        coalesce(sum(nsa_union_ns(end_ns, start_ns, greatest(k_prev, c_prev))), 0) AS any_busy_ns
-    FROM w
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, k_prev)) FILTER (WHERE kind IN ('kernel', 'graph')), 0) AS kernel_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, c_prev)) FILTER (WHERE kind IN ('memcpy', 'memset')), 0) AS copy_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, a_prev)), 0) AS any_busy_ns,
+        coalesce(sum(nsa_union_ns(end_ns, start_ns, g_prev)) FILTER (WHERE kind = 'graph'), 0) AS graph_busy_ns
+    FROM x
     GROUP BY ALL
 )
 SELECT
-    d.report_id,
-    d.device_id,
+    report_id,
+    device_id,
     CASE WHEN windowed THEN $phase ELSE 'run' END AS phase,
     CAST(span_ns AS BIGINT) AS span_ns,
     CAST(kernel_busy_ns AS BIGINT) AS kernel_busy_ns,
@@ -119,7 +79,6 @@ SELECT
     CAST(any_busy_ns AS BIGINT) AS any_busy_ns,
     CAST(span_ns - any_busy_ns AS BIGINT) AS idle_ns,
     CAST(any_busy_ns - kernel_busy_ns AS BIGINT) AS copy_only_ns,
-    CAST(coalesce(g.graph_busy_ns, 0) AS BIGINT) AS graph_busy_ns
+    CAST(graph_busy_ns AS BIGINT) AS graph_busy_ns
 FROM d
-LEFT JOIN graphs AS g ON g.report_id = d.report_id AND g.device_id IS NOT DISTINCT FROM d.device_id
-ORDER BY d.report_id, d.device_id
+ORDER BY report_id, device_id

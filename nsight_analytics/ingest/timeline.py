@@ -1,0 +1,183 @@
+"""The GPU timeline (`gpu_timeline`): every kernel, memcpy, memset and CUDA graph execution of a
+report in one table, each row with the running maxima of the ends of the activities before it on
+its device, worked out once on first use and stored.
+
+Those maxima cost one sort of the whole timeline (most of what `utilization`, `gaps`,
+`sync_beyond_gpu` and `small_kernel_storms` spent); with them stored, an idle gap is a filter, a
+union of intervals a plain sum (`nsa_union_ns`) and the busy time up to any instant one ASOF join.
+
+Worked out from the workspace's own rows (no source file), for every report whose GPU activity
+(kernel_rows, memcpy, memset, graph_executions) is not the one the stored timeline was made of:
+its rows are counted and their start and end times summed per report on both sides, so a report
+ingested, replaced or written by hand (tests, plugins) is worked out again on its next use,
+whatever reader wrote it. A read-only connection (or a Parquet dataset) works it out into a TEMP
+table for itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import duckdb
+
+from .. import params
+from ..timing import timed
+
+log = logging.getLogger(__name__)
+
+TABLE = "gpu_timeline"
+
+# The activities as the query macro nsa_gpu_activity lists them (rows without a start, or ending
+# before they start, cannot be placed on a timeline), with its labels but for the kernels, which
+# keep their name id (a million kernels share a few dozen names: no strings in their rows).
+_ACTIVITY = """
+SELECT report_id, device_id, 'kernel' AS kind, start_ns, end_ns, duration_ns, pid, stream_id,
+       correlation_id, name_id, CAST(NULL AS VARCHAR) AS label
+FROM kernel_rows WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
+UNION ALL
+SELECT report_id, device_id, 'memcpy', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
+       'memcpy ' || coalesce(direction, 'Unknown')
+FROM memcpy WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
+UNION ALL
+SELECT report_id, device_id, 'memset', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
+       'memset'
+FROM memset WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
+UNION ALL
+SELECT report_id, device_id, 'graph', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
+       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?')
+FROM graph_executions WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
+"""
+
+# One sort per device in (start_ns, end_ns) order for the running maxima (ROWS ... 1 PRECEDING:
+# the rows before this one) and the last row of each start time; a second ordered pass for the
+# running union. Rows tied on both start and end are in no particular order: every column a
+# query reads gives the same answer whichever comes first.
+_BUILD = """
+INSERT INTO gpu_timeline BY NAME
+WITH a AS ({activity}),
+m AS (
+    SELECT
+        *,
+        max(CASE WHEN kind = 'kernel' THEN end_ns END) OVER prev AS prev_kernel_end_ns,
+        max(CASE WHEN kind = 'graph' THEN end_ns END) OVER prev AS prev_graph_end_ns,
+        max(CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END) OVER prev AS prev_copy_end_ns,
+        lead(start_ns) OVER ord IS DISTINCT FROM start_ns AS last_at_start
+    FROM a
+    WINDOW
+        ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
+        prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+p AS (SELECT *, greatest(prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns) AS prev_end_ns FROM m)
+SELECT
+    report_id, device_id, kind, start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, name_id, label,
+    prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns,
+    CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) OVER (
+        PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
+    ) AS BIGINT) AS busy_through_ns,
+    greatest(end_ns, prev_end_ns) AS end_through_ns,
+    last_at_start
+FROM p
+"""
+
+# Per report: how many activities, and the sum of their start and end times, in the GPU tables
+# and in the stored timeline. A report whose two sides differ is (re)worked out.
+_SIGNATURE = """
+SELECT report_id, sum(n) AS n, sum(t) AS t FROM (
+    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t
+    FROM kernel_rows WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} GROUP BY report_id
+    UNION ALL
+    SELECT report_id, count(*), sum(start_ns) + sum(end_ns)
+    FROM memcpy WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} GROUP BY report_id
+    UNION ALL
+    SELECT report_id, count(*), sum(start_ns) + sum(end_ns)
+    FROM memset WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} GROUP BY report_id
+    UNION ALL
+    SELECT report_id, count(*), sum(start_ns) + sum(end_ns)
+    FROM graph_executions WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} GROUP BY report_id
+)
+GROUP BY report_id
+"""
+_STALE = """
+WITH src AS ({source}),
+have AS (
+    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t
+    FROM gpu_timeline WHERE true {only} GROUP BY report_id
+)
+SELECT report_id FROM src FULL JOIN have USING (report_id)
+WHERE src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t
+ORDER BY report_id
+"""
+
+
+def _only(report_ids: list[int] | None) -> str:
+    if report_ids is None:
+        return ""
+    return f"AND report_id IN ({', '.join(str(int(r)) for r in report_ids) or 'NULL'})"
+
+
+def stale(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> list[int]:
+    """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date."""
+    ids = None if report_ids is None else [int(r) for r in report_ids]
+    only = _only(ids)
+    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only)
+    return [int(r) for (r,) in con.execute(sql).fetchall()]
+
+
+def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
+    """Does this connection write gpu_timeline where it reads it: a writable workspace's stored
+    table, or a TEMP copy made earlier (not a dataset's view, nor a read-only file)?"""
+    kinds = {
+        (bool(temp), str(kind))
+        for temp, kind in params.execute(
+            con,
+            "SELECT temporary, 'table' FROM duckdb_tables() WHERE table_name = $t "
+            "UNION ALL SELECT temporary, 'view' FROM duckdb_views() WHERE view_name = $t",
+            {"t": TABLE},
+        ).fetchall()
+    }
+    if (True, "table") in kinds:
+        return True
+    read_only = params.first_row(con.execute("SELECT current_setting('access_mode') = 'read_only'"))[0]
+    return (False, "table") in kinds and not read_only
+
+
+def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> int:
+    """Work out the timeline of every report (of `report_ids`, default all) whose stored one is
+    missing or out of date; returns how many reports were worked out."""
+    todo = stale(con, report_ids)
+    if not todo:
+        return 0
+    if not _stored_table(con):  # read-only file or dataset: this connection's own copy
+        stored = params.first_row(con.execute("SELECT current_database()"))[0]
+        cols = "* EXCLUDE (rowid)" if _has_rowid(con, stored) else "*"
+        con.execute(f'CREATE TEMP TABLE {TABLE} AS SELECT {cols} FROM "{stored}".main.{TABLE}')
+    only = _only(todo)
+    which = ", ".join(str(r) for r in todo)
+    with timed(log, f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"):
+        try:
+            con.execute("BEGIN TRANSACTION")
+            own = True
+        except duckdb.TransactionException:  # the caller's transaction: its commit keeps the rows
+            own = False
+        try:
+            con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
+            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only)))
+            if own:
+                con.execute("COMMIT")
+        except BaseException:
+            if own:
+                con.execute("ROLLBACK")
+            raise
+    return len(todo)
+
+
+def _has_rowid(con: duckdb.DuckDBPyConnection, database: str) -> bool:
+    """A dataset's views carry a `rowid` column of their own (dataset.ROWID)."""
+    return bool(
+        params.execute(
+            con,
+            "SELECT 1 FROM duckdb_columns() WHERE database_name = $d AND table_name = $t AND column_name = 'rowid'",
+            {"d": database, "t": TABLE},
+        ).fetchall()
+    )

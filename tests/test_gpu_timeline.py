@@ -1,0 +1,190 @@
+"""The stored GPU timeline (gpu_timeline): its running maxima checked against plain Python over the
+same rows, worked out again when a report's GPU rows change, and read-only connections working it
+out for themselves."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import nsight_analytics as nsa
+from nsight_analytics import api
+from nsight_analytics.ingest import timeline
+from rows import insert, union_within
+
+# device 0: two overlapping kernels, a memcpy and a memset inside a gap, a graph replay, rows tied
+# on start (and on start and end), one row without a start and one ending before it starts;
+# device 1: one kernel; a NULL device: one memcpy
+KERNELS = [
+    dict(report_id=1, device_id=0, pid=5, start_ns=0, end_ns=100, duration_ns=100, name="a"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=50, end_ns=150, duration_ns=100, name="b"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=400, end_ns=420, duration_ns=20, name="a"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=400, end_ns=420, duration_ns=20, name="b"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=400, end_ns=410, duration_ns=10, name="a"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=None, end_ns=900, duration_ns=None, name="a"),
+    dict(report_id=1, device_id=0, pid=5, start_ns=950, end_ns=940, duration_ns=-10, name="a"),
+    dict(report_id=1, device_id=1, pid=5, start_ns=10, end_ns=30, duration_ns=20, name="a"),
+]
+MEMCPY = [
+    dict(report_id=1, device_id=0, pid=5, start_ns=200, end_ns=260, duration_ns=60, direction="HtoD"),
+    dict(report_id=1, device_id=None, pid=5, start_ns=5, end_ns=6, duration_ns=1, direction="DtoH"),
+]
+MEMSET = [dict(report_id=1, device_id=0, pid=5, start_ns=250, end_ns=300, duration_ns=50)]
+GRAPHS = [dict(report_id=1, device_id=0, pid=5, start_ns=500, end_ns=700, duration_ns=200, graph_id=3)]
+
+
+def _fill(con) -> None:
+    insert(con, "kernels", KERNELS)
+    insert(con, "memcpy", MEMCPY)
+    insert(con, "memset", MEMSET)
+    insert(con, "graph_executions", GRAPHS)
+
+
+def _expected() -> list[tuple]:
+    """Every placeable row with the maxima of the rows before it (start, then end order; among
+    rows tied on both, whichever order: their maxima are the same but for the tie itself)."""
+    rows = [(r["device_id"], "kernel", r["start_ns"], r["end_ns"]) for r in KERNELS]
+    rows += [(r["device_id"], "memcpy", r["start_ns"], r["end_ns"]) for r in MEMCPY]
+    rows += [(r["device_id"], "memset", r["start_ns"], r["end_ns"]) for r in MEMSET]
+    rows += [(r["device_id"], "graph", r["start_ns"], r["end_ns"]) for r in GRAPHS]
+    rows = [r for r in rows if r[2] is not None and r[3] >= r[2]]
+    out = []
+    for dev, kind, s, e in rows:
+        before = [r for r in rows if r[0] == dev and (r[2], r[3]) < (s, e)]
+
+        def last(kinds: tuple[str, ...], before=before) -> int | None:
+            ends = [r[3] for r in before if r[1] in kinds]
+            return max(ends) if ends else None
+
+        everything = last(("kernel", "memcpy", "memset", "graph"))
+        through = [r for r in rows if r[0] == dev and r[2] <= s]
+        out.append(
+            (dev, kind, s, e, everything, last(("kernel",)), last(("graph",)), last(("memcpy", "memset")),
+             union_within([(r[2], r[3]) for r in through]), max(r[3] for r in through))
+        )  # fmt: skip
+    return sorted(out, key=lambda r: (r[0] is None, r[0] or 0, r[2], r[3], r[1]))
+
+
+def _timeline(con) -> list[tuple]:
+    # for rows tied on start_ns, the last one's running values cover them all: compare those
+    return con.execute(
+        "SELECT device_id, kind, start_ns, end_ns, prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, "
+        "prev_copy_end_ns, max(busy_through_ns) OVER w, max(end_through_ns) OVER w FROM gpu_timeline "
+        "WINDOW w AS (PARTITION BY report_id, device_id, start_ns) "
+        "ORDER BY device_id NULLS LAST, start_ns, end_ns, kind"
+    ).fetchall()
+
+
+def test_running_maxima_and_union_match_python(workspace) -> None:
+    _fill(workspace)
+    nsa.query(workspace, "utilization")  # works the timeline out
+    got, want = _timeline(workspace), _expected()
+    # rows tied on start and end: the maxima before each depend on which comes first
+    ties = {
+        (r[0], r[2], r[3]) for r in want if sum((w[0], w[2], w[3]) == (r[0], r[2], r[3]) for w in want) > 1
+    }
+    assert [r for r in got if (r[0], r[2], r[3]) not in ties] == [
+        r for r in want if (r[0], r[2], r[3]) not in ties
+    ]
+    tied = [r for r in got if (r[0], r[2], r[3]) in ties]
+    assert len(tied) == 2 and {r[4] for r in tied} == {410, 420}  # the first sees 410, the second its twin
+    last = workspace.execute(
+        "SELECT count(*) FILTER (WHERE last_at_start), count(DISTINCT (device_id, start_ns)) FROM gpu_timeline"
+    ).fetchone()
+    assert last[0] == last[1]
+
+
+def test_reworked_when_the_rows_change(workspace) -> None:
+    _fill(workspace)
+    first = nsa.query(workspace, "utilization").fetchall()
+    assert timeline.stale(workspace) == []
+    insert(
+        workspace,
+        "kernels",
+        [dict(report_id=1, device_id=0, pid=5, start_ns=300, end_ns=400, duration_ns=100, name="c")],
+    )
+    assert timeline.stale(workspace) == [1]
+    second = {r[1]: r for r in nsa.query(workspace, "utilization").fetchall()}
+    assert second[0][6] == {r[1]: r for r in first}[0][6] + 100  # any_busy_ns: [300, 400] was idle
+    insert(
+        workspace,
+        "kernels",
+        [dict(report_id=2, device_id=0, pid=5, start_ns=0, end_ns=7, duration_ns=7, name="a")],
+    )
+    assert timeline.stale(workspace) == [2]
+    workspace.execute("UPDATE kernel_rows SET end_ns = 9 WHERE report_id = 2")  # same count, other times
+    assert timeline.stale(workspace) == [2]
+    assert nsa.query(workspace, "utilization", report_id=2).fetchall()[0][6] == 9
+    workspace.execute("DELETE FROM kernel_rows WHERE report_id = 2")
+    assert timeline.stale(workspace) == [2]  # rows of a report that has none left are dropped
+    nsa.query(workspace, "utilization").fetchall()
+    assert workspace.execute("SELECT count(*) FROM gpu_timeline WHERE report_id = 2").fetchone() == (0,)
+
+
+def test_a_read_only_copy_works_it_out_for_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    _fill(con)
+    want = nsa.query(con, "utilization").fetchall()
+    con.execute("DELETE FROM gpu_timeline")  # as a workspace made before the table existed
+    con.close()
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    shutil.copy(tmp_path / "w.duckdb", folder / "w.duckdb")
+    (folder / "w.duckdb").chmod(0o444)
+    folder.chmod(0o555)
+    if os.geteuid() == 0:  # root ignores the write bits: api.writable is told what a user would see
+        real = api.writable
+        monkeypatch.setattr(api, "writable", lambda db=None: real(db) and Path(db or "").parent != folder)
+    try:
+        ro = api.reader(folder / "w.duckdb", needs={"gpu_timeline"})
+        try:
+            assert nsa.query(ro, "utilization").fetchall() == want
+            assert ro.execute("SELECT count(*) FROM w.main.gpu_timeline").fetchone() == (
+                0,
+            )  # the file: unchanged
+        finally:
+            ro.close()
+    finally:
+        folder.chmod(0o755)
+    # a writable one stores it, for every later reader
+    ro = api.reader(tmp_path / "w.duckdb", needs={"gpu_timeline"})
+    try:
+        assert ro.execute("SELECT count(*) FROM gpu_timeline").fetchone()[0] == 10
+        assert nsa.query(ro, "utilization").fetchall() == want
+    finally:
+        ro.close()
+
+
+def test_utilization_is_the_python_union(workspace) -> None:
+    _fill(workspace)
+    got = {r[1]: r for r in nsa.query(workspace, "utilization").fetchall()}
+    dev0 = [(r["start_ns"], r["end_ns"]) for t in (KERNELS, MEMCPY, MEMSET, GRAPHS) for r in t
+            if r["device_id"] == 0 and r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]  # fmt: skip
+    assert got[0][3] == 700 and got[0][6] == union_within(dev0)  # span_ns, any_busy_ns
+
+
+def test_a_dataset_carries_it_and_an_older_one_works_it_out(tmp_path: Path) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    _fill(con)
+    insert(con, "reports", [dict(report_id=1, format="nsys", source_path="a.sqlite", sha256="ab")])
+    want = nsa.query(con, "utilization").fetchall()
+    con.execute("DELETE FROM gpu_timeline")  # export works it out first
+    con.close()
+    api.export(tmp_path / "ds", db=tmp_path / "w.duckdb")
+    assert list((tmp_path / "ds" / "gpu_timeline").rglob("*.parquet"))
+    ds = api.connect(tmp_path / "ds")
+    try:
+        assert timeline.stale(ds) == []
+        assert nsa.query(ds, "utilization").fetchall() == want
+    finally:
+        ds.close()
+    shutil.rmtree(tmp_path / "ds" / "gpu_timeline")  # as written by an nsa without the table
+    ds = api.connect(tmp_path / "ds")
+    try:
+        assert timeline.stale(ds) == [1]
+        assert nsa.query(ds, "utilization").fetchall() == want  # worked out into a TEMP table
+    finally:
+        ds.close()
