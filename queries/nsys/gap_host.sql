@@ -30,7 +30,9 @@
 -- innermost, another name), the one that holds most of its time. Linear: the gaps in one sorted
 -- pass, the clipping by ASOF joins against the running total of gap time per thread (a second
 -- only for activities that span a gap's start), the nesting by one sorted sweep per thread and
--- source over the activities that overlap the gaps.
+-- source over the activities that overlap the gaps. The sorts carry numbers only: one key per
+-- launching thread and device, an activity's source with its name id (calls) or row (ranges, ops
+-- and frames, whose names are looked up for those that overlap the gaps only).
 -- reads cpu_ops, cpu_samples, cuda_api, gpu_timeline, host_waits, kernel_rows, nvtx_ranges, osrt_api, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
@@ -58,30 +60,36 @@ totals AS (
     FROM gap
     GROUP BY ALL
 ),
-launch AS (SELECT * FROM gap WHERE global_tid IS NOT NULL),
+attributed AS (
+    SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS attributed_ns
+    FROM gap
+    WHERE global_tid IS NOT NULL
+    GROUP BY ALL
+),
+-- the launching threads, one number (tk) per report, device and thread: the one key of the sorts
+-- below (a thread that launched work on two devices is two)
+threads AS (
+    SELECT report_id, dev, global_tid, row_number() OVER (ORDER BY report_id, dev, global_tid) AS tk
+    FROM (SELECT DISTINCT report_id, dev, global_tid FROM gap WHERE global_tid IS NOT NULL)
+),
 -- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus
 -- the part of that gap before t
 cum AS (
-    SELECT report_id, dev, global_tid, gap_start_ns, gap_end_ns,
-           coalesce(sum(gap_end_ns - gap_start_ns) OVER w, 0) AS before_ns,
-           lead(gap_start_ns) OVER (PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns) AS next_start_ns
-    FROM launch
-    WINDOW w AS (
-        PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    )
+    SELECT t.tk, g.gap_start_ns, g.gap_end_ns,
+           CAST(coalesce(sum(g.gap_end_ns - g.gap_start_ns) OVER w, 0) AS BIGINT) AS before_ns,
+           lead(g.gap_start_ns) OVER (PARTITION BY t.tk ORDER BY g.gap_start_ns) AS next_start_ns
+    FROM gap AS g
+    JOIN threads AS t USING (report_id, dev, global_tid)
+    WINDOW w AS (PARTITION BY t.tk ORDER BY g.gap_start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
-attributed AS (
-    SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS attributed_ns FROM cum GROUP BY ALL
-),
-threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
 -- the activities' names as numbers (nid), so that the sorts and sums below carry no strings:
--- src 0 cuda, 1 osrt, 5 mpi (calls, flat), 2 nvtx, 3 cpu_op, 4 python (they nest)
+-- src 0 cuda, 1 osrt, 5 mpi (calls, flat; numbered here, from 1), 2 nvtx, 3 cpu_op, 4 python
+-- (they nest; numbered below, negative, for those that overlap the gaps only)
 sources AS (
     SELECT * FROM (VALUES (0, 'cuda'), (1, 'osrt'), (5, 'mpi'), (2, 'nvtx'), (3, 'cpu_op'), (4, 'python'))
         AS v(src, source)
 ),
-names AS (
+call_names AS (
     SELECT src, name, row_number() OVER (ORDER BY src, name) AS nid
     FROM (
         SELECT DISTINCT 0 AS src, name FROM cuda_api WHERE $report_id IS NULL OR report_id = $report_id
@@ -90,98 +98,131 @@ names AS (
         UNION ALL
         SELECT DISTINCT 5, name FROM host_waits
         WHERE ($report_id IS NULL OR report_id = $report_id) AND source = 'mpi'
-        UNION ALL
-        SELECT DISTINCT 2, coalesce(base_name, name) FROM nvtx_ranges
-        WHERE $report_id IS NULL OR report_id = $report_id
-        UNION ALL
-        SELECT DISTINCT CASE WHEN category = 'python_function' THEN 4 ELSE 3 END, name FROM cpu_ops
-        WHERE $report_id IS NULL OR report_id = $report_id
     )
     WHERE name IS NOT NULL
 ),
--- the activities of the launching threads, narrow for the sorts; row = rowid, nid NULL for a
--- NULL name
+-- the activities of the launching threads, narrow for the sorts: tk, start_ns, end_ns and key,
+-- the source (key % 8) and, for a call, its nid (key // 8; 0 for a NULL name) or, for a range,
+-- op or frame, its rowid in its table (key // 8)
 host AS (
-    SELECT c.report_id, c.global_tid, c.start_ns, c.end_ns, 0 AS src, c.rowid AS row, n.nid
+    SELECT t.tk, c.start_ns, c.end_ns, coalesce(n.nid, 0) * 8 AS key
     FROM cuda_api AS c
-    LEFT JOIN names AS n ON n.src = 0 AND n.name = c.name
-    WHERE $report_id IS NULL OR c.report_id = $report_id
+    JOIN threads AS t ON t.report_id = c.report_id AND t.global_tid = c.global_tid
+    LEFT JOIN call_names AS n ON n.src = 0 AND n.name = c.name
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.end_ns >= c.start_ns
     UNION ALL
-    SELECT o.report_id, o.global_tid, o.start_ns, o.end_ns, 1 AS src, o.rowid AS row, n.nid
+    SELECT t.tk, o.start_ns, o.end_ns, coalesce(n.nid, 0) * 8 + 1 AS key
     FROM osrt_api AS o
-    LEFT JOIN names AS n ON n.src = 1 AND n.name = o.name
-    WHERE $report_id IS NULL OR o.report_id = $report_id
+    JOIN threads AS t ON t.report_id = o.report_id AND t.global_tid = o.global_tid
+    LEFT JOIN call_names AS n ON n.src = 1 AND n.name = o.name
+    WHERE ($report_id IS NULL OR o.report_id = $report_id) AND o.end_ns >= o.start_ns
     UNION ALL
-    SELECT w.report_id, w.global_tid, w.start_ns, w.end_ns, 5 AS src, w.rowid AS row, n.nid
+    SELECT t.tk, w.start_ns, w.end_ns, coalesce(n.nid, 0) * 8 + 5 AS key
     FROM host_waits AS w
-    LEFT JOIN names AS n ON n.src = 5 AND n.name = w.name
-    WHERE ($report_id IS NULL OR w.report_id = $report_id) AND w.source = 'mpi'
+    JOIN threads AS t ON t.report_id = w.report_id AND t.global_tid = w.global_tid
+    LEFT JOIN call_names AS n ON n.src = 5 AND n.name = w.name
+    WHERE ($report_id IS NULL OR w.report_id = $report_id) AND w.source = 'mpi' AND w.end_ns >= w.start_ns
     UNION ALL
-    SELECT r.report_id, r.global_tid, r.start_ns, r.end_ns, 2 AS src, r.rowid AS row, n.nid
+    SELECT t.tk, r.start_ns, r.end_ns, r.rowid * 8 + 2 AS key
     FROM nvtx_ranges AS r
-    LEFT JOIN names AS n ON n.src = 2 AND n.name = coalesce(r.base_name, r.name)
+    JOIN threads AS t ON t.report_id = r.report_id AND t.global_tid = r.global_tid
     ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
         ON s.report_id = r.report_id AND s.series = r.global_tid AND s.start_ns = r.start_ns AND s.end_ns = r.end_ns
-    WHERE ($report_id IS NULL OR r.report_id = $report_id) AND r.end_ns IS NOT NULL
+    WHERE ($report_id IS NULL OR r.report_id = $report_id) AND r.end_ns >= r.start_ns
         AND r.report_id NOT IN (SELECT DISTINCT report_id FROM cpu_ops)
     UNION ALL
-    SELECT p.report_id, p.global_tid, p.start_ns, p.end_ns,
-           CASE WHEN p.category = 'python_function' THEN 4 ELSE 3 END AS src, p.rowid AS row, n.nid
+    SELECT t.tk, p.start_ns, p.end_ns,
+           p.rowid * 8 + CASE WHEN p.category = 'python_function' THEN 4 ELSE 3 END AS key
     FROM cpu_ops AS p
-    LEFT JOIN names AS n
-        ON n.src = CASE WHEN p.category = 'python_function' THEN 4 ELSE 3 END AND n.name = p.name
+    JOIN threads AS t ON t.report_id = p.report_id AND t.global_tid = p.global_tid
     ANTI JOIN (SELECT * FROM steps WHERE source = 'nvtx') AS s
         ON s.report_id = p.report_id AND s.series = p.global_tid AND s.start_ns = p.start_ns AND s.end_ns = p.end_ns
-    WHERE $report_id IS NULL OR p.report_id = $report_id
+    WHERE ($report_id IS NULL OR p.report_id = $report_id) AND p.end_ns >= p.start_ns
 ),
 -- G at each activity's start; at its end too when it ends before the next gap starts (most do)
 at_start AS (
-    SELECT h.report_id, t.dev, h.global_tid, h.src, h.row, h.nid, h.start_ns, h.end_ns,
+    SELECT h.tk, h.key, h.start_ns, h.end_ns,
            coalesce(a.before_ns + least(greatest(h.start_ns - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g_start,
            CASE
                WHEN a.gap_start_ns IS NOT NULL AND h.end_ns < coalesce(a.next_start_ns, 9223372036854775807)
                    THEN a.before_ns + least(greatest(h.end_ns - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns)
            END AS g_end_near
     FROM host AS h
-    JOIN threads AS t USING (report_id, global_tid)
-    ASOF LEFT JOIN cum AS a
-        ON a.report_id = h.report_id AND a.dev = t.dev AND a.global_tid = h.global_tid AND h.start_ns >= a.gap_start_ns
-    WHERE h.end_ns >= h.start_ns
+    ASOF LEFT JOIN cum AS a ON a.tk = h.tk AND h.start_ns >= a.gap_start_ns
 ),
 -- the rest (an activity that starts before the first gap or spans a gap's start): G at its end
 at_end AS (
-    SELECT x.report_id, x.dev, x.global_tid, x.src, x.row, x.nid, x.start_ns, x.end_ns, x.g_start,
+    SELECT x.tk, x.key, x.start_ns, x.end_ns, x.g_start,
            coalesce(b.before_ns + least(greatest(x.end_ns - b.gap_start_ns, 0), b.gap_end_ns - b.gap_start_ns), 0) AS g_end
     FROM (SELECT * FROM at_start WHERE g_end_near IS NULL) AS x
-    ASOF LEFT JOIN cum AS b
-        ON b.report_id = x.report_id AND b.dev = x.dev AND b.global_tid = x.global_tid AND x.end_ns >= b.gap_start_ns
+    ASOF LEFT JOIN cum AS b ON b.tk = x.tk AND x.end_ns >= b.gap_start_ns
 ),
 overlapping AS (
-    SELECT report_id, dev, global_tid, src, row, nid, start_ns, end_ns, g_start, g_end_near AS g_end
+    SELECT tk, key, start_ns, end_ns, g_start, g_end_near AS g_end
     FROM at_start
     WHERE g_end_near > g_start
     UNION ALL
     SELECT * FROM at_end WHERE g_end > g_start
 ),
+-- the calls (cuda, osrt, mpi) that overlap the gaps
+flat AS NOT MATERIALIZED (
+    SELECT tk, key % 8 AS src, nullif(key // 8, 0) AS nid, start_ns, end_ns, g_start, g_end
+    FROM overlapping
+    WHERE key % 8 IN (0, 1, 5)
+),
+-- the ranges, ops and frames that overlap the gaps, with their names (row: rowid in their table)
+nested AS (
+    SELECT o.tk, 2 AS src, o.key // 8 AS row, o.start_ns, o.end_ns, o.g_start, o.g_end,
+           coalesce(r.base_name, r.name) AS name
+    FROM (SELECT * FROM overlapping WHERE key % 8 = 2) AS o
+    JOIN nvtx_ranges AS r ON r.rowid = o.key // 8
+    UNION ALL
+    SELECT o.tk, o.key % 8 AS src, o.key // 8 AS row, o.start_ns, o.end_ns, o.g_start, o.g_end, p.name
+    FROM (SELECT * FROM overlapping WHERE key % 8 IN (3, 4)) AS o
+    JOIN cpu_ops AS p ON p.rowid = o.key // 8
+),
+nested_names AS (
+    SELECT src, name, -row_number() OVER (ORDER BY src, name) AS nid
+    FROM (SELECT DISTINCT src, name FROM nested WHERE name IS NOT NULL)
+),
+names AS (SELECT * FROM call_names UNION ALL SELECT * FROM nested_names),
 -- the launching threads' calls that put work on the GPU (kernel, graph, copy and memset
--- launches), numbered in time per thread
-calls AS (
-    SELECT c.report_id, c.global_tid, c.start_ns,
-           row_number() OVER (PARTITION BY c.report_id, c.global_tid ORDER BY c.start_ns) AS n
+-- launches), on the threads with ranges, ops or frames in the gaps
+launches AS (
+    SELECT t.tk, c.start_ns
     FROM cuda_api AS c
-    SEMI JOIN (SELECT DISTINCT report_id, global_tid FROM threads) AS t
-        ON t.report_id = c.report_id AND t.global_tid = c.global_tid
+    JOIN threads AS t ON t.report_id = c.report_id AND t.global_tid = c.global_tid
+    SEMI JOIN (SELECT DISTINCT tk FROM nested) AS x ON x.tk = t.tk
     WHERE ($report_id IS NULL OR c.report_id = $report_id)
         AND (contains(c.name, 'Launch') OR contains(c.name, 'Memcpy') OR contains(c.name, 'Memset'))
         AND NOT contains(c.name, 'HostFunc')
 ),
--- the ranges, ops and frames, and whether each encloses two or more launches (calls never count
--- as enclosing: they stay in `overlapping` alone, not copied)
+-- the ranges, ops and frames that enclose two or more launches (calls never count as enclosing:
+-- they stay in `flat`): the launches started before each one's start (kind 0, ahead of a launch
+-- at the same time) and by its end (kind 2, after), counted in one pass per thread
+enclosing AS (
+    SELECT tk, src, row
+    FROM (
+        SELECT *, sum(CASE WHEN kind = 1 THEN 1 ELSE 0 END) OVER (
+            PARTITION BY tk ORDER BY t, kind ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS n
+        FROM (
+            SELECT tk, start_ns AS t, 0 AS kind, src, row FROM nested
+            UNION ALL
+            SELECT tk, start_ns, 1, NULL, NULL FROM launches
+            UNION ALL
+            SELECT tk, end_ns, 2, src, row FROM nested
+        )
+        QUALIFY kind <> 1
+    )
+    GROUP BY ALL
+    HAVING max(n) FILTER (WHERE kind = 2) - max(n) FILTER (WHERE kind = 0) >= 2
+),
 inside AS (
-    SELECT x.*, coalesce(e.n, 0) - coalesce(s.n, 0) >= 2 AS encloses
-    FROM (SELECT * FROM overlapping WHERE src IN (2, 3, 4)) AS x
-    ASOF LEFT JOIN calls AS e ON e.report_id = x.report_id AND e.global_tid = x.global_tid AND x.end_ns >= e.start_ns
-    ASOF LEFT JOIN calls AS s ON s.report_id = x.report_id AND s.global_tid = x.global_tid AND x.start_ns > s.start_ns
+    SELECT x.tk, x.src, x.row, x.start_ns, x.end_ns, x.g_start, x.g_end, n.nid, e.row IS NOT NULL AS encloses
+    FROM nested AS x
+    LEFT JOIN nested_names AS n USING (src, name)
+    LEFT JOIN enclosing AS e USING (tk, src, row)
 ),
 -- in_gaps_ns: the instances that enclose no launches, the nested instances of one name merged
 -- (from G at the latest end before an instance, where it overlaps that one)
@@ -192,18 +233,19 @@ kept AS (
     FROM inside
     WHERE NOT encloses
     WINDOW w AS (
-        PARTITION BY report_id, dev, global_tid, src, nid ORDER BY start_ns, end_ns DESC, row
+        PARTITION BY tk, src, nid ORDER BY start_ns, end_ns DESC, row
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     )
 ),
 merged AS (
-    SELECT report_id, dev, src, nid,
+    SELECT t.report_id, t.dev, k.src, k.nid,
            sum(CASE
-               WHEN prev_end IS NULL OR start_ns >= prev_end THEN g_end - g_start
-               WHEN end_ns <= prev_end THEN 0
-               ELSE g_end - g_prev_end
+               WHEN k.prev_end IS NULL OR k.start_ns >= k.prev_end THEN k.g_end - k.g_start
+               WHEN k.end_ns <= k.prev_end THEN 0
+               ELSE k.g_end - k.g_prev_end
            END) AS in_gaps_ns
-    FROM kept
+    FROM kept AS k
+    JOIN threads AS t USING (tk)
     GROUP BY ALL
 ),
 -- the nesting, per thread and source (the activities of one source nest properly; across sources
@@ -211,10 +253,10 @@ merged AS (
 -- (+1) and ends (-1), ends before starts at the same time, outer starts before inner ones, inner
 -- ends before outer ones; calls (cuda, osrt, mpi) do not nest
 events AS (
-    SELECT report_id, dev, global_tid, src, nid, start_ns AS t, 1 AS step, -end_ns AS tie, row AS key, g_start AS g
+    SELECT tk, src, nid, start_ns AS t, 1 AS step, -end_ns AS tie, row AS key, g_start AS g
     FROM inside
     UNION ALL
-    SELECT report_id, dev, global_tid, src, nid, end_ns AS t, -1 AS step, -start_ns AS tie, -row AS key, g_end AS g
+    SELECT tk, src, nid, end_ns AS t, -1 AS step, -start_ns AS tie, -row AS key, g_end AS g
     FROM inside
 ),
 sweep AS (
@@ -223,43 +265,52 @@ sweep AS (
            row_number() OVER w AS seq,
            lead(g) OVER w AS g_next
     FROM events
-    WINDOW w AS (PARTITION BY report_id, dev, global_tid, src ORDER BY t, step, tie, key)
+    WINDOW w AS (PARTITION BY tk, src ORDER BY t, step, tie, key)
 ),
 starts AS (
-    SELECT report_id, dev, global_tid, src, nid, seq, open_after - 1 AS depth
+    SELECT tk, src, nid, seq, open_after - 1 AS depth
     FROM sweep
     WHERE step = 1
 ),
 -- after each event, the innermost open activity of the source: the latest to start at the depth
 -- still open (nid NULL when none is)
 innermost AS (
-    SELECT s.report_id, s.dev, s.global_tid, s.src, s.t, s.seq, s.g, s.g_next, o.nid
+    SELECT s.tk, s.src, s.t, s.seq, s.g, s.g_next, o.nid
     FROM sweep AS s
     ASOF LEFT JOIN starts AS o
-        ON o.report_id = s.report_id AND o.dev = s.dev AND o.global_tid = s.global_tid AND o.src = s.src
-        AND o.depth = s.open_after - 1 AND s.seq >= o.seq
+        ON o.tk = s.tk AND o.src = s.src AND o.depth = s.open_after - 1 AND s.seq >= o.seq
 ),
 self AS (
-    SELECT report_id, dev, src, nid, sum(g_next - g) AS self_ns
-    FROM innermost
-    WHERE nid IS NOT NULL AND g_next > g
+    SELECT t.report_id, t.dev, i.src, i.nid, sum(i.g_next - i.g) AS self_ns
+    FROM innermost AS i
+    JOIN threads AS t USING (tk)
+    WHERE i.nid IS NOT NULL AND i.g_next > i.g
     GROUP BY ALL
     UNION ALL
-    SELECT report_id, dev, src, nid, sum(g_end - g_start) FROM overlapping WHERE src IN (0, 1, 5) GROUP BY ALL
+    SELECT t.report_id, t.dev, f.src, f.nid, sum(f.g_end - f.g_start)
+    FROM flat AS f
+    JOIN threads AS t USING (tk)
+    GROUP BY ALL
 ),
 shape AS (
-    SELECT report_id, dev, src, nid, count(*) AS instances, min(depth) AS depth FROM starts GROUP BY ALL
+    SELECT t.report_id, t.dev, s.src, s.nid, count(*) AS instances, min(s.depth) AS depth
+    FROM starts AS s
+    JOIN threads AS t USING (tk)
+    GROUP BY ALL
     UNION ALL
-    SELECT report_id, dev, src, nid, count(*), 0 FROM overlapping WHERE src IN (0, 1, 5) GROUP BY ALL
+    SELECT t.report_id, t.dev, f.src, f.nid, count(*), 0
+    FROM flat AS f
+    JOIN threads AS t USING (tk)
+    GROUP BY ALL
 ),
 -- the parent: the innermost NVTX range or profiler op open just before an activity starts (its own
 -- source's parent for a range or op), summed over the instances in in_gaps_ns; named_open is
 -- what is innermost after each time, numbered in time per thread
 named_open AS (
-    SELECT *, row_number() OVER (PARTITION BY report_id, dev, global_tid ORDER BY t) AS open_seq
+    SELECT *, row_number() OVER (PARTITION BY tk ORDER BY t) AS open_seq
     FROM innermost
     WHERE src IN (2, 3)
-    QUALIFY row_number() OVER (PARTITION BY report_id, dev, global_tid, t ORDER BY src DESC, seq DESC) = 1
+    QUALIFY row_number() OVER (PARTITION BY tk, t ORDER BY src DESC, seq DESC) = 1
 ),
 -- one pass in time over each thread's activities (enclosing ones left out) and those times (after
 -- the activities starting at the same time): before each activity, the furthest G an earlier one
@@ -269,18 +320,17 @@ cover AS (
            max(g_end) OVER w AS g_reach,
            max(open_seq) OVER w AS parent_seq
     FROM (
-        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
-        FROM overlapping
-        WHERE src IN (0, 1, 5)
+        SELECT tk, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
+        FROM flat
         UNION ALL
-        SELECT report_id, dev, global_tid, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
+        SELECT tk, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
         FROM inside
         WHERE NOT encloses
         UNION ALL
-        SELECT report_id, dev, global_tid, t, 1, NULL, NULL, NULL, NULL, open_seq FROM named_open
+        SELECT tk, t, 1, NULL, NULL, NULL, NULL, open_seq FROM named_open
     )
     WINDOW w AS (
-        PARTITION BY report_id, dev, global_tid ORDER BY start_ns, kind
+        PARTITION BY tk ORDER BY start_ns, kind
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     )
     QUALIFY kind = 0
@@ -288,16 +338,17 @@ cover AS (
 -- the union of those activities: the part of the gaps the thread spent in one of them, each
 -- adding what it reaches past the earlier ones
 covered AS (
-    SELECT report_id, dev, sum(greatest(g_end - greatest(g_start, coalesce(g_reach, g_start)), 0)) AS traced_ns
-    FROM cover
+    SELECT t.report_id, t.dev, sum(greatest(c.g_end - greatest(c.g_start, coalesce(c.g_reach, c.g_start)), 0)) AS traced_ns
+    FROM cover AS c
+    JOIN threads AS t USING (tk)
     GROUP BY ALL
 ),
 parents AS (
-    SELECT k.report_id, k.dev, k.src, k.nid, o.src AS parent_src, o.nid AS parent_nid,
+    SELECT t.report_id, t.dev, k.src, k.nid, o.src AS parent_src, o.nid AS parent_nid,
            sum(k.g_end - k.g_start) AS parent_ns
     FROM cover AS k
-    JOIN named_open AS o
-        ON o.report_id = k.report_id AND o.dev = k.dev AND o.global_tid = k.global_tid AND o.open_seq = k.parent_seq
+    JOIN named_open AS o ON o.tk = k.tk AND o.open_seq = k.parent_seq
+    JOIN threads AS t ON t.tk = k.tk
     WHERE o.nid IS NOT NULL AND (o.src <> k.src OR o.nid <> k.nid)
     GROUP BY ALL
 ),
@@ -324,52 +375,50 @@ period AS (
     GROUP BY ALL
 ),
 sampled AS (
-    SELECT x.report_id, t.dev, x.global_tid, x.ts_ns, coalesce(x.function, x.leaf, '(no backtrace)') AS name
+    SELECT t.tk, x.ts_ns, coalesce(x.function, x.leaf, '(no backtrace)') AS name
     FROM cpu_samples AS x
-    JOIN threads AS t USING (report_id, global_tid)
-    ASOF JOIN cum AS c
-        ON c.report_id = x.report_id AND c.dev = t.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.gap_start_ns
+    JOIN threads AS t ON t.report_id = x.report_id AND t.global_tid = x.global_tid
+    ASOF JOIN cum AS c ON c.tk = t.tk AND x.ts_ns >= c.gap_start_ns
     WHERE ($report_id IS NULL OR x.report_id = $report_id) AND x.ts_ns < c.gap_end_ns
 ),
 sample_parents AS (
-    SELECT x.report_id, x.dev, 'sample' AS source, x.name, so.source AS parent_source, nm.name AS parent_name,
+    SELECT t.report_id, t.dev, 'sample' AS source, x.name, so.source AS parent_source, nm.name AS parent_name,
            count(*) AS samples
     FROM (
-        SELECT x.report_id, x.dev, x.name, o.src, o.nid
+        SELECT x.tk, x.name, o.src, o.nid
         FROM sampled AS x
-        ASOF JOIN named_open AS o
-            ON o.report_id = x.report_id AND o.dev = x.dev AND o.global_tid = x.global_tid AND x.ts_ns >= o.t
+        ASOF JOIN named_open AS o ON o.tk = x.tk AND x.ts_ns >= o.t
     ) AS x
+    JOIN threads AS t USING (tk)
     JOIN sources AS so ON so.src = x.src
     JOIN names AS nm ON nm.nid = x.nid
-    GROUP BY x.report_id, x.dev, x.name, so.source, nm.name
+    GROUP BY t.report_id, t.dev, x.name, so.source, nm.name
     QUALIFY row_number() OVER (
-        PARTITION BY x.report_id, x.dev, x.name ORDER BY count(*) DESC, so.source, nm.name
+        PARTITION BY t.report_id, t.dev, x.name ORDER BY count(*) DESC, so.source, nm.name
     ) = 1
 ),
 sample_names AS (
-    SELECT x.report_id, x.dev, 'sample' AS source, x.name, count(*) * any_value(p.period_ns) AS in_gaps_ns,
+    SELECT t.report_id, t.dev, 'sample' AS source, x.name, count(*) * any_value(p.period_ns) AS in_gaps_ns,
            count(*) FILTER (WHERE c.reach_ns IS NULL OR c.reach_ns <= x.ts_ns) * any_value(p.period_ns) AS untraced_ns,
            count(*) AS instances, any_value(p.period_ns) AS period_ns
     FROM sampled AS x
-    JOIN period AS p USING (report_id)
+    JOIN threads AS t USING (tk)
+    JOIN period AS p ON p.report_id = t.report_id
     -- reach_ns: the latest end of the activities started by then (a sample is traced when that
     -- is after it)
     ASOF LEFT JOIN (
-        SELECT report_id, dev, global_tid, start_ns,
+        SELECT tk, start_ns,
                max(end_ns) OVER (
-                   PARTITION BY report_id, dev, global_tid ORDER BY start_ns
-                   RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+                   PARTITION BY tk ORDER BY start_ns RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
                ) AS reach_ns
         FROM (
-            SELECT report_id, dev, global_tid, start_ns, end_ns FROM overlapping WHERE src IN (0, 1, 5)
+            SELECT tk, start_ns, end_ns FROM flat
             UNION ALL
-            SELECT report_id, dev, global_tid, start_ns, end_ns FROM inside WHERE NOT encloses
+            SELECT tk, start_ns, end_ns FROM inside WHERE NOT encloses
         ) AS i
-        SEMI JOIN (SELECT DISTINCT report_id, global_tid FROM sampled) AS t USING (report_id, global_tid)
-    ) AS c
-        ON c.report_id = x.report_id AND c.dev = x.dev AND c.global_tid = x.global_tid AND x.ts_ns >= c.start_ns
-    GROUP BY ALL
+        SEMI JOIN (SELECT DISTINCT tk FROM sampled) AS s USING (tk)
+    ) AS c ON c.tk = x.tk AND x.ts_ns >= c.start_ns
+    GROUP BY t.report_id, t.dev, x.name
 ),
 per_name AS (
     SELECT sh.report_id, sh.dev, so.source, nm.name,
