@@ -290,6 +290,22 @@ def _stack_rows(con, rid: int) -> dict[str, list[tuple]]:
     }
 
 
+def _stacks_of(path: Path, tmp_path: Path) -> dict[str, list[tuple]]:
+    """The stack tables of `path` ingested into a workspace of its own."""
+    other = nsa.connect(tmp_path / "other.duckdb")
+    try:
+        rid = nsa.ingest(other, path).report_id
+        api.materialise(other, list(stacks.TABLES))
+        return _stack_rows(other, rid)
+    finally:
+        other.close()
+
+
+def _stacks_of_ws(con, rid: int) -> dict[str, list[tuple]]:
+    api.materialise(con, list(stacks.TABLES))
+    return _stack_rows(con, rid)
+
+
 def _fake_nsys(folder: Path, export: Path, help_text: str) -> Path:
     """An nsys whose `export --help` prints help_text and whose export copies `export`, keeping
     NVTX_EVENTS.binaryData only when asked for with --include-blobs=true (as nsys does)."""
@@ -369,14 +385,7 @@ def test_nsys_rep_stacks_equal_the_export(ws, tmp_path: Path) -> None:
         break
     else:
         pytest.skip(f"no nsys here opens a 2025.3 report: {tried or 'none found'}")
-    other = nsa.connect(tmp_path / "w.duckdb")
-    try:
-        rid = nsa.ingest(other, REP).report_id
-        api.materialise(other, list(stacks.TABLES))
-        api.materialise(con, list(stacks.TABLES))
-        assert _stack_rows(other, rid) == _stack_rows(con, ids["stacks"])
-    finally:
-        other.close()
+    assert _stacks_of(REP, tmp_path) == _stacks_of_ws(con, ids["stacks"])
 
 
 # --- older Kineto traces: the `Call stack` argument of ops ---------------------------------------
@@ -562,3 +571,69 @@ def test_statically_linked_cuda_runtime_is_not_the_users_code(tmp_path: Path) ->
     top = nsa.query(con, "gap_stacks", report_id=rid).fetchall()
     assert not any(str(r[4] or "").startswith(("__cudart", "cuda")) for r in top)  # user_function
     con.close()
+
+
+# --- Python payloads laid out by other nsys versions (fixtures built by code) ---------------------
+# Only nsys 2025.3 exports with Python frames exist here (tests/data/stacks); 2022.4 has no Python
+# options; the 2024.5 / 2024.6 exports in ../shared/realdata hold no Python frames. These fixtures
+# are the 2025.3 export rewritten the ways another version could differ; no real file has them.
+
+
+def _rewritten(src: Path, dst: Path, sql: list[str]) -> Path:
+    shutil.copy(src, dst)
+    db = sqlite3.connect(dst)
+    for statement in sql:
+        db.execute(statement)
+    db.commit()
+    db.close()
+    return dst
+
+
+def test_python_payload_schema_without_offsets(ws, tmp_path: Path) -> None:
+    """An export whose NVTX_PAYLOAD_SCHEMA_ENTRIES has no `offset` column (the NVTX payload
+    extension lets the producer leave offsets to the tool: natural alignment) gives the same
+    stacks as the one that states them."""
+    con, ids, plain = ws
+    db = sqlite3.connect(plain["stacks"])
+    cols = [r[1] for r in db.execute("PRAGMA table_info(NVTX_PAYLOAD_SCHEMA_ENTRIES)") if r[1] != "offset"]
+    stated = db.execute('SELECT count(*) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE "offset" > 0').fetchone()[0]
+    db.close()
+    assert stated >= 8  # the 2025.3 export states every offset but each schema's first
+    path = _rewritten(plain["stacks"], tmp_path / "no_offsets.sqlite", [
+        f"CREATE TABLE e AS SELECT {', '.join(cols)} FROM NVTX_PAYLOAD_SCHEMA_ENTRIES",
+        "DROP TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES",
+        "ALTER TABLE e RENAME TO NVTX_PAYLOAD_SCHEMA_ENTRIES",
+    ])  # fmt: skip
+    assert _stacks_of(path, tmp_path) == _stacks_of_ws(con, ids["stacks"])
+
+
+def test_python_payload_shorter_than_its_frames(ws, tmp_path: Path) -> None:
+    """Payloads cut short (a layout this reader would misread): their events keep time and thread
+    without frames; the ingest does not fail and the other events keep theirs."""
+    con, ids, plain = ws
+    db = sqlite3.connect(plain["stacks"])
+    (domain,) = db.execute(
+        "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'Python Periodic Sampling'"
+    ).fetchone()
+    total = db.execute(
+        "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34 AND domainId = ?", [domain]
+    ).fetchone()[0]
+    db.close()
+    cut = f"eventType = 34 AND domainId = {domain} AND rowid % 10 = 0"
+    path = _rewritten(plain["stacks"], tmp_path / "cut.sqlite", [
+        f"CREATE TABLE cut AS SELECT start FROM NVTX_EVENTS WHERE {cut}",
+        f"UPDATE NVTX_EVENTS SET binaryData = substr(binaryData, 1, 44) WHERE {cut}",
+    ])  # fmt: skip
+    db = sqlite3.connect(path)
+    n_cut = db.execute("SELECT count(*) FROM cut").fetchone()[0]
+    db.close()
+    cols = [d[0] for d in con.execute("SELECT * EXCLUDE (report_id) FROM stack_events LIMIT 0").description]
+    source, stack = cols.index("source"), cols.index("stack_id")
+
+    def python(rows: dict[str, list[tuple]]) -> tuple[int, int]:  # (without a stack, all)
+        mine = [r for r in rows["stack_events"] if r[source] == "python_sample"]
+        return sum(r[stack] is None for r in mine), len(mine)
+
+    before, after = python(_stacks_of_ws(con, ids["stacks"])), python(_stacks_of(path, tmp_path))
+    assert 0 < n_cut < total and before[1] == after[1] == total
+    assert after[0] == before[0] + n_cut

@@ -251,7 +251,9 @@ def test_findings_without_stacks_say_the_option_once(ws) -> None:
 def test_straggler_names_its_hot_line(tmp_path: Path) -> None:
     """The run case's straggler (rank 2, report 3) with Python samples every 1 ms: in each steady
     step 9 in load_batch (its 9 ms `data` phase), 5 in train_step; in the warm-up step 20 more
-    in load_batch, which the steady window leaves out: 45 of 70 samples."""
+    in load_batch, which the steady window leaves out: 45 of 70 samples. After the last step, 40 in
+    train_step (a tear-down, as destroy_process_group in stack_ddp.py), which the window leaves out
+    too: counted, train_step would win (25 + 40 > 45)."""
     from rules.build_runs import MS, STEPS, STRAGGLER
 
     frames = [
@@ -265,6 +267,7 @@ def test_straggler_names_its_hot_line(tmp_path: Path) -> None:
     for i in range(1, STEPS):
         t = i * 20 * MS
         samples += [(t + k * MS, 1) for k in range(9)] + [(t + (9 + k) * MS, 2) for k in range(5)]
+    samples += [(STEPS * 20 * MS + k * MS, 2) for k in range(40)]  # after the last step ends
     events = [
         {"report_id": 3, "source": "python_sample", "start_ns": t, "end_ns": None, "pid": 100, "tid": 100,
          "global_tid": 100, "stack_id": s, "thread_state": "Running", "correlation_id": None}

@@ -31,12 +31,14 @@ import sqlite3
 import struct
 import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
-import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 from .. import params, schema
+
+if TYPE_CHECKING:  # imported where used: ~0.1 s that every CLI command paid (issue 31)
+    import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SAMPLES = "COMPOSITE_EVENTS"
@@ -186,13 +188,27 @@ def _layouts(con: duckdb.DuckDBPyConnection, src: Source) -> dict[int, tuple[str
 
 def _layout(con: duckdb.DuckDBPyConnection, src: Source, domain: int) -> _Layout | None:
     ref, tables = src.ref, src.tables
+    cols = tables.get("NVTX_PAYLOAD_SCHEMA_ENTRIES", set())
+    enum_sizes: dict[int, int] = {}
+    if "NVTX_PAYLOAD_ENUMS" in tables:
+        for sid, sz in con.execute(
+            f"SELECT schemaId, size FROM {ref('NVTX_PAYLOAD_ENUMS')} WHERE domainId = {int(domain)}"
+        ).fetchall():
+            enum_sizes[int(sid)] = int(sz or 4)
+    # an entry's offset: the export's where it gives one (2025.3 leaves the first entry's NULL), else
+    # laid out as the NVTX payload extension lays out a schema without offsets (natural alignment)
+    offset_col = '"offset"' if "offset" in cols else "NULL"
     rows = con.execute(
-        f'SELECT schemaId, name, type, coalesce("offset", 0) FROM {ref("NVTX_PAYLOAD_SCHEMA_ENTRIES")} '
-        f"WHERE domainId = {int(domain)}"
+        f"SELECT schemaId, name, type, {offset_col} "
+        f"FROM {ref('NVTX_PAYLOAD_SCHEMA_ENTRIES')} WHERE domainId = {int(domain)}"
+        + (" ORDER BY schemaId, idx" if "idx" in cols else "")
     ).fetchall()
-    by_schema: dict[int, dict[str, tuple[int, int]]] = {}
+    listed: dict[int, list[tuple[str, int, int | None]]] = {}
     for schema_id, name, type_, offset in rows:
-        by_schema.setdefault(int(schema_id), {})[str(name)] = (int(offset), int(type_))
+        listed.setdefault(int(schema_id), []).append(
+            (str(name), int(type_), None if offset is None else int(offset))
+        )
+    by_schema = {sid: _offsets(entries, listed, enum_sizes) for sid, entries in listed.items()}
     top = next((s for s in by_schema.values() if {"Frames", "Frames count"} <= set(s)), None)
     if top is None:
         return None
@@ -205,13 +221,7 @@ def _layout(con: duckdb.DuckDBPyConnection, src: Source, domain: int) -> _Layout
     ).fetchone()
     end = max(o + struct.calcsize(_FMT.get(t, "Q")) for o, t in frame.values())
     size = int(size_row[0]) if size_row and size_row[0] else (end + 7) // 8 * 8
-    enum_sizes: dict[int, int] = {}
     states: dict[int, str] = {}
-    if "NVTX_PAYLOAD_ENUMS" in tables:
-        for sid, sz in con.execute(
-            f"SELECT schemaId, size FROM {ref('NVTX_PAYLOAD_ENUMS')} WHERE domainId = {int(domain)}"
-        ).fetchall():
-            enum_sizes[int(sid)] = int(sz or 4)
     if "NVTX_PAYLOAD_ENUM_ENTRIES" in tables and "Thread state" in top:
         for value, name in con.execute(
             f"SELECT value, name FROM {ref('NVTX_PAYLOAD_ENUM_ENTRIES')} WHERE domainId = {int(domain)} "
@@ -219,6 +229,32 @@ def _layout(con: duckdb.DuckDBPyConnection, src: Source, domain: int) -> _Layout
         ).fetchall():
             states[int(value)] = str(name)
     return _Layout(top, frame, size, enum_sizes, states)
+
+
+def _offsets(
+    entries: list[tuple[str, int, int | None]],
+    schemas: dict[int, list[tuple[str, int, int | None]]],
+    enum_sizes: dict[int, int],
+) -> dict[str, tuple[int, int]]:
+    """name -> (offset, type) of one schema's entries, in their order: an entry without an offset
+    (NULL, or an export without the column) starts at the first multiple of its alignment after the
+    entry before it (a scalar's or enum's size; an embedded schema's largest member's)."""
+
+    def align(type_: int) -> int:
+        if type_ in schemas:
+            return max((align(t) for _, t, _ in schemas[type_] if t != type_), default=8)
+        if type_ in enum_sizes:
+            return enum_sizes[type_]
+        return struct.calcsize(_FMT.get(type_, "Q"))
+
+    out: dict[str, tuple[int, int]] = {}
+    end = 0
+    for name, type_, offset in entries:
+        width = align(type_)
+        at = offset if offset is not None else -(-end // width) * width
+        out[name] = (at, type_)
+        end = at + width
+    return out
 
 
 def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table, pa.Table] | None:
@@ -264,16 +300,20 @@ def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table,
             state, key = None, None
             if data is not None and layout is not None and count_at is not None:
                 base = base_at.unpack_from(data, 24)[0] if len(data) >= 32 else 0
+                if base + layout.frames > len(data):  # a payload shorter than its header: no frames
+                    data = b""
+            if data and layout is not None and count_at is not None:
                 if state_at is not None and layout.state:
                     code = state_at.unpack_from(data, base + layout.state[0])[0]
                     state = layout.states.get(code, str(code))
                 n = count_at.unpack_from(data, base + layout.count[0])[0]
                 first = base + layout.frames
                 raw = bytes(data[first : first + n * layout.size])
-                key = keys.get(raw)
-                if key is None:
-                    key = keys[raw] = len(keys)
-                    _frames(ch, key, raw, n, layout)
+                if len(raw) == n * layout.size:  # else a layout this reader misread: no frames
+                    key = keys.get(raw)
+                    if key is None:
+                        key = keys[raw] = len(keys)
+                        _frames(ch, key, raw, n, layout)
             sources.append(source)
             starts.append(start)
             gtids.append(gtid)
@@ -297,6 +337,8 @@ def _frames(ch: dict[str, list[int]], key: int, raw: bytes, n: int, layout: _Lay
 
 
 def _arrow(ev: dict[str, list[object]], ch: dict[str, list[int]]) -> tuple[pa.Table, pa.Table]:
+    import pyarrow as pa
+
     events = pa.table(
         {
             "source": pa.array(ev["source"], pa.string()),
@@ -644,6 +686,8 @@ def _kineto_python(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
     event and the frames enclosing it on its thread. Frames of one thread nest (Kineto records
     them from the interpreter's stack), so one pass in time order with a stack of open frames
     finds each one's parent."""
+    import pyarrow as pa
+
     cur = params.execute(
         con,
         "SELECT pid, tid, global_tid, start_ns, end_ns, name FROM cpu_ops "

@@ -145,3 +145,42 @@ CREATE OR REPLACE MACRO nsa_memory_held() AS TABLE
         FROM memory_events AS m
         WHERE m.ts_ns IS NOT NULL
     );
+
+-- nsa_stack_described(nsa_used): what the stack attribution queries (gap_stacks, launch_stacks)
+-- name for each stack of a set: nsa_used is the name of a table or CTE of distinct (report_id,
+-- stack_id) rows (read with query_table). Per stack: user_function, user_file (the Python file, or
+-- the binary of a native frame), user_line and user_frame_id of its innermost user frame
+-- (stack_frames.user: the program's own code); library_frame, the frame that user frame was
+-- calling (`name (file:line)` for a Python frame), or the innermost frame when the stack has no
+-- user frame, NULL when the user frame is the innermost; callers, the user frames calling it,
+-- innermost first (`train_step < main`). Only the set's stacks are read (a semi join): the cost
+-- follows the stacks used, not the size of table stacks.
+CREATE OR REPLACE MACRO nsa_stack_described(nsa_used) AS TABLE
+    WITH
+    framed AS (
+        SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind, f.module
+        FROM stacks AS s
+        SEMI JOIN query_table(nsa_used) AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
+        JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
+    ),
+    innermost_user AS (
+        SELECT report_id, stack_id, min(depth) AS depth FROM framed WHERE user GROUP BY ALL
+    ),
+    callers AS (
+        SELECT c.report_id, c.stack_id, string_agg(c.function, ' < ' ORDER BY c.depth) AS callers
+        FROM framed AS c
+        JOIN innermost_user AS iu USING (report_id, stack_id)
+        WHERE c.user AND c.depth > iu.depth
+        GROUP BY ALL
+    )
+    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.module) AS user_file,
+           uf.line AS user_line, uf.frame_id AS user_frame_id,
+           CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
+               THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,
+           c.callers
+    FROM query_table(nsa_used) AS u
+    LEFT JOIN innermost_user AS iu USING (report_id, stack_id)
+    LEFT JOIN callers AS c USING (report_id, stack_id)
+    LEFT JOIN framed AS uf ON uf.report_id = u.report_id AND uf.stack_id = u.stack_id AND uf.depth = iu.depth
+    LEFT JOIN framed AS lf ON lf.report_id = u.report_id AND lf.stack_id = u.stack_id
+        AND lf.depth = coalesce(iu.depth - 1, 0);

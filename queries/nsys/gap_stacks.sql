@@ -21,7 +21,7 @@
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
 -- param per_gap BOOLEAN = false: one group of rows per gap (gap_start_ns set) instead of totals over the window.
--- param step INTEGER = NULL: only the idle time of this step (steps.step; from the step's first start to its last end over the report's series), its gaps clipped to the step; a step of the steady state (the gaps are the window's). The whole window when NULL.
+-- param step INTEGER = NULL: only the idle time of this step (steps.step; from the step's first start to its last end over the report's series), its gaps clipped to the step. A step of the steady state: a warm-up step gets one note row instead (its idle time is start-up, which gpu-idle does not judge: ask hot_stacks over its span). The whole window when NULL.
 -- param top_n INTEGER = 10: keep the N rows that explain the most per report, device, source (and gap); all when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col device_id INTEGER: CUDA device id of the gaps.
@@ -36,12 +36,12 @@
 -- col share DOUBLE: explained_ns / idle_ns.
 -- col events BIGINT: samples or frame intervals counted.
 -- col idle_ns BIGINT: idle time of the window's gaps, or of the gap (ns).
--- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them.
+-- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them, or why a warm-up step is refused.
 WITH
 -- every gap of the window, with the thread that launched the work ending it (NULL: unknown)
 -- with a step: the gaps overlapping it, clipped to it (a gap's length before clipping decides min_gap_ns)
 step_window AS (
-    SELECT report_id, min(start_ns) AS s0, max(end_ns) AS s1
+    SELECT report_id, min(start_ns) AS s0, max(end_ns) AS s1, bool_or(steady) AS steady
     FROM steps
     WHERE $step IS NOT NULL AND step = $step AND ($report_id IS NULL OR report_id = $report_id)
     GROUP BY ALL
@@ -51,7 +51,7 @@ gap AS (
            g.global_tid
     FROM nsa_gap_launches($report_id, $min_gap_ns) AS g
     LEFT JOIN step_window AS w USING (report_id)
-    WHERE $step IS NULL OR (g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
+    WHERE $step IS NULL OR (w.steady AND g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
 ),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
@@ -133,35 +133,7 @@ timed AS (
 ),
 -- per stack: the innermost user frame, the frame it calls, and its user callers
 used AS (SELECT DISTINCT report_id, stack_id FROM timed),
-framed AS (
-    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind, f.module
-    FROM stacks AS s
-    SEMI JOIN used AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
-    JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
-),
-innermost_user AS (
-    SELECT report_id, stack_id, min(depth) AS depth FROM framed WHERE user GROUP BY ALL
-),
-callers AS (
-    SELECT c.report_id, c.stack_id, string_agg(c.function, ' < ' ORDER BY c.depth) AS callers
-    FROM framed AS c
-    JOIN innermost_user AS iu USING (report_id, stack_id)
-    WHERE c.user AND c.depth > iu.depth
-    GROUP BY ALL
-),
-described AS (
-    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.module) AS user_file,
-           uf.line AS user_line, uf.frame_id AS user_frame_id,
-           CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
-               THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,
-           c.callers
-    FROM used AS u
-    LEFT JOIN innermost_user AS iu USING (report_id, stack_id)
-    LEFT JOIN callers AS c USING (report_id, stack_id)
-    LEFT JOIN framed AS uf ON uf.report_id = u.report_id AND uf.stack_id = u.stack_id AND uf.depth = iu.depth
-    LEFT JOIN framed AS lf ON lf.report_id = u.report_id AND lf.stack_id = u.stack_id
-        AND lf.depth = coalesce(iu.depth - 1, 0)
-),
+described AS (SELECT * FROM nsa_stack_described('used')),
 grouped AS (
     SELECT t.report_id, t.dev, CASE WHEN $per_gap THEN t.gap_start_ns END AS gap_start_ns, t.source,
            d.user_function, d.user_file, d.user_line, d.library_frame,
@@ -224,4 +196,13 @@ SELECT report_id, CAST(nullif(dev, -1) AS INTEGER), NULL::BIGINT, NULL::VARCHAR,
        NULL::INTEGER, NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::DOUBLE, NULL::BIGINT,
        CAST(idle_ns AS BIGINT), note
 FROM bare
+UNION ALL
+-- a warm-up step: refused, with the reason and where to look instead
+SELECT report_id, NULL::INTEGER, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NULL::INTEGER,
+       NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::DOUBLE, NULL::BIGINT, NULL::BIGINT,
+       'step ' || $step || ' is a warm-up step: gap_stacks attributes the steady state''s idle gaps (those gpu-idle '
+       || 'judges), and a warm-up step''s idle time is start-up (compilation, module loading, allocation: see the '
+       || 'startup rule); for its host time run hot_stacks with start_ns ' || s0 || ' and end_ns ' || s1 AS note
+FROM step_window
+WHERE NOT steady
 ORDER BY report_id, device_id, gap_start_ns NULLS FIRST, source NULLS FIRST, explained_ns DESC, user_file, user_line

@@ -174,35 +174,7 @@ stacked AS (
 stacked_totals AS (SELECT report_id, source, kind, count(*) AS stacked_calls FROM stacked GROUP BY ALL),
 -- per stack: the innermost user frame, the frame it calls, and its user callers
 used AS (SELECT DISTINCT report_id, stack_id FROM stacked),
-framed AS (
-    SELECT s.report_id, s.stack_id, s.depth, f.frame_id, f.user, f.function, f.file, f.line, f.kind, f.module
-    FROM stacks AS s
-    SEMI JOIN used AS u ON u.report_id = s.report_id AND u.stack_id = s.stack_id
-    JOIN stack_frames AS f ON f.report_id = s.report_id AND f.frame_id = s.frame_id
-),
-innermost_user AS (
-    SELECT report_id, stack_id, min(depth) AS depth FROM framed WHERE user GROUP BY ALL
-),
-callers AS (
-    SELECT c.report_id, c.stack_id, string_agg(c.function, ' < ' ORDER BY c.depth) AS callers
-    FROM framed AS c
-    JOIN innermost_user AS iu USING (report_id, stack_id)
-    WHERE c.user AND c.depth > iu.depth
-    GROUP BY ALL
-),
-described AS (
-    SELECT u.report_id, u.stack_id, uf.function AS user_function, coalesce(uf.file, uf.module) AS user_file,
-           uf.line AS user_line,
-           CASE WHEN lf.kind = 'python' AND lf.file IS NOT NULL
-               THEN lf.function || ' (' || lf.file || ':' || lf.line || ')' ELSE lf.function END AS library_frame,
-           c.callers
-    FROM used AS u
-    LEFT JOIN innermost_user AS iu USING (report_id, stack_id)
-    LEFT JOIN callers AS c USING (report_id, stack_id)
-    LEFT JOIN framed AS uf ON uf.report_id = u.report_id AND uf.stack_id = u.stack_id AND uf.depth = iu.depth
-    LEFT JOIN framed AS lf ON lf.report_id = u.report_id AND lf.stack_id = u.stack_id
-        AND lf.depth = coalesce(iu.depth - 1, 0)
-),
+described AS (SELECT * FROM nsa_stack_described('used')),
 by_stack AS (
     SELECT report_id, source, kind, stack_id, count(*) AS calls, sum(launched) AS launched, sum(gpu_ns) AS gpu_ns,
            sum(api_ns) AS api_ns, mode(name) AS api_name, sum(samples) AS samples

@@ -308,11 +308,17 @@ def _advice(
 
 
 def _hot_frame(ctx: Context, report_id: int, rank: int, run_id: int) -> Any:
-    """The hot_stacks row of the user frame the straggler's samples in its steady steps ran under
-    most (its process only where the report holds several ranks), or None."""
+    """The hot_stacks row of the user frame the straggler's samples in its steady steps (first steady
+    step's start to last step's end) ran under most (its process only where the report holds several
+    ranks), or None."""
     if not stacks.sources(ctx, report_id) & {"python_sample", "cpu_sample"}:
         return None
     window = ctx.steady(report_id)
     pid = next((r.pid for r in ctx.run_ranks(run_id) if r.rank == rank), None)
+    # its steady steps, from the first steady step's start to the last step's end: not the tear-down
+    # after the loop (destroy_process_group, exit), which can hold more samples than the steps
     start = None if window is None else int(window.start_ns)
-    return stacks.hot_user(ctx.query("hot_stacks", report_id, pid=pid, start_ns=start, top_n=None))
+    end = None if window is None else int(window.end_ns)
+    return stacks.hot_user(
+        ctx.query("hot_stacks", report_id, pid=pid, start_ns=start, end_ns=end, top_n=None)
+    )
