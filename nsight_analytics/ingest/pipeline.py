@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -371,9 +371,11 @@ def ensure_loaded(
     """Run the deferred steps `tables` need (for `report_ids`, default every report), through
     each report's reader; returns how many report steps ran."""
     todo = deferred_for(con, tables, report_ids)
-    # a .gz source is decompressed once for all of its report's steps (todo is in report order)
+    # A source is decompressed and opened (attached) once for all of its report's steps: todo is
+    # in report order, and `nsa findings` after `nsa ingest` runs several steps of one report.
     with ExitStack() as files:
         plain, plain_of = Path(), None
+        handle: Any = None
         for i, (rid, source, step) in enumerate(todo):
             if progress:
                 progress(f"{step} (report {rid})", i, len(todo))
@@ -400,16 +402,16 @@ def ensure_loaded(
                     f"report {rid}'s {step} were left in {path} at ingest, and that file {state}; "
                     f"re-ingest it with `nsa ingest --replace --full FILE`."
                 )
-            opened: AbstractContextManager[Any] = nullcontext(None)
-            if not derived:
-                if plain_of != rid:
-                    files.close()  # the previous report's decompressed copy, if any
-                    plain, plain_of = files.enter_context(_readable(path, _is_gzip(path))), rid
-                opened = rd.open_source(con, plain, reader.Source(path, partial(str, sha), progress))
-            with opened as handle, _memory_cap(con, rid):
+            if not derived and plain_of != rid:
+                files.close()  # the previous report's source: detached, its decompressed copy gone
+                plain, plain_of = files.enter_context(_readable(path, _is_gzip(path))), rid
+                handle = files.enter_context(
+                    rd.open_source(con, plain, reader.Source(path, partial(str, sha), progress))
+                )
+            with _memory_cap(con, rid):
                 con.execute("BEGIN TRANSACTION")
                 try:
-                    rd.load_deferred(con, handle, rid, step)
+                    rd.load_deferred(con, None if derived else handle, rid, step)
                     params.execute(
                         con,
                         "UPDATE reports SET deferred_steps = list_filter(deferred_steps, x -> x != $done) "

@@ -81,15 +81,21 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def attach(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "src") -> dict[str, set[str]]:
-    """Attach the export read-only and return {table: {columns}} of what it has."""
+def attach(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    alias: str = "src",
+    not_null: dict[str, set[str]] | None = None,
+) -> dict[str, set[str]]:
+    """Attach the export read-only and return {table: {columns}} of what it has; `not_null`, when
+    given, receives {table: {columns declared NOT NULL}} (a reader may then skip a fallback column)."""
     load_extension(con)
     try:
         # The column listing comes from sqlite3 itself: DuckDB's information_schema over an
         # attached file binds every table (1.1 s on a 600 MB export), sqlite3 takes milliseconds.
         with closing(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)) as db:
             rows = db.execute(
-                "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
+                'SELECT m.name, p.name, p."notnull" FROM sqlite_master m, pragma_table_info(m.name) p '
                 "WHERE m.type IN ('table', 'view')"
             ).fetchall()
         con.execute(f"ATTACH '{_quote(str(path))}' AS {alias} (TYPE sqlite, READ_ONLY)")
@@ -100,8 +106,10 @@ def attach(con: duckdb.DuckDBPyConnection, path: Path, alias: str = "src") -> di
         _refuse_long_path(path)
         raise InputError(f"{path} cannot be read as SQLite ({_first_line(exc)}); {EXPORT_HINT}.") from exc
     tables: dict[str, set[str]] = {}
-    for table, column in rows:
+    for table, column, required in rows:
         tables.setdefault(table, set()).add(column)
+        if required and not_null is not None:
+            not_null.setdefault(table, set()).add(column)
     return tables
 
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import duckdb
 import ijson  # type: ignore[import-untyped]  # ships no type information
-import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 from ...errors import InputError
 from . import kineto_scan
@@ -52,8 +51,10 @@ GPU_CATEGORIES = ("kernel", "memcpy", "memset")
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "runtime", "driver")
 FLOW_PHASES = ("s", "t", "f")
 
-_I64, _I32, _STR = pa.int64(), pa.int32(), pa.string()
-STAGING: dict[str, dict[str, pa.DataType]] = {
+# Column types as DuckDB names, made Arrow types in flush: pyarrow is imported only there, since
+# importing it costs ~0.1 s, which every CLI command paid when the readers were discovered.
+_I64, _I32, _STR = "BIGINT", "INTEGER", "VARCHAR"
+STAGING: dict[str, dict[str, str]] = {
     "_kin_gpu": {
         "idx": _I64, "category": _STR, "name_id": _I64, "pid": _I64, "tid": _I64, "ts": _I64, "dur": _I64,
         "device": _I32, "context": _I64, "stream": _I64, "correlation": _I64, "external_id": _I64,
@@ -354,10 +355,13 @@ class Stager:
             self.flush()
 
     def flush(self) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
+
+        arrow = {_I64: pa.int64(), _I32: pa.int32(), _STR: pa.string()}
         for table, cols in self.cols.items():
             if not next(iter(cols.values())):
                 continue
-            types = STAGING[table]
+            types = {c: arrow[t] for c, t in STAGING[table].items()}
             batch = pa.table({c: pa.array(v, type=types[c]) for c, v in cols.items()})
             self.con.register("_kin_batch", batch)
             try:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
 
 from ... import params
 
@@ -359,6 +358,8 @@ def _json_texts(con: duckdb.DuckDBPyConnection) -> None:
             "SELECT input_types_json FROM _kin_ev WHERE kind = 'host' AND input_types_json IS NOT NULL"
         ).fetchall()
     ]
+    import pyarrow as pa  # type: ignore[import-untyped]  # imported here: ~0.1 s every CLI command paid
+
     texts = pa.table(  # noqa: F841  # read by name below
         {
             "raw": pa.array(raws, pa.string()),

@@ -59,7 +59,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
     @contextmanager
     def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> Iterator[Export]:
         sqlite_source.check_sqlite_file(path)
-        src = nsys.Source(sqlite_source.attach(con, path))
+        not_null: dict[str, set[str]] = {}
+        src = nsys.Source(sqlite_source.attach(con, path, not_null=not_null), not_null=not_null)
         previous = _copy_settings(con)
         try:
             nsys.validate(src, path)
