@@ -4,6 +4,7 @@ that are host waits (`WAIT_RANGES`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import pairwise
 
 import duckdb
@@ -24,11 +25,11 @@ WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
 # right), but only for the ranges where it can differ: when the range's thread is the only one
 # of its process that launches kernels, or the process launches none, it equals the
 # same-thread share. Needs cuda_api and kernel_rows of the report loaded first.
-# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running; then `{keys}`
-# yields (src_row, report_id, pid, global_tid, start_ns, end_ns) per closed range of one chunk
-# and `{running}` the running totals of that chunk's threads (or processes): NVTX_KERNELS gives
-# (src_row, kernels, kernel_ns) for the ranges that launched any kernel, NVTX_PROCESS_KERNELS
-# (src_row, process_kernels, process_kernel_ns) for the others of those ranges.
+# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running; NVTX_PASS then
+# gives (src_row, kernels, kernel_ns) for the ranges of one chunk that launched any kernel, by
+# `{key}` (PASSES: global_tid for the same-thread share, pid for the process-wide one), from
+# `{keys}` (src_row, report_id, pid, global_tid, start_ns, end_ns per closed range of the chunk)
+# and `{running}` (the running totals of the chunk's threads or processes).
 NVTX_RUNNING = """
 WITH launches AS (
     SELECT c.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
@@ -47,44 +48,20 @@ FROM launches
 WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING),
     p AS (PARTITION BY report_id, pid ORDER BY start_ns RANGE UNBOUNDED PRECEDING)
 """
-NVTX_KERNELS = """
+NVTX_PASS = """
 WITH r AS ({keys}), running AS ({running}),
 k AS (
     SELECT
         r.src_row,
-        coalesce(e.cum_kernels, 0) - coalesce(b.cum_kernels, 0) AS kernels,
-        coalesce(e.cum_kernel_ns, 0) - coalesce(b.cum_kernel_ns, 0) AS kernel_ns
+        coalesce(e.{cum}kernels, 0) - coalesce(b.{cum}kernels, 0) AS kernels,
+        coalesce(e.{cum}kernel_ns, 0) - coalesce(b.{cum}kernel_ns, 0) AS kernel_ns
     FROM r
     ASOF LEFT JOIN running AS e
-        ON e.report_id = r.report_id AND e.global_tid = r.global_tid AND r.end_ns >= e.start_ns
+        ON e.report_id = r.report_id AND e.{key} = r.{key} AND r.end_ns >= e.start_ns
     ASOF LEFT JOIN running AS b
-        ON b.report_id = r.report_id AND b.global_tid = r.global_tid AND r.start_ns > b.start_ns
+        ON b.report_id = r.report_id AND b.{key} = r.{key} AND r.start_ns > b.start_ns
 )
 SELECT * FROM k WHERE kernels <> 0
-"""
-NVTX_PROCESS_KERNELS = """
-WITH launchers AS (
-    SELECT report_id, pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS global_tid
-    FROM _nsa_running GROUP BY ALL
-),
-r AS (
-    SELECT r.src_row, r.report_id, r.pid, r.start_ns, r.end_ns
-    FROM ({keys}) AS r JOIN launchers AS l ON l.report_id = r.report_id AND l.pid = r.pid
-    WHERE l.threads > 1 OR l.global_tid IS DISTINCT FROM r.global_tid
-),
-running AS ({running}),
-k AS (
-    SELECT
-        r.src_row,
-        coalesce(e.cum_process_kernels, 0) - coalesce(b.cum_process_kernels, 0) AS process_kernels,
-        coalesce(e.cum_process_kernel_ns, 0) - coalesce(b.cum_process_kernel_ns, 0) AS process_kernel_ns
-    FROM r
-    ASOF LEFT JOIN running AS e
-        ON e.report_id = r.report_id AND e.pid = r.pid AND r.end_ns >= e.start_ns
-    ASOF LEFT JOIN running AS b
-        ON b.report_id = r.report_id AND b.pid = r.pid AND r.start_ns > b.start_ns
-)
-SELECT * FROM k WHERE process_kernels <> 0
 """
 NVTX_TEMP = ("_nsa_running", "_nsa_nvtx", "_nsa_nvtx_process")
 # Closed ranges per ASOF pass: the passes sort their ranges, so the memory they take grows with
@@ -93,22 +70,40 @@ NVTX_CHUNK = 1_000_000
 KERNEL_COLS = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
 
 
-# The ranges each pass works out: same-thread, those of threads that launch kernels; process-wide,
-# those of processes where another thread than the range's launches kernels.
-NVTX_PASS_RANGES = {
-    "global_tid": "global_tid IN (SELECT global_tid FROM _nsa_running)",
-    "pid": """pid IN (SELECT pid FROM _nsa_running GROUP BY pid
+@dataclass(frozen=True)
+class Pass:
+    """One share of the ranges' kernels: the temp table it fills, the running totals it reads
+    (NVTX_RUNNING's `cum_` columns with this prefix) and the ranges it works out (`ranges`, a
+    filter on nvtx_ranges): same-thread, those of threads that launch kernels; process-wide,
+    those of processes where another thread than the range's launches kernels. `per_range`:
+    the filter tells ranges of one key apart (it reads the range's global_tid), so each chunk
+    applies it again; otherwise a chunk of whole keys already holds only ranges to work out."""
+
+    table: str
+    cum: str
+    ranges: str
+    per_range: bool = False
+
+
+PASSES = {
+    "global_tid": Pass("_nsa_nvtx", "cum_", "global_tid IN (SELECT global_tid FROM _nsa_running)"),
+    "pid": Pass(
+        "_nsa_nvtx_process",
+        "cum_process_",
+        """pid IN (SELECT pid FROM _nsa_running GROUP BY pid
         HAVING count(DISTINCT global_tid) > 1 OR min(global_tid) IS DISTINCT FROM nvtx_ranges.global_tid)""",
+        per_range=True,
+    ),
 }
 
 
 def _nvtx_chunks(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> list[tuple[str, str]]:
-    """Split the report's closed ranges that a pass works out (NVTX_PASS_RANGES, by `key`:
+    """Split the report's closed ranges that a pass works out (PASSES, by `key`:
     global_tid or pid) into parts of about `chunk` ranges, as (filter on `key`, filter on the
     rowid): whole keys grouped while they fit, a larger key cut at quantiles of its rowids."""
     counts = con.execute(
         f"SELECT {key}, count(*) FROM nvtx_ranges WHERE report_id = {rid} AND end_ns IS NOT NULL "
-        f"AND {NVTX_PASS_RANGES[key]} GROUP BY ALL ORDER BY 1"
+        f"AND {PASSES[key].ranges} GROUP BY ALL ORDER BY 1"
     ).fetchall()
     parts: list[tuple[str, str]] = []
     group: list[int] = []
@@ -139,6 +134,25 @@ def _nvtx_chunks(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int)
     return parts
 
 
+def _pass(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> None:
+    """Fill the temp table of PASSES[key] with (src_row, kernels, kernel_ns) of the report's
+    closed ranges that launched any kernel, chunk by chunk (_nvtx_chunks)."""
+    spec = PASSES[key]
+    con.execute(
+        f"CREATE OR REPLACE TEMP TABLE {spec.table} (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
+    )
+    within = f" AND {spec.ranges}" if spec.per_range else ""
+    for of_keys, of_rows in _nvtx_chunks(con, rid, key, chunk):
+        keys = (
+            "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns FROM nvtx_ranges "
+            f"WHERE report_id = {rid} AND end_ns IS NOT NULL AND {of_keys} AND {of_rows}{within}"
+        )
+        running = f"SELECT * FROM _nsa_running WHERE {of_keys}"
+        con.execute(
+            f"INSERT INTO {spec.table} {NVTX_PASS.format(keys=keys, running=running, key=key, cum=spec.cum)}"
+        )
+
+
 def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int = NVTX_CHUNK) -> int:
     """Compute `kernels` / `kernel_ns` and `process_kernels` / `process_kernel_ns` of a report's
     NVTX ranges in the workspace from its CUDA API calls and kernels (both must be copied);
@@ -157,24 +171,8 @@ def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int
             f"WHERE {closed} AND ({' OR '.join(f'{c} IS NULL' for c in KERNEL_COLS)})"
         )
         con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(where=where)}")
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE _nsa_nvtx (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
-        )
-        con.execute(
-            "CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process "
-            "(src_row BIGINT, process_kernels BIGINT, process_kernel_ns BIGINT)"
-        )
-        for table, sql, key in (
-            ("_nsa_nvtx", NVTX_KERNELS, "global_tid"),
-            ("_nsa_nvtx_process", NVTX_PROCESS_KERNELS, "pid"),
-        ):
-            for of_keys, of_rows in _nvtx_chunks(con, rid, key, chunk):
-                keys = (
-                    "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns "
-                    f"FROM nvtx_ranges WHERE {closed} AND {of_keys} AND {of_rows}"
-                )
-                running = f"SELECT * FROM _nsa_running WHERE {of_keys}"
-                con.execute(f"INSERT INTO {table} {sql.format(keys=keys, running=running)}")
+        for key in PASSES:
+            _pass(con, rid, key, chunk)
         # process-wide = same-thread first (right where no other thread launches), then the rest
         con.execute(
             "UPDATE nvtx_ranges SET kernels = p.kernels, kernel_ns = p.kernel_ns, "
@@ -182,8 +180,7 @@ def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int
             "FROM _nsa_nvtx AS p WHERE nvtx_ranges.rowid = p.src_row"
         )
         con.execute(
-            "UPDATE nvtx_ranges SET process_kernels = p.process_kernels, "
-            "process_kernel_ns = p.process_kernel_ns "
+            "UPDATE nvtx_ranges SET process_kernels = p.kernels, process_kernel_ns = p.kernel_ns "
             "FROM _nsa_nvtx_process AS p WHERE nvtx_ranges.rowid = p.src_row"
         )
         total = params.first_row(con.execute(f"SELECT count(*) FROM nvtx_ranges WHERE report_id = {rid}"))
