@@ -13,7 +13,10 @@ says which size each count used).
 
 For each count and query it prints the best of --repeat wall times on DuckDB (dataset.open_dataset,
 the views `nsa --data` reads) and on Spark local (nsight_analytics.spark, local[2]), the time per
-report, and the Spark / DuckDB ratio. Both read the same files; neither caches results between runs.
+report, the Spark / DuckDB ratio and the 1-minute load average after the row's runs (the machine
+may be shared: compare ratios and rows of one run). Both read the same files; neither caches
+results between runs. --spark-queries with --spark-upto N: from N reports on, Spark runs only those
+queries (the rest take minutes per run on Spark local).
 """
 
 from __future__ import annotations
@@ -167,6 +170,14 @@ def main() -> None:
         help="small reports: rows up to this long after the first kernel (ms)",
     )
     ap.add_argument("--engines", default="duckdb,spark")
+    ap.add_argument(
+        "--spark-queries",
+        default=None,
+        help="of --queries, those Spark runs at --spark-upto reports and beyond (default: all)",
+    )
+    ap.add_argument(
+        "--spark-upto", type=int, default=0, help="from this count on, Spark runs only --spark-queries"
+    )
     ap.add_argument("--out", default=None, help="scratch folder (default: a temporary one, removed)")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nsa-fleet-"))
@@ -190,9 +201,10 @@ def main() -> None:
     base = base_dataset(out)
     print(f"load: {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} cores)")
     print(
-        "| reports | report size | query | rows | DuckDB s | DuckDB ms/report | Spark s | Spark ms/report | Spark/DuckDB |"
+        "| reports | report size | query | rows | DuckDB s | DuckDB ms/report | Spark s | Spark ms/report"
+        " | Spark/DuckDB | load |"
     )
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for n in [int(c) for c in args.counts.split(",")]:
         small = args.small_ms if n >= args.small_at else None
         t0 = time.perf_counter()
@@ -211,12 +223,16 @@ def main() -> None:
         for name in names:
             rows = len(queries.run(con, name, {}).fetchall())
             duck = best(partial(_duckdb_rows, con, name), args.repeat) if "duckdb" in engines else None
-            sp = best(partial(_spark_rows, spark, name, fleet), args.repeat) if spark is not None else None
+            on_spark = spark is not None and (
+                args.spark_queries is None or n < args.spark_upto or name in args.spark_queries.split(",")
+            )
+            sp = best(partial(_spark_rows, spark, name, fleet), args.repeat) if on_spark else None
             label = f"first {small:g} ms" if small else "whole"
             cells = [str(reports), label, name, str(rows)]
             cells += [f"{duck:.3f}", f"{1e3 * duck / reports:.2f}"] if duck is not None else ["", ""]
             cells += [f"{sp:.3f}", f"{1e3 * sp / reports:.2f}"] if sp is not None else ["", ""]
             cells.append(f"{sp / duck:.1f}" if sp and duck else "")
+            cells.append(f"{os.getloadavg()[0]:.1f}")  # the 1-minute load average after the row's runs
             print("| " + " | ".join(cells) + " |", flush=True)
         con.close()
         shutil.rmtree(fleet, ignore_errors=True)

@@ -38,25 +38,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # query -> why Spark cannot run it (the same rows as DuckDB, or at all).
 UNSUPPORTED: dict[str, str] = {
-    "launch_stacks": (
-        "it stacks its three sources of stacks with UNION ALL BY NAME (columns matched by name, "
-        "each side naming its own), which Spark's SQL does not parse"
-    ),
     "memory_steps": (
         "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND frame_rows "
         "FOLLOWING, a column), and Spark takes only literal frame bounds"
     ),
-    "gap_calls": (
-        "its parameters are lists (thread_ids, starts_ns, ends_ns), and spark.sql's named "
-        "arguments refused them (INVALID_SQL_ARG) as array() columns"
-    ),
     "kernel_sequences": (
         "its window frame ends a parameter's number of rows ahead (ROWS BETWEEN CURRENT ROW AND "
         "least(greatest($length, 2), 8) - 1 FOLLOWING), and Spark takes only literal frame bounds"
-    ),
-    "stream_gaps": (
-        "it names activities by their position in a list built in label order (list(... ORDER "
-        "BY ...)), and Spark's collect_list keeps no order: the labels come out wrong"
     ),
     "gpu_metrics_by_range": (
         "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND ahead "
@@ -206,35 +194,58 @@ def _window_filter(node: exp.Expr) -> exp.Expr:
     return node
 
 
-def _asof_key(cond: exp.Expr, right: str) -> tuple[exp.Expr, bool]:
-    """The right side's ordering column of an ASOF condition, and whether the latest (largest)
-    match is wanted (`left >= right.ts`) or the earliest (`left <= right.ts`)."""
+def _asof_condition(
+    cond: exp.Expr, right: str
+) -> tuple[list[tuple[exp.Expr, exp.Expr, bool]], exp.Expr, exp.Expr, bool, bool]:
+    """An ASOF condition taken apart: its equalities as (left side, right side, NULL-safe), the
+    left's and the right's ordering expressions, whether the latest match is wanted (`left >=
+    right.ts`; the earliest for `<=`) and whether a tie matches (`>=`, `<=`)."""
     from sqlglot import exp
 
+    def side(e: exp.Expr) -> str | None:
+        tables = {c.table for c in e.find_all(exp.Column)}
+        if not tables:
+            return None
+        return "right" if tables == {right} else "left" if right not in tables else None
+
+    eqs: list[tuple[exp.Expr, exp.Expr, bool]] = []
+    order: tuple[exp.Expr, exp.Expr, bool, bool] | None = None
     for part in cond.flatten() if isinstance(cond, exp.And) else [cond]:
-        if not isinstance(part, (exp.GTE, exp.GT, exp.LTE, exp.LT)):
+        part = part.unnest()
+        sides = [side(part.this), side(part.expression)] if isinstance(part, exp.Binary) else []
+        if sorted(map(str, sides)) != ["left", "right"]:
+            raise QueryError(
+                f"an ASOF JOIN condition neither side of which is the right table's: {part.sql()}"
+            )
+        lhs, rhs = (part.this, part.expression) if sides[0] == "left" else (part.expression, part.this)
+        if isinstance(part, (exp.EQ, exp.NullSafeEQ)):
+            eqs.append((lhs, rhs, isinstance(part, exp.NullSafeEQ)))
             continue
-        sides = [part.this, part.expression]
-        on_right = [
-            bool(s.find(exp.Column)) and all(c.table == right for c in s.find_all(exp.Column)) for s in sides
-        ]
-        if on_right == [False, True]:
-            return sides[1], isinstance(part, (exp.GTE, exp.GT))
-        if on_right == [True, False]:
-            return sides[0], isinstance(part, (exp.LTE, exp.LT))
-    raise QueryError("an ASOF JOIN without an inequality on the right table: cannot translate it.")
+        if not isinstance(part, (exp.GTE, exp.GT, exp.LTE, exp.LT)) or order is not None:
+            raise QueryError(
+                f"an ASOF JOIN condition that is no equality and not its one inequality: {part.sql()}"
+            )
+        # as `left OP right`: flip the operator when the right table is written first
+        flipped = {exp.GTE: exp.LTE, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.LT: exp.GT}
+        op = type(part) if sides[0] == "left" else flipped[type(part)]
+        order = (lhs, rhs, op in (exp.GTE, exp.GT), op in (exp.GTE, exp.LTE))
+    if order is None:
+        raise QueryError("an ASOF JOIN without an inequality on the right table: cannot translate it.")
+    return eqs, *order
 
 
 def _asof(node: exp.Expr) -> exp.Expr:
-    """`L AS p ASOF [LEFT] JOIN R AS s ON eq AND p.t >= s.ts` as a Spark join: every match, then
-    per left row only the one with the latest s.ts (the earliest for `<=`). The joined rows are
-    packed so the rest of the statement reads them unchanged: the right's columns become one
-    struct column named like the right (`s.x` reads its field); the left's stay columns (an
-    unqualified `x`) and are once more a struct named like the left (`p.x`), or, when the ASOF
-    join follows other joins, each table before it becomes a struct only. `p.*` lists a struct's
-    fields, so a star over the join lists what DuckDB lists (a bare `*` is written as each
-    table's). Left rows are told apart by all their values: equal rows get the same matches, as
-    ASOF gives them. Unlike DuckDB's, right rows tied on the key are all kept."""
+    """`L AS p ASOF [LEFT] JOIN R AS s ON eq AND p.t >= s.ts` as one sorted pass, Spark's way:
+    the left rows and the right rows in one stream (UNION ALL), partitioned by the equality keys
+    and ordered by the time, each left row taking the last right row before it (`last_value(...)
+    IGNORE NULLS` over the rows so far; a descending order for `<=`, a tie placed by the side
+    that comes first). No range join: linear after the sort, as DuckDB's ASOF join is. The joined
+    rows are packed so the rest of the statement reads them unchanged: the right row is one
+    struct column named like the right (`s.x` reads its field, NULL without a match); the left's
+    columns stay columns (an unqualified `x`) and are once more a struct named like the left
+    (`p.x`), or, when the ASOF join follows other joins, each table before it becomes a struct
+    only. `p.*` lists a struct's fields, so a star over the join lists what DuckDB lists (a bare
+    `*` is written as each table's). Of right rows tied on the key one is taken, as in DuckDB."""
     import sqlglot
     from sqlglot import exp
 
@@ -249,9 +260,8 @@ def _asof(node: exp.Expr) -> exp.Expr:
     before = [node.args["from_"].this, *(j.this for j in joins[:at])]
     lefts = [t.alias_or_name for t in before]
     right = join.this.alias_or_name
-    key, latest = _asof_key(join.args["on"], right)
-    pick = "MAX" if latest else "MIN"
-    outer = "LEFT JOIN" if (join.args.get("side") or "").upper() == "LEFT" else "JOIN"
+    eqs, left_t, right_t, latest, tie = _asof_condition(join.args["on"], right)
+    outer = (join.args.get("side") or "").upper() == "LEFT"
     n = next(_ASOF_JOINS)  # helper columns named apart: one ASOF join's left may be another's result
     # `*` over the join: DuckDB lists the left tables' columns, then the right's; here each
     # table's `t.*`, which a struct column expands to its fields
@@ -264,29 +274,54 @@ def _asof(node: exp.Expr) -> exp.Expr:
             for s in ([sqlglot.parse_one(x, read="spark") for x in stars] if isinstance(e, exp.Star) else [e])
         ],
     )
-    if len(lefts) == 1:
-        # the left's columns as they are (an unqualified `x`), and once more as a struct named
-        # like the left (`p.x`, and `p.*` lists only the left's columns)
-        columns, name = f"{lefts[0]}.*, STRUCT({lefts[0]}.*) AS {lefts[0]}", f"__nsa_asof{n}"
-    else:
-        columns, name = ", ".join(f"STRUCT({a}.*) AS {a}" for a in lefts), "__nsa_asof"
-    partition = ", ".join(f"STRUCT({a}.*)" for a in lefts)
+    one = len(lefts) == 1
+    packs = [f"__nsa_l{n}"] if one else lefts
+    keys = [f"__nsa_k{n}_{i}" for i in range(len(eqs))]
+    t, s, r = f"__nsa_t{n}", f"__nsa_s{n}", f"__nsa_r{n}"
+    # where left and right rows tie on the time, the side that sorts first: the right row when
+    # a tie matches (>=, <=), else the left row
+    left_s, right_s = (1, 0) if tie else (0, 1)
+    # a left row with a NULL key or time matches nothing (`=` is not NULL-safe)
+    guard = " AND ".join(
+        [f"{t} IS NOT NULL", *(f"{k} IS NOT NULL" for k, (_, _, safe) in zip(keys, eqs) if not safe)]
+    )
+    key_cols = "".join(f"__nsa_key AS {k}, " for k in keys)
     template = sqlglot.parse_one(
-        f"SELECT * FROM (SELECT {columns}, STRUCT({right}.*) AS {right}, __nsa_key AS __nsa_asof_key{n},"
-        f" {pick}(__nsa_key) OVER (PARTITION BY {partition}) AS __nsa_asof_pick{n}"
-        f" FROM __nsa_left {outer} __nsa_right ON __nsa_on) AS {name}"
-        f" WHERE __nsa_asof_key{n} = __nsa_asof_pick{n} OR __nsa_asof_pick{n} IS NULL",
+        f"SELECT {f'__nsa_l{n}.*, __nsa_l{n} AS {lefts[0]}' if one else ', '.join(lefts)}, {right}"
+        f" FROM (SELECT {s}, {', '.join(packs)},"
+        f" CASE WHEN {guard} THEN LAST_VALUE({r}) IGNORE NULLS OVER ("
+        f"{'PARTITION BY ' + ', '.join(keys) if keys else ''}"
+        f" ORDER BY {t} {'ASC' if latest else 'DESC'}, {s} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        f" END AS {right}"
+        f" FROM (SELECT {', '.join(f'STRUCT({a}.*) AS {p}' for a, p in zip(lefts, packs))},"
+        f" {key_cols}__nsa_time AS {t}, {left_s} AS {s}, NULL AS {r} FROM __nsa_left"
+        f" UNION ALL SELECT {', '.join(f'NULL AS {p}' for p in packs)}, {key_cols}__nsa_time AS {t},"
+        f" {right_s} AS {s}, STRUCT({right}.*) AS {r} FROM __nsa_right"
+        f" WHERE __nsa_time IS NOT NULL) AS __nsa_u{n}) AS __nsa_w{n}"
+        f" WHERE {s} = {left_s}{'' if outer else f' AND {right} IS NOT NULL'}",
         read="spark",
     )
-    inner = template.args["from_"].this.this
-    inner.find(exp.From).this.replace(before[0].copy())
-    packed_join = inner.args["joins"][0]
-    packed_join.this.replace(join.this.copy())
-    packed_join.args["on"].replace(join.args["on"].copy())
-    inner.set("joins", [j.copy() for j in joins[:at]] + [packed_join])
-    for col in list(inner.find_all(exp.Column)):
-        if col.name == "__nsa_key":
-            col.replace(key.copy())
+    union = template.args["from_"].this.this.args["from_"].this.this
+    lhs, rhs = union.this, union.expression
+    lhs.find(exp.From).this.replace(before[0].copy())
+    lhs.set("joins", [j.copy() for j in joins[:at]] or None)
+    rhs.find(exp.From).this.replace(join.this.copy())
+    for branch, exprs, time in ((lhs, [e[0] for e in eqs], left_t), (rhs, [e[1] for e in eqs], right_t)):
+        placed = iter(exprs)
+        for col in list(branch.find_all(exp.Column)):
+            if col.name == "__nsa_key":
+                col.replace(next(placed).copy())
+            elif col.name == "__nsa_time":
+                col.replace(time.copy())
+    # right rows that cannot match (a NULL in an `=` key) are left out
+    where = rhs.args["where"].this
+    for _, key, safe in eqs:
+        if not safe:
+            where = exp.And(
+                this=where, expression=exp.Not(this=exp.Is(this=key.copy(), expression=exp.Null()))
+            )
+    rhs.set("where", exp.Where(this=where))
+    name = f"__nsa_asof{n}"
     packed = exp.Subquery(this=template, alias=exp.TableAlias(this=exp.to_identifier(name)))
     node.set("from_", exp.From(this=packed))
     node.set("joins", joins[at + 1 :] or None)
@@ -423,9 +458,138 @@ def _functions(node: exp.Expr) -> exp.Expr:
     return node
 
 
+def _query_table(node: exp.Expr) -> exp.Expr:
+    """`FROM query_table('name')` (a macro reading a table or CTE named by its argument, as
+    nsa_stack_described): Spark's plain `FROM name`."""
+    from sqlglot import exp
+
+    if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous)):
+        return node
+    if str(node.this.name).lower() != "query_table" or len(node.this.expressions) != 1:
+        return node
+    arg = node.this.expressions[0]
+    while isinstance(arg, exp.Paren):
+        arg = arg.this
+    if not (isinstance(arg, exp.Literal) and arg.is_string):
+        return node
+    alias = node.args.get("alias")
+    return exp.Table(this=exp.to_identifier(arg.this), alias=alias.copy() if alias else None)
+
+
+def _ordered_list(node: exp.Expr) -> exp.Expr:
+    """`list(x ORDER BY k1, k2)`: Spark's collect_list keeps no order (sqlglot drops the ORDER
+    BY), so each element travels with its keys and the list is sorted on them: `transform(
+    array_sort(collect_list(named_struct(k1 IS NULL, k1, ..., x))), e -> e.x)`, NULL keys last
+    as DuckDB sorts them, NULL elements kept as DuckDB's list() keeps them. Descending keys: no
+    translation (the query is refused)."""
+    from sqlglot import exp
+
+    if not isinstance(node, exp.ArrayAgg) or not isinstance(node.this, exp.Order):
+        return node
+    keys = node.this.expressions
+    if any(k.args.get("desc") or k.args.get("nulls_first") for k in keys):
+        raise QueryError("list(x ORDER BY ... DESC / NULLS FIRST): no Spark translation.")
+    fields: list[exp.Expr] = []
+    for i, key in enumerate(keys):
+        fields += [exp.Literal.string(f"n{i}"), exp.Is(this=key.this.copy(), expression=exp.Null())]
+        fields += [exp.Literal.string(f"k{i}"), key.this.copy()]
+    fields += [exp.Literal.string("v"), node.this.this.copy()]
+    packed = exp.Anonymous(
+        this="array_sort",
+        expressions=[
+            exp.Anonymous(
+                this="collect_list", expressions=[exp.Anonymous(this="named_struct", expressions=fields)]
+            )
+        ],
+    )
+    pick = exp.Lambda(
+        this=exp.Dot(this=exp.column("__nsa_e"), expression=exp.to_identifier("v")),
+        expressions=[exp.to_identifier("__nsa_e")],
+    )
+    return exp.Anonymous(this="transform", expressions=[packed, pick])
+
+
+def _zipped_unnests(node: exp.Expr) -> exp.Expr:
+    """`SELECT unnest(a) AS x, unnest(b) AS y` (no FROM): DuckDB walks the lists side by side
+    (the shorter padded with NULLs); Spark takes one generator per SELECT, so the rows come from
+    one position list instead: `SELECT try_element_at(a, i) AS x, ... FROM (SELECT explode(
+    sequence(0, greatest(size(a), ...))) AS i) WHERE i >= 1`."""
+    import sqlglot
+    from sqlglot import exp
+
+    if not isinstance(node, exp.Select) or node.args.get("from_") or node.args.get("joins"):
+        return node
+    cols = node.expressions
+    if len(cols) < 2 or not all(isinstance(c, exp.Alias) and isinstance(c.this, exp.Explode) for c in cols):
+        return node
+    lists = [c.this.this for c in cols]
+    sizes = ", ".join(f"coalesce(size(__nsa_list{i}), 0)" for i in range(len(lists)))
+    template = sqlglot.parse_one(
+        "SELECT "
+        + ", ".join(f"try_element_at(__nsa_list{i}, __nsa_i) AS {c.alias}" for i, c in enumerate(cols))
+        + f" FROM (SELECT explode(sequence(0, greatest({sizes}, 0))) AS __nsa_i) AS __nsa_positions"
+        " WHERE __nsa_i >= 1",
+        read="spark",
+    )
+    for col in list(template.find_all(exp.Column)):
+        if col.name.startswith("__nsa_list"):
+            col.replace(lists[int(col.name.removeprefix("__nsa_list"))].copy())
+    return template
+
+
+def _by_name(tree: exp.Expr) -> exp.Expr:
+    """`a UNION [ALL] BY NAME b`, which Spark's SQL does not parse: each side becomes `SELECT
+    <the union's columns> FROM (side)` in one order, NULL for a column the side lacks (DuckDB
+    lists the left's columns, then the right's new ones). The sides' columns are found by
+    sqlglot's qualify over the canonical tables' columns (it expands `*` through the CTEs); a
+    side whose columns stay unknown is refused."""
+    from sqlglot import exp
+    from sqlglot.optimizer.qualify import qualify
+
+    unions = [u for u in tree.find_all(exp.Union) if u.args.get("by_name")]
+    if not unions:
+        return tree
+    schema: dict[str, object] = {t.name: {c.name: "BIGINT" for c in t.cols} for t in TABLES}
+    try:
+        resolved = qualify(tree.copy(), schema=schema, dialect="duckdb", validate_qualify_columns=False)
+    except Exception as exc:  # sqlglot raises several kinds; all mean the same here
+        raise QueryError(f"UNION BY NAME: the columns of its sides are unknown ({exc}).") from exc
+    twins = [u for u in resolved.find_all(exp.Union) if u.args.get("by_name")]
+    if len(twins) != len(unions):
+        raise QueryError("UNION BY NAME: the columns of its sides are unknown.")
+
+    def names(node: exp.Expr) -> list[str]:
+        if isinstance(node, exp.Union) and node.args.get("by_name"):
+            left = names(node.this)
+            return left + [n for n in names(node.expression) if n not in left]
+        if isinstance(node, exp.Subquery):
+            return names(node.this)
+        found = list(getattr(node, "named_selects", []))
+        if not found or "*" in found:
+            raise QueryError("UNION BY NAME over a side whose columns are unknown.")
+        return found
+
+    shapes = [(names(t), names(t.this), names(t.expression)) for t in twins]
+    # innermost first: an outer union's side is copied with its inner unions already rewritten
+    for i, (union, (cols, left, right)) in reversed(list(enumerate(zip(unions, shapes)))):
+        for key, side, have in (("this", union.this, left), ("expression", union.expression, right)):
+            select = exp.select(
+                *[exp.column(c) if c in have else exp.alias_(exp.Null(), c) for c in cols]
+            ).from_(
+                exp.Subquery(
+                    this=side.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"__nsa_by_name{i}_{key}"))
+                )
+            )
+            union.set(key, select)
+        union.set("by_name", None)
+    return tree
+
+
 def _spark_rewrites(tree: exp.Expr) -> exp.Expr:
+    tree = tree.transform(_query_table)
+    tree = _by_name(tree)
     tree = tree.transform(_unmaterialise).transform(_named_windows).transform(_window_filter)
-    tree = tree.transform(_lateral_values)
+    tree = tree.transform(_lateral_values).transform(_ordered_list).transform(_zipped_unnests)
     tree = tree.transform(_functions)
     return tree.transform(_asof)
 
@@ -436,12 +600,27 @@ def translate(name_or_sql: str) -> str:
     left as named markers (`:report_id`)."""
     _require()
     import sqlglot
+    from sqlglot import exp
 
-    sql = name_or_sql
+    sql, lists = name_or_sql, {}
     if re.fullmatch(r"[\w/.]+", name_or_sql):
-        sql = queries.get(name_or_sql).sql
+        q = queries.get(name_or_sql)
+        sql = q.sql
+        lists = {p.name: p.type[:-2] for p in q.params if p.type.endswith("[]")}
     tree = sqlglot.parse_one(sql, read="duckdb")
     tree = _spark_rewrites(expand_macros(tree))
+    if lists:
+        # a list parameter is bound as JSON text (`_arg`) and read back typed: spark.sql's
+        # arguments take array() of literals of one type only (INVALID_SQL_ARG for [0, 10**12])
+        def typed(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Placeholder) and node.name in lists:
+                element = _SPARK_TYPES.get(lists[node.name], lists[node.name])
+                return exp.Anonymous(
+                    this="from_json", expressions=[node.copy(), exp.Literal.string(f"array<{element}>")]
+                )
+            return node
+
+        tree = tree.transform(typed)
     return tree.sql(dialect="spark")
 
 
@@ -537,11 +716,12 @@ def query(
 
 
 def _arg(value: Any) -> Any:
-    """A bound parameter as Spark takes it: a list as an array() column, the rest as literals."""
+    """A bound parameter as Spark takes it: a list as JSON text (the translation reads it with
+    from_json as the contract types it), the rest as literals."""
     if isinstance(value, (list, tuple)):
-        from pyspark.sql import functions as F
+        import json
 
-        return F.array(*[F.lit(v) for v in value])
+        return json.dumps(list(value))
     return value
 
 
