@@ -116,3 +116,16 @@ print(sys.modules["nsight_analytics.diff"].Diff is Diff)
 """
     res = python("-c", code)
     assert (res.returncode, res.stdout, res.stderr) == (0, "True\n", "")
+
+
+def test_ingest_and_kernel_summary_import_no_arrow_numpy_or_pandas(tmp_path: Path) -> None:
+    # a real export shipped with the tests (H100, nsys 2025.3); ~0.1 s of imports per call
+    export = ROOT / "tests" / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    out, db = tmp_path / "loaded.json", str(tmp_path / "w.duckdb")
+    for args in (
+        ["ingest", "-q", str(export), "--db", db],
+        ["query", "kernel_summary", "--db", db, "--format", "csv", "-o", os.devnull],
+    ):
+        res = python("-c", PROBE, str(out), *args)
+        assert res.returncode == 0, res.stderr
+        assert [m for m in json.loads(out.read_text()) if m in ("numpy", "pandas", "pyarrow")] == [], args

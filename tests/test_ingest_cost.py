@@ -1,16 +1,13 @@
 """What `nsa ingest` of an nsys export and the first `nsa query kernel_summary` spend besides the
-copy (issue 31): no pyarrow/numpy/pandas import, the kernels' name fallback read only where the
+copy (issue 31): the kernels' name fallback read only where the
 export allows NULL names, and one attach of the export for all of a report's deferred steps.
-Checked by what ran, never by timing (benchmarks/README.md times it)."""
+Checked by what ran, never by timing (benchmarks/README.md times it). That neither imports
+pyarrow, numpy or pandas is in test_cli_startup.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,35 +17,6 @@ from nsight_analytics.ingest.nsys import reader_sqlite
 
 # A real export shipped with the tests (H100, nsys 2025.3): demangledName is NOT NULL in it.
 EXPORT = ROOT / "tests" / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
-HEAVY = ("numpy", "pandas", "pyarrow")
-
-# Runs `nsa ARGS...` in this interpreter, then writes the heavy modules it imported to OUT.
-PROBE = f"""
-import json, sys
-out, args = sys.argv[1], sys.argv[2:]
-try:
-    from nsight_analytics.cli import main
-    main(args, prog_name="nsa")
-finally:
-    with open(out, "w") as fh:
-        json.dump(sorted(m for m in sys.modules if m in {HEAVY!r}), fh)
-"""
-
-
-def _nsa(tmp_path: Path, *args: str) -> list[str]:
-    out = tmp_path / "loaded.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run(
-        [sys.executable, "-c", PROBE, str(out), *args], cwd=ROOT, capture_output=True, text=True, env=env
-    )
-    assert res.returncode == 0, res.stderr
-    return list(json.loads(out.read_text()))
-
-
-def test_ingest_and_kernel_summary_import_no_arrow_numpy_or_pandas(tmp_path: Path) -> None:
-    db = str(tmp_path / "w.duckdb")
-    assert _nsa(tmp_path, "ingest", "-q", str(EXPORT), "--db", db) == []
-    assert _nsa(tmp_path, "query", "kernel_summary", "--db", db, "--format", "csv", "-o", os.devnull) == []
 
 
 def _sq(path: Path, sql: str) -> list[tuple]:
