@@ -188,3 +188,32 @@ def test_a_dataset_carries_it_and_an_older_one_works_it_out(tmp_path: Path) -> N
         assert nsa.query(ds, "utilization").fetchall() == want  # worked out into a TEMP table
     finally:
         ds.close()
+
+
+def test_worked_out_under_the_inputs_size_as_the_deferred_steps(tmp_path: Path, monkeypatch) -> None:
+    # A real export shipped with the tests; small, so the cap is the floor (256 MiB). DuckDB's
+    # limit while the timeline is built is read from inside the build's timing block.
+    from contextlib import contextmanager
+
+    from nsight_analytics.ingest import pipeline
+
+    export = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    con = api.connect(tmp_path / "w.duckdb", load_deferred=False)
+    api.ingest(con, export)
+    before = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    seen: list[float | None] = []
+
+    @contextmanager
+    def spy(log, what):
+        seen.append(
+            pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        )
+        yield
+
+    monkeypatch.setattr(timeline, "timed", spy)
+    assert timeline.ensure(con) == 1
+    cap = max(pipeline.MEMORY_FLOOR, export.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    assert len(seen) == 1 and seen[0] is not None and seen[0] <= cap
+    after = pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+    restored = pipeline._limit_bytes(before)
+    assert after is not None and restored is not None and abs(after - restored) <= 0.01 * restored  # as shown

@@ -339,9 +339,15 @@ def _limit_bytes(text: str) -> float | None:
 
 
 @contextmanager
-def _memory_cap(con: duckdb.DuckDBPyConnection, report_id: int) -> Iterator[None]:
+def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[None]:
+    """DuckDB's memory limit while work on `report_ids` runs: their files' size together, less
+    MEMORY_OUTSIDE (see above)."""
     size = params.first_row(
-        params.execute(con, "SELECT size_bytes FROM reports WHERE report_id = $rid", {"rid": report_id})
+        params.execute(
+            con,
+            "SELECT sum(size_bytes) FROM reports WHERE list_contains($rids, report_id)",
+            {"rids": list(report_ids)},
+        )
     )[0]
     previous, on_disk = params.first_row(
         con.execute(
@@ -408,7 +414,7 @@ def ensure_loaded(
                 handle = files.enter_context(
                     rd.open_source(con, plain, reader.Source(path, partial(str, sha), progress))
                 )
-            with _memory_cap(con, rid):
+            with memory_cap(con, [rid]):
                 con.execute("BEGIN TRANSACTION")
                 try:
                     rd.load_deferred(con, None if derived else handle, rid, step)

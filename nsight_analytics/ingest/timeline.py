@@ -23,6 +23,7 @@ import duckdb
 
 from .. import params
 from ..timing import timed
+from .pipeline import memory_cap
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,11 @@ def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = No
         con.execute(f'CREATE TEMP TABLE {TABLE} AS SELECT {cols} FROM "{stored}".main.{TABLE}')
     only = _only(todo)
     which = ", ".join(str(r) for r in todo)
-    with timed(log, f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"):
+    # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
+    with (
+        memory_cap(con, todo),
+        timed(log, f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"),
+    ):
         try:
             con.execute("BEGIN TRANSACTION")
             own = True
