@@ -23,7 +23,7 @@ import duckdb
 
 from .. import params
 from ..timing import timed
-from .pipeline import memory_cap
+from .pipeline import memory_cap, rollback
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = No
                 con.execute("COMMIT")
         except BaseException:
             if own:
-                con.execute("ROLLBACK")
+                rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
             raise
     return len(todo)
 
