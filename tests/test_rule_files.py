@@ -16,6 +16,9 @@ from click.testing import CliRunner
 import nsight_analytics as nsa
 from nsight_analytics import api, queries
 from nsight_analytics.cli import EXIT_ERROR, EXIT_FINDINGS, main
+from nsight_analytics.render import diff as render_diff
+from nsight_analytics.render.diff_panels import diff_sections
+from nsight_analytics.render.rows import jsonable
 from nsight_analytics.rules import discovery
 from tests.conftest import realdata
 
@@ -344,6 +347,13 @@ def test_the_diff_gate_fails_on_a_new_or_worse_file_rule_finding(team: Path, db:
         assert "worse [warning -> critical] one-kernel-dominates: " in g.message
     g = api.diff_gate(better, None, new_findings="warning")
     assert not g.failed, g.message
+    # people see both severities of a finding whose severity changed, in every format
+    shown = "[warning -> critical] one-kernel-dominates: "
+    assert f"persisting {shown}" in render_diff.render(worse, "table")
+    assert "| warning -> critical | " in render_diff.render(worse, "markdown")
+    assert "persisting [critical -> warning] one-kernel-dominates: " in render_diff.render(better, "table")
+    page = "".join(diff_sections(jsonable(worse.to_dict())))
+    assert "warning -&gt; critical" in page
 
 
 TEAM_MACRO = """\

@@ -152,6 +152,18 @@ class FindingChange:
     b_savings_ns: int | None
     a_severity: str | None = None  # A's severity (None for a new finding); `severity` is B's where B has it
 
+    @property
+    def severity_shown(self) -> str:
+        """B's severity, as 'A -> B' where a persisting finding's severity changed."""
+        return severity_shown(self.status, self.a_severity, self.severity)
+
+
+def severity_shown(status: str, a_severity: str | None, severity: str) -> str:
+    """A finding change's severity for people: 'warning -> critical' where it changed between A and B."""
+    if status == "persisting" and a_severity and a_severity != severity:
+        return f"{a_severity} -> {severity}"
+    return severity
+
 
 @dataclass
 class Metric:

@@ -276,7 +276,7 @@ def _finding_lines(d: Diff) -> list[str]:
     for f in d.findings:
         savings = f.b_savings_ns if f.status != "resolved" else f.a_savings_ns
         est = f" (est. savings {table_dur(savings)})" if savings else ""
-        out += _wrap(f"{f.status:<10} [{f.severity}] {f.rule_id}: {f.title}{est}", 2)
+        out += _wrap(f"{f.status:<10} [{f.severity_shown}] {f.rule_id}: {f.title}{est}", 2)
     return out
 
 
@@ -409,7 +409,7 @@ def to_markdown(d: Diff, gate: Gate | None = None, top: int = TOP_KERNELS) -> st
         out.append(
             _md_table(
                 [
-                    {"status": f.status, "rule": f.rule_id, "severity": f.severity, "finding": f.title,
+                    {"status": f.status, "rule": f.rule_id, "severity": f.severity_shown, "finding": f.title,
                      "savings A": table_dur(f.a_savings_ns) if f.a_savings_ns else "",
                      "savings B": table_dur(f.b_savings_ns) if f.b_savings_ns else ""}
                     for f in d.findings

@@ -8,6 +8,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from ..diff.model import severity_shown
 from ..units import num, page_dur
 from . import svg
 from .html_parts import Col, fmt_text, section, table
@@ -119,6 +120,7 @@ def _metrics(rows: list[dict[str, Any]]) -> str | None:
 def _findings(rows: list[dict[str, Any]]) -> str | None:
     if not rows:
         return None
+    rows = [{**r, "severity": severity_shown(r["status"], r.get("a_severity"), r["severity"])} for r in rows]
     cols: list[Col] = [("status", "status", fmt_text), ("severity", "severity", fmt_text),
                        ("rule_id", "rule", fmt_text), ("title", "title", fmt_text)]  # fmt: skip
     return table(rows, cols, "findings_changed")
