@@ -87,7 +87,7 @@ def test_rule_case(case: dict, tmp_path: Path) -> None:
 def _assert_detail(f, want: dict) -> None:
     """A finding says what a case's `detail` computed by hand: the saving and the evidence
     numbers, and for a run rule its run, report and the ranks it names (its message names the
-    run); its message says `says`."""
+    run); its message says `says`, its recommendation `advises`."""
     if "run_id" in want:
         assert (f.run_id, f.report_id, f.ranks) == (want["run_id"], want["report_id"], want["ranks"]), (
             f.message
@@ -100,6 +100,8 @@ def _assert_detail(f, want: dict) -> None:
     assert f.same_saving_as == want.get("same_saving_as")
     for words in want.get("says", []):
         assert words in f.message, (words, f.message)
+    for words in want.get("advises", []):
+        assert words in f.recommendation, (words, f.recommendation)
     for key, value in want["evidence"].items():
         assert f.evidence[key] == _approx(value), (key, f.evidence[key], value)
 

@@ -67,6 +67,36 @@ CASES: list[dict[str, Any]] = [
         ],
     },
     {
+        # kernels 0-10 ms and 15-30 ms, a stream sync 7-15 ms: blocked 8 ms (27% of the 30 ms run, an
+        # info finding) of which the GPU idled 5 ms (17% of the run: under the warning share), most of
+        # the wait - the advice must not say the waits cover GPU work
+        "id": "sync-mostly-idle-info",
+        "rules": ["host-sync"],
+        "rows": {
+            "kernels": [kernel(0, 10 * MS), kernel(15 * MS, 15 * MS)],
+            "cuda_api": [
+                api(0, 3 * US, "cudaLaunchKernel"),
+                api(7 * MS, 8 * MS, "cudaStreamSynchronize"),
+                api(15 * MS, 3 * US, "cudaLaunchKernel"),
+                api(30 * MS, 3 * US, "cudaMemcpyAsync"),
+            ],
+        },
+        "expect": [("host-sync", "info")],
+        "detail": [
+            {
+                "est_savings_ns": 5 * MS,
+                "evidence": {
+                    "blocked_ns": 8 * MS,
+                    "beyond_gpu_ns": 5 * MS,
+                    "process_span_ns": 30 * MS + 3 * US,
+                    "blocked_share": 8 * MS / (30 * MS + 3 * US),
+                    "beyond_gpu_share": 5 * MS / (30 * MS + 3 * US),
+                },
+                "advises": ["The GPU idled for 62% of these waits, 5 ms (17% of the run)"],
+            }
+        ],
+    },
+    {
         "id": "async-calls-pass",
         "rules": ["host-sync"],
         "rows": {"kernels": [kernel(0, 10 * MS)], "cuda_api": [api(0, 10 * MS, "cudaMemcpyAsync")]},

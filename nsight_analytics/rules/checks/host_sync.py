@@ -122,11 +122,19 @@ def host_sync(ctx: Context, rid: int) -> list[Finding]:
             if w["beyond_ns"] <= 0
             else f"the GPU idle for {pct(w['beyond_ns'] / w['blocked_ns'])} of that"
         )
-        recommendation = (
-            "The waits cover GPU work, so they are not the bottleneck today; but a host that waits cannot "
-            "queue ahead. Once the GPU work shrinks, replace per-step synchronisation with events or "
-            "synchronise every N steps."
-        )
+        if 2 * w["beyond_ns"] > w["blocked_ns"]:  # the GPU idled for most of the wait: a small win today
+            recommendation = (
+                f"The GPU idled for {pct(w['beyond_ns'] / w['blocked_ns'])} of these waits, "
+                f"{dur(w['beyond_ns'])} ({pct(w['beyond_share'])} of the {run}): synchronise every N steps, "
+                "or express the dependency with events (cudaEventRecord + cudaStreamWaitEvent), so the host "
+                "queues the next work before the GPU runs dry."
+            )
+        else:
+            recommendation = (
+                "The waits cover GPU work, so they are not the bottleneck today; but a host that waits "
+                "cannot queue ahead. Once the GPU work shrinks, replace per-step synchronisation with "
+                "events or synchronise every N steps."
+            )
     else:
         title = f"Host blocked in {top.name} while the GPU idles: {pct(w['beyond_share'])} of the {run}"
         recommendation = (
