@@ -84,7 +84,8 @@ sampled AS (
 ),
 sample_time AS (
     SELECT report_id, dev, source, stack_id, gap_start_ns,
-           gap_ns / count(*) OVER (PARTITION BY report_id, dev, source, gap_start_ns) AS ns
+           -- exact decimals: a sum of them does not depend on the order DuckDB's threads add them in
+           CAST(gap_ns / count(*) OVER (PARTITION BY report_id, dev, source, gap_start_ns) AS DECIMAL(38, 6)) AS ns
     FROM sampled
 ),
 -- frame intervals (they nest on their thread): at each start the frame's own stack holds, at each
@@ -137,7 +138,7 @@ described AS (SELECT * FROM nsa_stack_described('used')),
 grouped AS (
     SELECT t.report_id, t.dev, CASE WHEN $per_gap THEN t.gap_start_ns END AS gap_start_ns, t.source,
            d.user_function, d.user_file, d.user_line, d.library_frame,
-           arg_max(d.callers, t.ns) AS callers, sum(t.ns) AS explained_ns, count(*) AS events
+           arg_max(d.callers, (t.ns, d.callers)) AS callers, sum(t.ns) AS explained_ns, count(*) AS events
     FROM timed AS t
     JOIN described AS d USING (report_id, stack_id)
     GROUP BY ALL

@@ -177,13 +177,15 @@ used AS (SELECT DISTINCT report_id, stack_id FROM stacked),
 described AS (SELECT * FROM nsa_stack_described('used')),
 by_stack AS (
     SELECT report_id, source, kind, stack_id, count(*) AS calls, sum(launched) AS launched, sum(gpu_ns) AS gpu_ns,
-           sum(api_ns) AS api_ns, mode(name) AS api_name, sum(samples) AS samples
+           sum(api_ns) AS api_ns, sum(samples) AS samples,
+           -- the most frequent name, the greatest name of equally frequent ones (mode() picks any)
+           list_max(list_transform(map_entries(histogram(name)), e -> (e.value, e.key)))[2] AS api_name
     FROM stacked
     GROUP BY ALL
 ),
 grouped AS (
     SELECT b.report_id, b.source, b.kind, d.user_function, d.user_file, d.user_line, d.library_frame,
-           arg_max(d.callers, b.calls) AS callers, arg_max(b.api_name, b.calls) AS api_name,
+           arg_max(d.callers, (b.calls, d.callers)) AS callers, arg_max(b.api_name, (b.calls, b.api_name)) AS api_name,
            sum(b.calls) AS calls, sum(b.launched) AS launched, sum(b.gpu_ns) AS gpu_ns, sum(b.api_ns) AS api_ns,
            sum(b.samples) AS samples
     FROM by_stack AS b
