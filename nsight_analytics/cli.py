@@ -1289,7 +1289,7 @@ def export(directory: str, report_ids: tuple[int, ...], run_names: tuple[str, ..
     """Write the workspace (or the reports and runs chosen) into DIR as a hive-partitioned Parquet
     dataset: DIR/<table>/run_id=<run>/report_id=<report>/*.parquet plus DIR/_nsa_dataset.json.
     Exporting into an existing dataset adds the new reports with fresh ids; a report it holds
-    already (same file, same SHA-256) is skipped. Deferred data is loaded first. Read it with
+    already (same file, same content) is skipped. Deferred data is loaded first. Read it with
     `nsa <command> --data DIR`, DuckDB or Spark (docs/dataset.md).
     """
     from . import api

@@ -48,7 +48,7 @@ Manifest fields (`_nsa_dataset.json`, JSON object):
     partition_by      ["run_id", "report_id"]
     tables            {table: {"columns": [[name, type], ...] (rowid last),
                                "path": "<table>/**/*.parquet", "next_rowid": N}}
-    reports           [{"report_id", "run_id", "format", "source_path", "sha256",
+    reports           [{"report_id", "run_id", "format", "source_path", "sha256", "content_hash",
                         "partition": "run_id=<r>/report_id=<id>", "exported_at"}, ...]
     runs              [{"run_id", "name"}, ...]
 """
@@ -274,27 +274,31 @@ def export(
     `directory`, creating it or adding to it.
 
     `con` must hold every row already (nothing deferred: `api.export` loads it first). A report
-    the dataset holds already (same source path and SHA-256) is skipped; the others get fresh
+    the dataset holds already (same source path and content hash) is skipped; the others get fresh
     report and run ids. Each table is written by DuckDB into a temporary folder inside the
     dataset, its partitions then renamed into place, and the manifest replaced last: an export
     interrupted part-way adds nothing a reader sees."""
     root, manifest = _target(directory)
     manifest = _same_columns(root, manifest) if manifest else _new_manifest()
     rows = con.execute(
-        "SELECT report_id, run_id, format, source_path, sha256 FROM reports ORDER BY report_id"
+        "SELECT report_id, run_id, format, source_path, sha256, content_hash FROM reports ORDER BY report_id"
     ).fetchall()
     wanted = None if reports is None else {int(r) for r in reports}
-    have = {(r.get("source_path"), r.get("sha256")): int(r["report_id"]) for r in manifest["reports"]}
+    # a report's key: its content_hash, or its sha256 when ingested before nsa kept content_hash
+    have = {
+        (r.get("source_path"), r.get("content_hash") or r.get("sha256")): int(r["report_id"])
+        for r in manifest["reports"]
+    }
     result = Exported(root)
     base_report = max((int(r["report_id"]) for r in manifest["reports"]), default=0)
     base_run = max((int(r["run_id"]) for r in manifest["runs"]), default=0)
     new_reports: list[dict[str, Any]] = []
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for rid, run, fmt, source, sha in rows:
+    for rid, run, fmt, source, sha, key in rows:
         if wanted is not None and rid not in wanted:
             continue
-        if (source, sha) in have:
-            result.skipped.append((rid, have[(source, sha)]))
+        if (source, key or sha) in have:
+            result.skipped.append((rid, have[(source, key or sha)]))
             continue
         new_id = base_report + len(result.written) + 1
         result.written[rid] = new_id
@@ -308,6 +312,7 @@ def export(
                 "format": fmt,
                 "source_path": source,
                 "sha256": sha,
+                "content_hash": key,
                 "partition": f"run_id={_hive(new_run)}/report_id={new_id}",
                 "exported_at": now,
             }

@@ -100,7 +100,13 @@ TABLES: tuple[Table, ...] = (
                 "'kineto' (PyTorch profiler trace), 'nvml' or 'nvidia-smi' (power logs).",
             ),
             _c("source_path", "VARCHAR", "", "Absolute path of the ingested file."),
-            _c("sha256", "VARCHAR", "", "SHA-256 of the file's bytes; the de-duplication key."),
+            _c(
+                "sha256",
+                "VARCHAR",
+                "",
+                "SHA-256 of the file's bytes (hex), for reports ingested before `content_hash`: their "
+                "de-duplication key. NULL for the others.",
+            ),
             _c("size_bytes", "BIGINT", "byte", "File size."),
             _c("tool_version", "VARCHAR", "", "Version of the nsys / ncu that wrote the file."),
             _c("schema_version", "VARCHAR", "", "nsys export schema version (NULL for ncu)."),
@@ -165,7 +171,16 @@ TABLES: tuple[Table, ...] = (
                 "ns",
                 "Modification time of source_path when the ingest began (ns since the Unix epoch). "
                 "A deferred table is copied without hashing the file again while its size and "
-                "mtime are unchanged; otherwise the file must still have `sha256`.",
+                "mtime are unchanged; otherwise the file must still have `content_hash` (or `sha256`).",
+            ),
+            _c(
+                "content_hash",
+                "VARCHAR",
+                "",
+                "Hash of the file's bytes, `xxh3_128-` and 32 hex digits (xxHash XXH3, 128 bits); with "
+                "`size_bytes`, the de-duplication key. NULL for reports ingested before nsa kept it, "
+                "which have `sha256`. A key for recognising a file seen before, not a defence against "
+                "a file forged to collide.",
             ),
         ),
         "workspace",

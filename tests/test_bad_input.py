@@ -40,7 +40,7 @@ def snapshot(db: Path) -> list:
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute("SELECT report_id, sha256 FROM reports ORDER BY 1").fetchall() + [
+        return con.execute("SELECT report_id, sha256, content_hash FROM reports ORDER BY 1").fetchall() + [
             con.execute("SELECT count(*) FROM kernels").fetchone()
         ]
     finally:
@@ -225,8 +225,8 @@ def test_deferred_table_of_a_touched_source_checks_the_bytes(tmp_path: Path, mon
     ingest = sys.modules["nsight_analytics.ingest.pipeline"]
     src, db, mtime = _ingest_copy(tmp_path)
     hashed: list[Path] = []
-    real_hash = ingest.sha256_file
-    monkeypatch.setattr(ingest, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
+    real_hash = ingest.content_hash_file
+    monkeypatch.setattr(ingest, "content_hash_file", lambda p: hashed.append(p) or real_hash(p))
     os.utime(src, ns=(mtime + 10**9, mtime + 10**9))
     res = run("query", "--db", db, "sync_calls", "--format", "csv")
     assert res.exit_code == 0, res.output

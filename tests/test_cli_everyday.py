@@ -57,7 +57,9 @@ def state(db: Path) -> list[tuple]:
     """What an error must leave alone: the reports, what they still defer, and the row counts."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT report_id, sha256, deferred_steps FROM reports ORDER BY 1").fetchall()
+        rows = con.execute(
+            "SELECT report_id, content_hash, deferred_steps FROM reports ORDER BY 1"
+        ).fetchall()
         counts = [con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in schema.STORED]
         return [*rows, tuple(counts)]
     finally:

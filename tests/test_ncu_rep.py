@@ -494,7 +494,7 @@ def test_plain_and_gz_paths_give_the_same_rows(tmp_path: Path) -> None:
 def _state(db: Path) -> list[tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT report_id, sha256 FROM reports ORDER BY 1").fetchall()
+        rows = con.execute("SELECT report_id, content_hash FROM reports ORDER BY 1").fetchall()
         return [
             *rows,
             tuple(con.execute(f'SELECT count(*) FROM "{t.name}"').fetchone()[0] for t in schema.STORED),

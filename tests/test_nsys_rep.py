@@ -9,7 +9,6 @@ The error paths use small fake nsys programs that fail the way nsys does.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import xxhash
 from click.testing import CliRunner
 from test_cli_everyday import state
 
@@ -128,8 +128,9 @@ def cache_of(db: Path) -> Path:
     return Path(f"{db}.nsa-cache")
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def content_hash(path: Path) -> str:
+    """reports.content_hash of the file, computed here with xxhash itself."""
+    return "xxh3_128-" + xxhash.xxh3_128(path.read_bytes()).hexdigest()
 
 
 def assert_user_error(res, message: str) -> None:
@@ -198,7 +199,7 @@ def test_rows_equal_an_independent_export(capture: Capture, db: Path, only) -> N
         sleeps = con.execute("SELECT duration_ns FROM osrt_api WHERE name = 'clock_nanosleep'").fetchall()
         assert len(sleeps) == 5 and all(d >= 20_000_000 for (d,) in sleeps)
         row = con.execute(
-            "SELECT format, source_path, sha256, tool_version, session_start_utc_ns, deferred_steps FROM reports"
+            "SELECT format, source_path, content_hash, tool_version, session_start_utc_ns, deferred_steps FROM reports"
         ).fetchone()
     finally:
         con.close()
@@ -206,7 +207,7 @@ def test_rows_equal_an_independent_export(capture: Capture, db: Path, only) -> N
         capture, "SELECT value FROM EXPORT_META_DATA WHERE name = 'EXPORT_PRODUCT_VERSION'"
     )[0]
     (start,) = reference(capture, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
-    sha = sha256(REP_GZ)
+    sha = content_hash(REP_GZ)
     assert row[:5] == ("nsys-rep", str(REP_GZ), sha, version, start)
     assert [p.name for p in cache_of(db).iterdir()] == [f"{sha}.sqlite"]
 
@@ -227,7 +228,7 @@ def test_progress_follows_nsys(capture: Capture, tmp_path: Path, only) -> None:
 def test_the_cache_is_reused_without_running_nsys(capture: Capture, db: Path, tmp_path: Path, only) -> None:
     only(capture.nsys)
     assert run("ingest", "--db", str(db), str(capture.report)).exit_code == EXIT_OK
-    cached = cache_of(db) / f"{sha256(capture.report)}.sqlite"
+    cached = cache_of(db) / f"{content_hash(capture.report)}.sqlite"
     made = cached.stat().st_mtime_ns
     only(fake_nsys(tmp_path, "sys.exit(1)\n"))
     res = run("ingest", "--db", str(db), "--replace", str(capture.report))
@@ -256,7 +257,7 @@ def test_a_deferred_step_exports_again_when_the_cache_is_gone(capture: Capture, 
         )
     finally:
         con.close()
-    assert (cache_of(db) / f"{sha256(capture.report)}.sqlite").is_file()
+    assert (cache_of(db) / f"{content_hash(capture.report)}.sqlite").is_file()
 
 
 def test_a_read_only_connection_exports_into_a_temporary_folder(capture: Capture, db: Path, only) -> None:
@@ -280,13 +281,13 @@ def test_the_export_goes_with_its_report(capture: Capture, db: Path, tmp_path: P
     path = tmp_path / "run.nsys-rep"
     shutil.copy(capture.report, path)
     assert run("ingest", "--db", str(db), str(path)).exit_code == EXIT_OK
-    first = sha256(path)
+    first = content_hash(path)
     path.write_bytes(REP_GZ.read_bytes())  # other bytes at the same path (the same report, gzip'd)
     res = run("ingest", "--db", str(db), "--replace", str(path))
     assert res.exit_code == EXIT_OK, res.output
     assert res.stdout.startswith("run.nsys-rep: replaced as report 1 (nsys-rep)")
-    assert first != sha256(path)
-    assert [p.name for p in cache_of(db).iterdir()] == [f"{sha256(path)}.sqlite"]
+    assert first != content_hash(path)
+    assert [p.name for p in cache_of(db).iterdir()] == [f"{content_hash(path)}.sqlite"]
 
 
 def test_an_nsys_too_old_for_the_report_gives_way_to_the_next(

@@ -7,7 +7,6 @@ ingest, so a reader fault shows up as a count that differs from the file's own.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import random
 import re
 import sqlite3
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import xxhash
 
 import nsight_analytics as nsa
 from conftest import ROOT
@@ -102,11 +102,12 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path) -> None:
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     r = nsa.ingest(con, packed)
     assert (r.format, r.status, r.path) == ("nsys", "ingested", packed)
-    row = con.execute("SELECT format, source_path, sha256, size_bytes FROM reports").fetchone()
+    row = con.execute("SELECT format, source_path, sha256, content_hash, size_bytes FROM reports").fetchone()
     assert row == (
         "nsys",
         str(packed),
-        hashlib.sha256(packed.read_bytes()).hexdigest(),
+        None,  # only reports ingested before content_hash have it
+        "xxh3_128-" + xxhash.xxh3_128(packed.read_bytes()).hexdigest(),  # of the .gz's bytes
         packed.stat().st_size,
     )
     assert "nvtx_ranges" in r.deferred and _leftovers(tmp_path) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .pipeline import (
     REPORT_TABLES,
     IngestResult,
+    content_hash_file,
     deferred_for,
     delete_reports,
     detect_format,
@@ -27,6 +28,7 @@ __all__ = [
     "Progress",
     "Reader",
     "all_readers",
+    "content_hash_file",
     "deferred_for",
     "delete_reports",
     "detect_format",

@@ -1,10 +1,11 @@
 """Ingest: files in, one committed report (or nothing) out, whatever the format.
 
 The pipeline asks each reader (reader.py) whether it knows the file's content, decompresses a
-`.gz` for it, hashes the file, and runs the reader's load inside one DuckDB transaction that
-also writes the `reports` row: a killed ingest leaves no trace. Large, rarely needed tables can
-be deferred: the report lists the steps in `deferred_steps` and `ensure_loaded` runs them
-through the report's reader, each in its own transaction, the first time they are needed.
+`.gz` for it, hashes the file (its content key, `reports.content_hash`), and runs the reader's
+load inside one DuckDB transaction that also writes the `reports` row: a killed ingest leaves
+no trace. Large, rarely needed tables can be deferred: the report lists the steps in
+`deferred_steps` and `ensure_loaded` runs them through the report's reader, each in its own
+transaction, the first time they are needed.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ log = logging.getLogger(__name__)
 REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports" and "report_id" in t.col_names]
 # reports columns the pipeline writes itself; a reader's LoadResult.metadata fills the others
 _OWN_COLUMNS = {
-    "report_id", "format", "source_path", "sha256", "size_bytes", "source_mtime_ns", "ingested_at",
-    "activity_kinds", "deferred_steps",
+    "report_id", "format", "source_path", "sha256", "content_hash", "size_bytes", "source_mtime_ns",
+    "ingested_at", "activity_kinds", "deferred_steps",
 }  # fmt: skip
 # reports flag -> the activity kind that sets it (a reader's LoadResult.flags may set it too)
 _FLAGS = {"has_kernels": "kernel", "has_memcpy": "memcpy", "has_cuda_api": "cuda_api", "has_nvtx": "nvtx"}
@@ -55,33 +56,52 @@ class IngestResult:
 
 
 _HASH_WINDOW = 64 << 20
+# A report's content key (reports.content_hash): its file's bytes hashed with xxHash's XXH3,
+# 128 bits, written `xxh3_128-<32 hex digits>`. A quarter of SHA-256's CPU on a 600 MB export
+# (0.1 against 0.4 s, most of the 0.1 the kernel paging the file in): the key tells a file seen
+# before from a new one; it is no defence against a file forged to collide. Reports ingested
+# before nsa kept content_hash have only `sha256` (SHA-256, hex): a file of their size is hashed
+# that way too, so they are still recognised.
+HASH_KIND = "xxh3_128"
 
 
-def sha256_file(path: Path) -> str:
+def _digest(path: Path, digest: Any) -> str:
     """Hash the file through memory-mapped windows: no copy into Python buffers, so about twice
-    as fast as hashlib.file_digest on a 600 MB export (0.40 s against 0.44-0.76 s), and one
-    64 MiB window at a time, so the mapped pages do not pile up in the process's memory."""
-    digest = hashlib.sha256()
+    as fast as hashlib.file_digest on a 600 MB export, and one 64 MiB window at a time, so the
+    mapped pages do not pile up in the process's memory."""
     with path.open("rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         for offset in range(0, size, _HASH_WINDOW):
             length = min(_HASH_WINDOW, size - offset)
             with mmap.mmap(fh.fileno(), length, access=mmap.ACCESS_READ, offset=offset) as view:
                 digest.update(view)
-    return digest.hexdigest()
+    return str(digest.hexdigest())
+
+
+def content_hash_file(path: Path) -> str:
+    """The file's content key, as reports.content_hash holds it: `xxh3_128-<hex>`."""
+    import xxhash  # only where a file is hashed: not on every CLI start
+
+    return f"{HASH_KIND}-{_digest(path, xxhash.xxh3_128())}"
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of the file (hex): the key of the reports ingested before content_hash."""
+    return _digest(path, hashlib.sha256())
 
 
 class _Hasher(threading.Thread):
-    """Hash the file while DuckDB copies it: hashlib releases the GIL, so this is nearly free."""
+    """Hash the file while DuckDB copies it: the hash releases the GIL, so this is nearly free."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(daemon=True)
         self.path, self.digest = path, ""
         self.error: OSError | None = None
+        self._sha256: str | None = None
 
     def run(self) -> None:
         try:
-            self.digest = sha256_file(self.path)
+            self.digest = content_hash_file(self.path)
         except OSError as exc:  # pragma: no cover - the file vanished mid-ingest
             self.error = exc
 
@@ -91,6 +111,15 @@ class _Hasher(threading.Thread):
         if self.error is not None:
             raise InputError(f"{self.path}: cannot read the file ({self.error}).")
         return self.digest
+
+    def sha256(self) -> str:
+        """SHA-256 of the file, computed once: only to compare with reports ingested before content_hash."""
+        if self._sha256 is None:
+            try:
+                self._sha256 = sha256_file(self.path)
+            except OSError as exc:  # pragma: no cover - the file vanished mid-ingest
+                raise InputError(f"{self.path}: cannot read the file ({exc}).") from exc
+        return self._sha256
 
 
 @dataclass(frozen=True)
@@ -126,9 +155,23 @@ def detect_format(path: Path) -> str:
     return detect(path).reader.name
 
 
-def _existing(con: duckdb.DuckDBPyConnection, sha: str, source: str, replace: bool) -> list[int]:
-    where = "sha256 = $sha OR source_path = $source" if replace else "sha256 = $sha"
-    values = {"sha": sha, "source": source}
+def _existing(
+    con: duckdb.DuckDBPyConnection, hasher: _Hasher, size: int, source: str, replace: bool
+) -> list[int]:
+    """The reports of the file's content (and with `replace`, of its path). A report ingested
+    before content_hash is matched on its SHA-256, computed only when one of the file's size exists."""
+    old_style = params.first_row(
+        params.execute(
+            con,
+            "SELECT count(*) FROM reports WHERE content_hash IS NULL AND sha256 IS NOT NULL "
+            "AND coalesce(size_bytes, $size) = $size",
+            {"size": size},
+        )
+    )[0]
+    where = "content_hash = $key OR (content_hash IS NULL AND sha256 = $sha)"
+    if replace:
+        where += " OR source_path = $source"
+    values = {"key": hasher.result(), "sha": hasher.sha256() if old_style else None, "source": source}
     return [
         r[0] for r in params.execute(con, f"SELECT report_id FROM reports WHERE {where}", values).fetchall()
     ]
@@ -197,7 +240,7 @@ def ingest_file(
     if same_size or replace:
         # A possible duplicate or a replacement: know the hash before copying anything.
         hasher.run()
-        old = _existing(con, hasher.result(), source, replace)
+        old = _existing(con, hasher, stat.st_size, source, replace)
         if old and not replace:
             return IngestResult(old[0], path, rd.name, "unchanged")
     else:
@@ -208,7 +251,7 @@ def ingest_file(
     with _readable(path, found.gzip) as plain, rd.open_source(con, plain, opened) as handle:
         con.execute("BEGIN TRANSACTION")
         try:
-            rid, status = _begin(con, hasher, source, replace)
+            rid, status = _begin(con, hasher, stat.st_size, source, replace)
             loaded = rd.load(con, handle, rid, wanted, progress)
             _insert_report(con, _report_row(rd, rid, path, stat, hasher.result(), loaded))
             con.execute("COMMIT")
@@ -223,12 +266,14 @@ def ingest_file(
     return IngestResult(rid, path, rd.name, status, loaded.rows, loaded.deferred, warnings)
 
 
-def _begin(con: duckdb.DuckDBPyConnection, hasher: _Hasher, source: str, replace: bool) -> tuple[int, str]:
+def _begin(
+    con: duckdb.DuckDBPyConnection, hasher: _Hasher, size: int, source: str, replace: bool
+) -> tuple[int, str]:
     """Inside the transaction: drop what --replace replaces, pick the report id.
 
     Without --replace, ingest_file has already returned for a duplicate.
     """
-    old = _existing(con, hasher.result(), source, replace) if replace else []
+    old = _existing(con, hasher, size, source, replace) if replace else []
     delete_reports(con, old)
     if len(old) == 1:
         return old[0], "replaced"
@@ -237,7 +282,7 @@ def _begin(con: duckdb.DuckDBPyConnection, hasher: _Hasher, source: str, replace
 
 
 def _report_row(
-    rd: Reader[Any], rid: int, path: Path, stat: os.stat_result, sha: str, loaded: LoadResult
+    rd: Reader[Any], rid: int, path: Path, stat: os.stat_result, key: str, loaded: LoadResult
 ) -> dict[str, object]:
     unknown = (set(loaded.metadata) | set(loaded.flags)) - set(schema.BY_NAME["reports"].col_names)
     clash = set(loaded.metadata) & _OWN_COLUMNS
@@ -251,7 +296,8 @@ def _report_row(
         "report_id": rid,
         "format": rd.name,
         "source_path": str(path),
-        "sha256": sha,
+        "sha256": None,  # reports ingested before content_hash have it
+        "content_hash": key,
         "size_bytes": stat.st_size,
         "source_mtime_ns": stat.st_mtime_ns,
         "ingested_at": datetime.now(timezone.utc).replace(tzinfo=None),
@@ -295,11 +341,12 @@ def _source_unchanged(con: duckdb.DuckDBPyConnection, report_id: int, path: Path
     """Is the file still the one ingested as the report? Same size and mtime as at ingest: yes,
     without reading it (as make and rsync decide; hashing 600 MB costs ~0.4 s of CPU each time
     a deferred table is first used). Otherwise (touched, copied, or ingested before nsa kept
-    the mtime) the SHA-256 of its bytes decides."""
-    sha, size, mtime = params.first_row(
+    the mtime) the hash of its bytes decides: content_hash, or for a report ingested before
+    nsa kept it, sha256."""
+    key, sha, size, mtime = params.first_row(
         params.execute(
             con,
-            "SELECT sha256, size_bytes, source_mtime_ns FROM reports WHERE report_id = $rid",
+            "SELECT content_hash, sha256, size_bytes, source_mtime_ns FROM reports WHERE report_id = $rid",
             {"rid": report_id},
         )
     )
@@ -309,7 +356,9 @@ def _source_unchanged(con: duckdb.DuckDBPyConnection, report_id: int, path: Path
         return False
     if stat.st_size != size:
         return False
-    return (mtime is not None and stat.st_mtime_ns == mtime) or sha256_file(path) == sha
+    if mtime is not None and stat.st_mtime_ns == mtime:
+        return True
+    return content_hash_file(path) == key if key is not None else sha256_file(path) == sha
 
 
 def _is_gzip(path: Path) -> bool:
@@ -385,8 +434,12 @@ def ensure_loaded(
         for i, (rid, source, step) in enumerate(todo):
             if progress:
                 progress(f"{step} (report {rid})", i, len(todo))
-            fmt, sha = params.first_row(
-                params.execute(con, "SELECT format, sha256 FROM reports WHERE report_id = $rid", {"rid": rid})
+            fmt, key = params.first_row(
+                params.execute(
+                    con,
+                    "SELECT format, coalesce(content_hash, sha256) FROM reports WHERE report_id = $rid",
+                    {"rid": rid},
+                )
             )
             rd = reader.by_name(fmt)
             assert rd is not None  # deferred_for checked
@@ -412,7 +465,7 @@ def ensure_loaded(
                 files.close()  # the previous report's source: detached, its decompressed copy gone
                 plain, plain_of = files.enter_context(_readable(path, _is_gzip(path))), rid
                 handle = files.enter_context(
-                    rd.open_source(con, plain, reader.Source(path, partial(str, sha), progress))
+                    rd.open_source(con, plain, reader.Source(path, partial(str, key), progress))
                 )
             with memory_cap(con, [rid]):
                 con.execute("BEGIN TRANSACTION")

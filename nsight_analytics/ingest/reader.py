@@ -30,7 +30,9 @@ class Source:
     """What the pipeline knows of the file a reader opens, beyond the path `open` gets."""
 
     path: Path  # the file the user gave: the `.gz` when the reader reads its content
-    sha256: Callable[[], str]  # the report's SHA-256 (of `path`'s bytes); may wait for the hash
+    # the report's content key (of `path`'s bytes): reports.content_hash, or the sha256 of a report
+    # ingested before content_hash; may wait for the hash
+    content_hash: Callable[[], str]
     progress: Progress | None = None
     # what the user told `nsa ingest` about the file (`timezone`: of nvidia-smi's local timestamps)
     options: Mapping[str, str] = field(default_factory=dict)

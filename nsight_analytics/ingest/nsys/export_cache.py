@@ -1,8 +1,9 @@
 """The SQLite exports nsa makes of `.nsys-rep` files, kept beside the workspace.
 
 `nsys export` takes seconds to minutes, and a report's deferred tables are read from its export
-long after the ingest, so the export is kept: `<workspace>.nsa-cache/<sha256>.sqlite`, keyed by
-the SHA-256 the report row holds. nsys writes to a `.partial-<pid>` name that is renamed once
+long after the ingest, so the export is kept: `<workspace>.nsa-cache/<key>.sqlite`, keyed by
+the report row's content_hash (`xxh3_128-<hex>`; the sha256 of a report ingested before nsa kept
+content_hash). nsys writes to a `.partial-<pid>` name that is renamed once
 it has finished, so a killed export never passes for a whole one. A workspace nsa cannot write
 (read-only, in memory) gets a temporary export that lives as long as the reader needs it.
 """
@@ -21,8 +22,9 @@ import duckdb
 from ... import params
 
 SUFFIX = ".nsa-cache"
-_EXPORT = re.compile(r"[0-9a-f]{64}\.sqlite")
-_PARTIAL = re.compile(r"[0-9a-f]{64}\.partial-\d+\.sqlite")
+_KEY = r"(?:[0-9a-f]{64}|xxh3_128-[0-9a-f]{32})"  # sha256 (reports before content_hash), content_hash
+_EXPORT = re.compile(_KEY + r"\.sqlite")
+_PARTIAL = re.compile(_KEY + r"\.partial-\d+\.sqlite")
 
 Export = Callable[[Path], None]  # writes the export to the path it is given
 

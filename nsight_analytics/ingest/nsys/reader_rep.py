@@ -18,7 +18,7 @@ import duckdb
 
 from ... import params
 from ..formats import NSYS_REP_MAGIC
-from ..pipeline import sha256_file
+from ..pipeline import content_hash_file
 from ..reader import LoadResult, Progress, Reader, Source
 from . import export_cache, nsys_cli
 from .reader_sqlite import READER as SQLITE
@@ -41,14 +41,17 @@ class NsysRepReader(NsysSteps, Reader[Report]):
 
     def open(self, con: duckdb.DuckDBPyConnection, path: Path) -> AbstractContextManager[Report]:
         """For callers outside the pipeline: the report's hash is computed here."""
-        return self.open_source(con, path, Source(path, lambda: sha256_file(path)))
+        return self.open_source(con, path, Source(path, lambda: content_hash_file(path)))
 
     @contextmanager
     def open_source(self, con: duckdb.DuckDBPyConnection, path: Path, source: Source) -> Iterator[Report]:
         def make(out: Path) -> None:
             nsys_cli.export(path, out, source.progress)
 
-        with export_cache.export_of(con, source.sha256(), make) as sqlite, SQLITE.open(con, sqlite) as export:
+        with (
+            export_cache.export_of(con, source.content_hash(), make) as sqlite,
+            SQLITE.open(con, sqlite) as export,
+        ):
             yield Report(export, path)
 
     def load(
@@ -77,9 +80,11 @@ class NsysRepReader(NsysSteps, Reader[Report]):
 
     def clean(self, con: duckdb.DuckDBPyConnection) -> None:
         kept = params.execute(
-            con, "SELECT sha256 FROM reports WHERE format = $format", {"format": self.name}
+            con,
+            "SELECT coalesce(content_hash, sha256) FROM reports WHERE format = $format",
+            {"format": self.name},
         ).fetchall()
-        export_cache.prune(con, (sha for (sha,) in kept))
+        export_cache.prune(con, (key for (key,) in kept))
 
 
 READER = NsysRepReader()
