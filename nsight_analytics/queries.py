@@ -20,6 +20,8 @@ whose name starts with `_` hold shared macros and are not queries.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -421,39 +423,155 @@ def _macro_param(names: dict[str, str], m: re.Match[str]) -> str:
     return names[m[1]]
 
 
-def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
+# The built-in library's macros are stored in a workspace nsa can write (CREATE MACRO, not TEMP),
+# once per library version: creating them costs ~0.08 s of CPU, which every CLI process paid on
+# open; finding them stored costs ~1 ms. This scalar macro holds what was stored, as JSON: the
+# stamp (a hash of the statements and of the duckdb version), the macros' names (to drop the
+# ones a later library no longer has) and the queries that could not become macros.
+STAMP_MACRO = "nsa_library_stamp"
 
-    Macros are TEMP so read-only connections get them. Returns {query: error} for queries that
-    could not become macros: one broken file must not take the workspace down with it;
-    `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
-    """
-    macro_sources()
-    for path in macro_files():
-        sql = path.read_text(encoding="utf-8")
-        sql = re.sub(
-            r"CREATE\s+(OR\s+REPLACE\s+)?MACRO", "CREATE OR REPLACE TEMP MACRO", sql, flags=re.IGNORECASE
+
+def _statements(builtin: bool) -> tuple[list[str], list[tuple[str, str]]]:
+    """(shared macro files' SQL, [(query, CREATE statement)]) of the built-in library (`builtin`)
+    or of the added folders, as CREATE OR REPLACE MACRO statements without TEMP."""
+    root = query_root().resolve()
+
+    def ours(path: Path) -> bool:
+        return path.resolve().is_relative_to(root) == builtin
+
+    shared = [
+        re.sub(
+            r"CREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+)?MACRO",
+            "CREATE OR REPLACE MACRO",
+            path.read_text(encoding="utf-8"),
+            flags=re.IGNORECASE,
         )
-        con.execute(sql)
-    failed: dict[str, str] = {}
+        for path in macro_files()
+        if ours(path)
+    ]
+    tables = []
     for q in library().values():
+        if not ours(q.path):
+            continue
         names = {p.name: macro_param_name(p.name, q) for p in q.params}
         body = _USES.sub(partial(_macro_param, names), q.sql)
         args = ", ".join(f"{names[p.name]} := {p.default or 'NULL'}" for p in q.params)
+        tables.append((q.name, f"CREATE OR REPLACE MACRO {q.name}({args}) AS TABLE {body}"))
+    return shared, tables
+
+
+def _create(
+    con: duckdb.DuckDBPyConnection, shared: list[str], tables: list[tuple[str, str]], temp: bool
+) -> dict[str, str]:
+    def kind(sql: str) -> str:
+        return sql.replace("CREATE OR REPLACE MACRO", "CREATE OR REPLACE TEMP MACRO") if temp else sql
+
+    for sql in shared:
+        con.execute(kind(sql))
+    failed: dict[str, str] = {}
+    for name, sql in tables:
         try:
-            con.execute(f"CREATE OR REPLACE TEMP MACRO {q.name}({args}) AS TABLE {body}")
+            con.execute(kind(sql))
         except duckdb.Error as exc:
-            failed[q.name] = str(exc).splitlines()[0]
+            failed[name] = str(exc).splitlines()[0]
     return failed
 
 
+def _stored(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """What the workspace's stamp macro says, or None (no stamp, or not JSON)."""
+    try:
+        row = con.execute(f"SELECT {STAMP_MACRO}()").fetchone()
+        return dict(json.loads(row[0])) if row else None
+    except (duckdb.Error, ValueError, TypeError):
+        return None
+
+
+def _writable_file(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return bool(row and row[0] and not row[1])
+
+
+def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
+
+    The built-in library's are stored in the workspace when nsa can write it (see STAMP_MACRO),
+    and read from there while the library is unchanged; otherwise (read only, a stamp of another
+    library, a Parquet dataset, a workspace in memory) they are TEMP, for this connection only,
+    and hide any stored ones. The added folders' are always TEMP, after the library's: a team
+    macro that overrides a library macro hides the stored one. Returns {query: error} for queries
+    that could not become macros: one broken file must not take the workspace down with it;
+    `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
+    """
+    macro_sources()
+    shared, tables = _statements(builtin=True)
+    stamp = hashlib.sha256("\x00".join([duckdb.__version__, *shared, *(s for _, s in tables)]).encode())
+    stored = _stored(con)
+    if stored is not None and stored.get("stamp") == stamp.hexdigest():
+        failed = dict(stored.get("failed") or {})
+    elif _writable_file(con):
+        failed = _store(con, shared, tables, stamp.hexdigest(), stored)
+    else:
+        failed = _create(con, shared, tables, temp=True)
+    team_shared, team_tables = _statements(builtin=False)
+    return failed | _create(con, team_shared, team_tables, temp=True)
+
+
+def _store(
+    con: duckdb.DuckDBPyConnection,
+    shared: list[str],
+    tables: list[tuple[str, str]],
+    stamp: str,
+    stored: dict[str, Any] | None,
+) -> dict[str, str]:
+    """Store the built-in macros and their stamp in the workspace, in one transaction; when that
+    fails (a full disk), TEMP macros instead."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        previous = set((stored or {}).get("names") or ())  # the previous library's
+        kinds = con.execute(
+            "SELECT DISTINCT function_name, function_type FROM duckdb_functions() "
+            "WHERE database_name = current_database() AND schema_name = 'main' "
+            "AND function_type IN ('macro', 'table_macro')"
+        ).fetchall()
+        for name, kind in kinds:
+            if name in previous:
+                con.execute(f'DROP MACRO {"TABLE " if kind == "table_macro" else ""}"{name}"')
+        failed = _create(con, shared, tables, temp=False)
+        names = sorted(
+            set(_MACRO.findall(_COMMENT.sub("", "\n".join(shared)))) | ({n for n, _ in tables} - set(failed))
+        )
+        text = json.dumps({"stamp": stamp, "names": names, "failed": failed})
+        con.execute(f"CREATE OR REPLACE MACRO {STAMP_MACRO}() AS {_literal(text)}")
+        con.execute("COMMIT")
+        return failed
+    except duckdb.Error:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        return _create(con, shared, tables, temp=True)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def run(
-    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    materialised: bool = False,
 ) -> duckdb.DuckDBPyRelation:
-    """Run a library query; the caller turns the relation into a DataFrame, Arrow or rows."""
+    """Run a library query; the caller turns the relation into a DataFrame, Arrow or rows.
+    `materialised`: the caller has just run api.materialise for the query's tables (the GPU
+    timeline is up to date: not checked again)."""
     q = get(name)
     bound = q.bind(params)
-    if "gpu_timeline" in q.reads:  # worked out on first use, whoever runs the query (the rules' engine too)
+    # worked out on first use, whoever runs the query (the rules' engine too)
+    if "gpu_timeline" in q.reads and not materialised:
         from .ingest import timeline
 
         timeline.ensure(con, None if bound.get("report_id") is None else [bound["report_id"]])
