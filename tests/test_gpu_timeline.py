@@ -217,3 +217,67 @@ def test_worked_out_under_the_inputs_size_as_the_deferred_steps(tmp_path: Path, 
     after = pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
     restored = pipeline._limit_bytes(before)
     assert after is not None and restored is not None and abs(after - restored) <= 0.01 * restored  # as shown
+
+
+class _Counted(str):
+    """timeline._SIGNATURE, counting how often the GPU tables are scanned for staleness."""
+
+    scans = 0
+
+    def format(self, *args, **kwargs) -> str:  # type: ignore[override]
+        type(self).scans += 1
+        return str(self).format(*args, **kwargs)
+
+
+def test_one_staleness_scan_per_query_and_none_on_a_frozen_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con = nsa.connect(tmp_path / "w.duckdb")
+    _fill(con)
+    monkeypatch.setattr(timeline, "_SIGNATURE", _Counted(timeline._SIGNATURE))
+    want = nsa.query(con, "utilization").fetchall()
+    assert _Counted.scans == 1  # materialise's, not again in queries.run
+    nsa.query(con, "utilization").fetchall()
+    assert _Counted.scans == 2  # a writable connection may have changed the rows: checked again
+    con.close()
+    _Counted.scans = 0
+    ro = api.reader(tmp_path / "w.duckdb", needs={"gpu_timeline"})  # as `nsa query` opens it
+    try:
+        assert api.query(ro, "utilization").fetchall() == want
+        assert _Counted.scans == 1  # the reader's check: materialise and queries.run trust it
+        assert api.query(ro, "small_kernel_storms").fetchall() == []
+        assert _Counted.scans == 1  # nothing can write the file while it is open read-only
+        # a TEMP copy of a GPU table (this connection can write it): checked every time
+        ro.execute("CREATE TEMP TABLE memset AS SELECT * FROM w.main.memset")
+        ro.execute("UPDATE memset SET end_ns = end_ns + 1000")
+        assert timeline.stale(ro) == [1]
+        assert _Counted.scans == 2
+    finally:
+        ro.close()
+
+
+def test_storm_top_name_ties_go_to_the_first_seen_and_pauses_to_their_storm(workspace) -> None:
+    # max_kernel_ns=10, max_gap_ns=5, min_kernels=2. Storm 1: 'b' [0, 3], 'a' [5, 8] (one each:
+    # 'b' came first, though 'a' sorts first); a 91 ns kernel [9, 100] ends it. Storm 2: 'c'
+    # [12, 14] and 'a' [12, 15]: same start, 'c' ends first so is seen first. Pauses of the
+    # device: (3, 5) inside storm 1's window [0, 8]; (8, 9) starts in it but ends after it.
+    k = dict(report_id=1, device_id=0, pid=5)
+    insert(
+        workspace,
+        "kernels",
+        [
+            dict(k, start_ns=0, end_ns=3, duration_ns=3, name="b"),
+            dict(k, start_ns=5, end_ns=8, duration_ns=3, name="a"),
+            dict(k, start_ns=9, end_ns=100, duration_ns=91, name="big"),
+            dict(k, start_ns=12, end_ns=14, duration_ns=2, name="c"),
+            dict(k, start_ns=12, end_ns=15, duration_ns=3, name="a"),
+        ],
+    )
+    rows = nsa.query(
+        workspace, "small_kernel_storms", max_kernel_ns=10, max_gap_ns=5, min_kernels=2, max_busy_pct=100.0
+    ).fetchall()
+    # report, device, start, end, window, kernels, busy, busy_pct, avg, launches/s, top_name, idle
+    assert [(r[2], r[3], r[5], r[6], r[10], r[11]) for r in rows] == [
+        (0, 8, 2, 6, "b", 2),  # busy: 3 + 3; idle: the pause (3, 5) only
+        (12, 15, 2, 2, "c", 0),  # busy: 'c' 2, 'a' adds nothing past the big kernel's end (100)
+    ]

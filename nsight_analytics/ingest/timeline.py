@@ -117,12 +117,56 @@ def _only(report_ids: list[int] | None) -> str:
     return f"AND report_id IN ({', '.join(str(int(r)) for r in report_ids) or 'NULL'})"
 
 
+# The GPU tables the timeline is worked out from.
+_SOURCES = ("kernel_rows", "memcpy", "memset", "graph_executions")
+
+# A read-only connection remembers the reports it found up to date (a DuckDB variable: one per
+# connection, gone with it), so that a query checks once, not in the reader, in materialise and
+# again in queries.run. Sound only while nothing can change the rows: a read-only file locks
+# writers out (other processes; this process cannot open it writable beside it) and the GPU
+# tables are the stored ones (no TEMP copy of them, which this connection could write).
+_FRESH = "nsa_gpu_timeline_fresh"
+_ALL = "*"
+
+
+def _frozen(con: duckdb.DuckDBPyConnection) -> tuple[bool, str]:
+    """(can the GPU rows not change while this connection is open, what it found up to date)."""
+    read_only, temp, seen = params.first_row(
+        con.execute(
+            "SELECT current_setting('access_mode') = 'read_only', "
+            f"(SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}), "
+            f"coalesce(CAST(getvariable('{_FRESH}') AS VARCHAR), '')"
+        )
+    )
+    return bool(read_only) and not temp, str(seen)
+
+
+def _known_fresh(seen: str, ids: list[int] | None) -> bool:
+    if seen == _ALL:
+        return True
+    return ids is not None and bool(seen) and set(ids) <= {int(r) for r in seen.split(",")}
+
+
+def _remember(con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None) -> None:
+    if ids is None:
+        value = _ALL
+    else:
+        value = ",".join(str(r) for r in sorted(set(ids) | {int(r) for r in seen.split(",") if r}))
+    con.execute(f"SET VARIABLE {_FRESH} = '{value}'")  # digits and commas only
+
+
 def stale(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> list[int]:
     """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
+    frozen, seen = _frozen(con)
+    if frozen and _known_fresh(seen, ids):
+        return []
     only = _only(ids)
     sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only)
-    return [int(r) for (r,) in con.execute(sql).fetchall()]
+    todo = [int(r) for (r,) in con.execute(sql).fetchall()]
+    if frozen and not todo:
+        _remember(con, seen, ids)
+    return todo
 
 
 def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
@@ -146,7 +190,8 @@ def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
 def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> int:
     """Work out the timeline of every report (of `report_ids`, default all) whose stored one is
     missing or out of date; returns how many reports were worked out."""
-    todo = stale(con, report_ids)
+    ids = None if report_ids is None else [int(r) for r in report_ids]
+    todo = stale(con, ids)
     if not todo:
         return 0
     if not _stored_table(con):  # read-only file or dataset: this connection's own copy
@@ -174,6 +219,9 @@ def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = No
             if own:
                 rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
             raise
+    frozen, seen = _frozen(con)
+    if frozen and own:  # this connection's TEMP copy, now up to date
+        _remember(con, seen, ids)
     return len(todo)
 
 

@@ -69,34 +69,65 @@ kept AS (
     FROM storms
     WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
 ),
--- the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns, in one sorted
--- pass like `gaps`; each is credited to the storm starting last at or before it, if it ends
--- inside that storm's window
+-- the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns, as `gaps` finds
+-- them; each is credited to the storm starting last at or before it, if it ends inside that
+-- storm's window. A pause ends after it starts, so it can end inside that storm only when it
+-- starts in [start_ns, least(end_ns, the next storm's start_ns)): the storm's own stretch.
+-- Stretches do not overlap, so no sort of the pauses is needed: the stretches are cut into time
+-- buckets (about as wide as the average stretch) and each pause looked up in its bucket by a hash
+-- join. A NULL device is keyed -1 (CUDA device ids are never negative).
+owns AS (
+    SELECT
+        report_id, coalesce(device_id, -1) AS dev, device_id, storm, start_ns AS own_start, end_ns,
+        least(end_ns, coalesce(lead(start_ns) OVER (PARTITION BY report_id, coalesce(device_id, -1) ORDER BY start_ns), end_ns)) AS own_end
+    FROM kept
+),
+width AS (
+    SELECT report_id, CAST(greatest(1, sum(own_end - own_start) // count(*)) AS BIGINT) AS w
+    FROM owns
+    WHERE own_end > own_start
+    GROUP BY ALL
+),
+slots AS (
+    SELECT o.report_id, o.dev, o.device_id, o.storm, o.own_start, o.own_end, o.end_ns,
+           unnest(range(o.own_start // w.w, (o.own_end - 1) // w.w + 1)) AS bucket
+    FROM owns AS o JOIN width AS w USING (report_id)
+    WHERE o.own_end > o.own_start
+),
 pauses AS (
-    SELECT report_id, device_id, prev_end_ns AS pause_start_ns, start_ns AS pause_end_ns
-    FROM gpu_timeline
-    WHERE ($report_id IS NULL OR report_id = $report_id)
-        AND start_ns > prev_end_ns AND start_ns - prev_end_ns <= $max_gap_ns
-        AND EXISTS (SELECT 1 FROM kept)
+    SELECT t.report_id, coalesce(t.device_id, -1) AS dev, t.prev_end_ns AS pause_start_ns, t.start_ns AS pause_end_ns,
+           t.prev_end_ns // w.w AS bucket
+    FROM gpu_timeline AS t JOIN width AS w USING (report_id)
+    WHERE ($report_id IS NULL OR t.report_id = $report_id)
+        AND t.start_ns > t.prev_end_ns AND t.start_ns - t.prev_end_ns <= $max_gap_ns
 ),
 idle AS (
     SELECT s.report_id, s.device_id, s.storm, sum(p.pause_end_ns - p.pause_start_ns) AS idle_ns
     FROM pauses AS p
-    -- an ASOF join never matches NULL keys, not even with IS NOT DISTINCT FROM: exports without
-    -- deviceId have one NULL device, keyed -1 here (CUDA device ids are never negative)
-    ASOF JOIN kept AS s
-        ON s.report_id = p.report_id AND coalesce(s.device_id, -1) = coalesce(p.device_id, -1)
-        AND p.pause_start_ns >= s.start_ns
-    WHERE p.pause_end_ns <= s.end_ns
+    JOIN slots AS s ON s.report_id = p.report_id AND s.dev = p.dev AND s.bucket = p.bucket
+    WHERE p.pause_start_ns >= s.own_start AND p.pause_start_ns < s.own_end AND p.pause_end_ns <= s.end_ns
     GROUP BY ALL
 ),
--- kernel names only for the storms reported (names are long strings: kept out of the sorts);
--- mode breaks ties by first occurrence, fed in (start_ns, end_ns, name) order
-top AS (
-    SELECT n.report_id, n.device_id, n.storm, mode(kn.name ORDER BY n.start_ns, n.end_ns, kn.name) AS top_name
+-- the most frequent kernel name of each storm reported, ties to the name seen first in
+-- (start_ns, end_ns, name) order: counted per name id (integers: names are long strings, kept out
+-- of the big aggregate), then per name (ids of one name add up), each with its first (start_ns,
+-- end_ns); kernels without a name are not counted
+per_id AS (
+    SELECT n.report_id, n.device_id, n.storm, n.name_id, count(*) AS kernels, min((n.start_ns, n.end_ns)) AS first
     FROM numbered AS n
     JOIN kept AS s ON s.report_id = n.report_id AND s.device_id IS NOT DISTINCT FROM n.device_id AND s.storm = n.storm
-    LEFT JOIN kernel_names AS kn ON kn.report_id = n.report_id AND kn.name_id = n.name_id
+    GROUP BY ALL
+),
+per_name AS (
+    SELECT p.report_id, p.device_id, p.storm, kn.name, sum(p.kernels) AS kernels, min(p.first) AS first
+    FROM per_id AS p
+    JOIN kernel_names AS kn ON kn.report_id = p.report_id AND kn.name_id = p.name_id
+    WHERE kn.name IS NOT NULL
+    GROUP BY ALL
+),
+top AS (
+    SELECT report_id, device_id, storm, arg_min(name, (-kernels, first, name)) AS top_name
+    FROM per_name
     GROUP BY ALL
 )
 SELECT

@@ -31,7 +31,8 @@ calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, end_ns - start_ns AS duration_ns, name,
            row_number() OVER () AS call_id
     FROM api
-    WHERE nsa_blocking_call(name) IS NOT NULL
+    -- every blocking call's name has 'Synchronize', 'Memcpy' or 'Memset' in it: a cheap test first
+    WHERE (contains(name, 'Sync') OR contains(name, 'Mem')) AND nsa_blocking_call(name) IS NOT NULL
 ),
 -- each call's start and end as probes on each GPU of its process
 probes AS (
@@ -46,15 +47,47 @@ probes AS (
 -- there), so the busy time up to t is busy_through_ns - (end_through_ns - t) when that ends
 -- after t. An ASOF join never matches NULL keys: a NULL device is keyed -1 (CUDA device ids are
 -- never negative).
+-- The ASOF join sorts what it looks up in: not the whole timeline, only the rows that can be a
+-- probe's match. Time is cut into buckets (sqrt(probes x timeline rows) of them over the probes'
+-- span, which keeps both parts below small): a probe's match is either in the probe's own bucket
+-- or, when no row there starts by t, the last row of an earlier bucket. So the rows of the
+-- probes' buckets and the last row of every bucket (its running values are the bucket's
+-- largest). One bucketing for all reports, from scalar subqueries: the timeline is then known to
+-- be the large side of the joins.
+pw AS (
+    SELECT min(probe_ns) AS origin, greatest(1, CAST((max(probe_ns) - min(probe_ns)) / sqrt(count(*) * (SELECT count(*) FROM gpu_timeline) + 1) AS BIGINT)) AS w
+    FROM probes
+),
+-- (the probes' buckets as one list unnested: a join of a few thousand probe rows that the
+-- optimizer cannot mistake for the larger side)
+pb AS (
+    SELECT x.report_id, x.dev, x.bucket
+    FROM (
+        SELECT unnest(k) AS x
+        FROM (
+            SELECT list(DISTINCT {'report_id': report_id, 'dev': dev, 'bucket': (probe_ns - (SELECT origin FROM pw)) // (SELECT w FROM pw)}) AS k
+            FROM probes
+        )
+    )
+),
+tl AS NOT MATERIALIZED (
+    SELECT report_id, coalesce(device_id, -1) AS dev, start_ns, busy_through_ns, end_through_ns,
+           (start_ns - (SELECT origin FROM pw)) // (SELECT w FROM pw) AS bucket
+    FROM gpu_timeline
+    WHERE last_at_start AND ($report_id IS NULL OR report_id = $report_id)
+),
+cand AS (
+    SELECT report_id, dev, start_ns, busy_through_ns, end_through_ns FROM tl SEMI JOIN pb USING (report_id, dev, bucket)
+    UNION ALL
+    SELECT report_id, dev, max(start_ns), max(busy_through_ns), max(end_through_ns)
+    FROM tl
+    GROUP BY report_id, dev, bucket
+),
 b AS (
     SELECT p.call_id, p.dev, p.side,
            coalesce(t.busy_through_ns - greatest(0, t.end_through_ns - p.probe_ns), 0) AS busy_until
     FROM probes AS p
-    ASOF LEFT JOIN (
-        SELECT report_id, coalesce(device_id, -1) AS dev, start_ns, busy_through_ns, end_through_ns
-        FROM gpu_timeline
-        WHERE last_at_start AND ($report_id IS NULL OR report_id = $report_id)
-    ) AS t ON t.report_id = p.report_id AND t.dev = p.dev AND p.probe_ns >= t.start_ns
+    ASOF LEFT JOIN cand AS t ON t.report_id = p.report_id AND t.dev = p.dev AND p.probe_ns >= t.start_ns
 ),
 per_call AS (
     SELECT call_id, max(busy_ns) AS busy_ns
