@@ -233,3 +233,39 @@ def test_worker_thread_launches_count_for_the_process_not_for_other_processes(tm
     projected = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
     assert [rows["backward"][c] for c in projected] == [2, 1100, 5, 13100]
     con.close()
+
+
+def test_a_range_counts_the_launches_at_its_edges_and_none_when_it_ends_before_it_starts(tmp_path) -> None:
+    """Launches (host start in us, GPU ns): main thread A1 at 100 (1000), 200 (2000), 300 (4000);
+    worker A2 of the same process at 150 (8000). Ranges on A1, answers by hand."""
+    path = tmp_path / "edges.sqlite"
+    b = fx.ExportBuilder()
+    b.gpu()
+    a1 = b.process(100, "python")
+    a2 = b.thread(100, 101, "worker")
+    us = 1_000
+    for host, gtid, dur in [(100, a1, 1000), (200, a1, 2000), (300, a1, 4000), (150, a2, 8000)]:
+        b.launch_kernel(host * us, host * us + 10, dur, "k", gtid=gtid)
+    b.nvtx(110 * us, 190 * us, "between", gtid=a1)  # A1 launches before and after, none inside
+    b.nvtx(200 * us, 300 * us, "edges", gtid=a1)  # both ends included
+    b.nvtx(300 * us, 150 * us, "inverted", gtid=a1)  # ends before it starts: holds nothing
+    b.nvtx(400 * us, 500 * us, "after_all", gtid=a1)
+    b.nvtx(10 * us, 50 * us, "before_all", gtid=a1)
+    b.write(path)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    nsa.ingest(con, path)
+    ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels"])
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT name, kernels, kernel_ns, process_kernels, process_kernel_ns FROM nvtx_ranges"
+        ).fetchall()
+    }
+    assert got == {
+        "between": (0, 0, 1, 8000),
+        "edges": (2, 6000, 2, 6000),
+        "inverted": (0, 0, 0, 0),
+        "after_all": (0, 0, 0, 0),
+        "before_all": (0, 0, 0, 0),
+    }
+    con.close()

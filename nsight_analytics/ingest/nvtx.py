@@ -18,18 +18,23 @@ WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
 
 # Each range's kernels: the report's launches (kernels joined to their CUDA API call) summed
 # per call start and thread, as running totals; a range's share is the total at its end minus
-# the total before its start, two ASOF joins on the thread's one key, global_tid (one sorted
-# pass each, not a join of every range with every launch). The process-wide share is the same
-# trick on a second running total per pid over the same rows (RANGE framing gives the calls of
-# several threads at one start_ns the same total, so whichever of them an ASOF join picks is
-# right), but only for the ranges where it can differ: when the range's thread is the only one
-# of its process that launches kernels, or the process launches none, it equals the
-# same-thread share. Needs cuda_api and kernel_rows of the report loaded first.
-# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running; NVTX_PASS then
-# gives (src_row, kernels, kernel_ns) for the ranges of one chunk that launched any kernel, by
-# `{key}` (PASSES: global_tid for the same-thread share, pid for the process-wide one), from
-# `{keys}` (src_row, report_id, pid, global_tid, start_ns, end_ns per closed range of the chunk)
-# and `{running}` (the running totals of the chunk's threads or processes).
+# the total before its start. Two ASOF joins on the thread's one key, global_tid (one sorted
+# pass each, not a join of every range with every launch), the first one forward: from the
+# range's start to the thread's first launch at or after it, whose total before it is the
+# total before the range. When that launch comes after the range's end (most ranges launch
+# nothing: 4.34M of 5.03M at x300), the range is done; only the others go through the second
+# join, to the last launch at or before their end. The process-wide share is the same on
+# running totals per pid and call start (NVTX_PROCESS, from the same rows), but only for the
+# ranges where it can differ: when the range's thread is the only one of its process that
+# launches kernels, or the process launches none, it equals the same-thread share. A range that
+# ends before it starts holds no launch. Needs cuda_api and kernel_rows of the report loaded
+# first.
+# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running, NVTX_PROCESS
+# _nsa_running_process; NVTX_PASS then gives (src_row, kernels, kernel_ns) for the ranges of
+# one chunk that launched any kernel, by `{key}` (PASSES: global_tid for the same-thread share,
+# pid for the process-wide one), from `{keys}` (src_row, report_id, pid, global_tid, start_ns,
+# end_ns per closed range of the chunk) and `{running}` (the running totals of the chunk's
+# threads or processes: one row per key and start_ns, its launches and the totals up to them).
 NVTX_RUNNING = """
 WITH launches AS (
     SELECT c.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
@@ -39,31 +44,38 @@ WITH launches AS (
     GROUP BY ALL
 )
 SELECT
-    report_id, pid, global_tid, start_ns,
+    report_id, pid, global_tid, start_ns, kernels, kernel_ns,
     sum(kernels) OVER w AS cum_kernels,
-    sum(kernel_ns) OVER w AS cum_kernel_ns,
-    sum(kernels) OVER p AS cum_process_kernels,
-    sum(kernel_ns) OVER p AS cum_process_kernel_ns
+    sum(kernel_ns) OVER w AS cum_kernel_ns
 FROM launches
-WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING),
-    p AS (PARTITION BY report_id, pid ORDER BY start_ns RANGE UNBOUNDED PRECEDING)
+WINDOW w AS (PARTITION BY report_id, global_tid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
 """
+NVTX_PROCESS = """
+SELECT
+    report_id, pid, start_ns, kernels, kernel_ns,
+    sum(kernels) OVER w AS cum_kernels,
+    sum(kernel_ns) OVER w AS cum_kernel_ns
+FROM (SELECT report_id, pid, start_ns, sum(kernels) AS kernels, sum(kernel_ns) AS kernel_ns FROM _nsa_running GROUP BY ALL)
+WINDOW w AS (PARTITION BY report_id, pid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
+"""
+# `n`: the first launch at or after the range's start; its totals less its own launches are the
+# totals before the range (a sum of no durations is NULL: 0).
 NVTX_PASS = """
 WITH r AS ({keys}), running AS ({running}),
-k AS (
+launching AS (
     SELECT
-        r.src_row,
-        coalesce(e.{cum}kernels, 0) - coalesce(b.{cum}kernels, 0) AS kernels,
-        coalesce(e.{cum}kernel_ns, 0) - coalesce(b.{cum}kernel_ns, 0) AS kernel_ns
+        r.src_row, r.report_id, r.{key}, r.end_ns,
+        n.cum_kernels - n.kernels AS pre_kernels,
+        coalesce(n.cum_kernel_ns, 0) - coalesce(n.kernel_ns, 0) AS pre_kernel_ns
     FROM r
-    ASOF LEFT JOIN running AS e
-        ON e.report_id = r.report_id AND e.{key} = r.{key} AND r.end_ns >= e.start_ns
-    ASOF LEFT JOIN running AS b
-        ON b.report_id = r.report_id AND b.{key} = r.{key} AND r.start_ns > b.start_ns
+    ASOF JOIN running AS n ON n.report_id = r.report_id AND n.{key} = r.{key} AND n.start_ns >= r.start_ns
+    WHERE n.start_ns <= r.end_ns
 )
-SELECT * FROM k WHERE kernels <> 0
+SELECT l.src_row, e.cum_kernels - l.pre_kernels AS kernels, coalesce(e.cum_kernel_ns, 0) - l.pre_kernel_ns AS kernel_ns
+FROM launching AS l
+ASOF JOIN running AS e ON e.report_id = l.report_id AND e.{key} = l.{key} AND l.end_ns >= e.start_ns
 """
-NVTX_TEMP = ("_nsa_running", "_nsa_nvtx", "_nsa_nvtx_process")
+NVTX_TEMP = ("_nsa_running", "_nsa_running_process", "_nsa_nvtx", "_nsa_nvtx_process")
 # Closed ranges per ASOF pass: the passes sort their ranges, so the memory they take grows with
 # this, not with the report (at 5M ranges in one pass: ~1.5 GB).
 NVTX_CHUNK = 1_000_000
@@ -73,25 +85,28 @@ KERNEL_COLS = ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")
 @dataclass(frozen=True)
 class Pass:
     """One share of the ranges' kernels: the temp table it fills, the running totals it reads
-    (NVTX_RUNNING's `cum_` columns with this prefix) and the ranges it works out (`ranges`, a
-    filter on nvtx_ranges): same-thread, those of threads that launch kernels; process-wide,
-    those of processes where another thread than the range's launches kernels. `per_range`:
-    the filter tells ranges of one key apart (it reads the range's global_tid), so each chunk
-    applies it again; otherwise a chunk of whole keys already holds only ranges to work out."""
+    (`running`, a temp table; `build`: its SQL when the pass must make it first) and the
+    ranges it works out (`ranges`, a filter on nvtx_ranges): same-thread, those of threads that
+    launch kernels; process-wide, those of processes where another thread than the range's
+    launches kernels. `per_range`: the filter tells ranges of one key apart (it reads the
+    range's global_tid), so each chunk applies it again; otherwise a chunk of whole keys already
+    holds only ranges to work out."""
 
     table: str
-    cum: str
+    running: str
     ranges: str
+    build: str | None = None
     per_range: bool = False
 
 
 PASSES = {
-    "global_tid": Pass("_nsa_nvtx", "cum_", "global_tid IN (SELECT global_tid FROM _nsa_running)"),
+    "global_tid": Pass("_nsa_nvtx", "_nsa_running", "global_tid IN (SELECT global_tid FROM _nsa_running)"),
     "pid": Pass(
         "_nsa_nvtx_process",
-        "cum_process_",
+        "_nsa_running_process",
         """pid IN (SELECT pid FROM _nsa_running GROUP BY pid
         HAVING count(DISTINCT global_tid) > 1 OR min(global_tid) IS DISTINCT FROM nvtx_ranges.global_tid)""",
+        build=NVTX_PROCESS,
         per_range=True,
     ),
 }
@@ -142,15 +157,16 @@ def _pass(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> Non
         f"CREATE OR REPLACE TEMP TABLE {spec.table} (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
     )
     within = f" AND {spec.ranges}" if spec.per_range else ""
-    for of_keys, of_rows in _nvtx_chunks(con, rid, key, chunk):
+    chunks = _nvtx_chunks(con, rid, key, chunk)
+    if chunks and spec.build:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {spec.running} AS {spec.build}")
+    for of_keys, of_rows in chunks:
         keys = (
             "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns FROM nvtx_ranges "
             f"WHERE report_id = {rid} AND end_ns IS NOT NULL AND {of_keys} AND {of_rows}{within}"
         )
-        running = f"SELECT * FROM _nsa_running WHERE {of_keys}"
-        con.execute(
-            f"INSERT INTO {spec.table} {NVTX_PASS.format(keys=keys, running=running, key=key, cum=spec.cum)}"
-        )
+        running = f"SELECT * FROM {spec.running} WHERE {of_keys}"
+        con.execute(f"INSERT INTO {spec.table} {NVTX_PASS.format(keys=keys, running=running, key=key)}")
 
 
 def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int = NVTX_CHUNK) -> int:
