@@ -90,8 +90,12 @@ def connect(
 
     Library queries are table macros: `SELECT * FROM gaps(min_gap_ns := 100000)`. A writable
     connection first copies tables an ingest deferred (NVTX, OS runtime), so plain SQL sees
-    every row; read-only connections can run beside other readers but not beside a writer, and
-    load deferred tables (into TEMP tables) only when `query`, `findings` or `sql` need them.
+    every row: each step under DuckDB's memory limit of its export's size (past it DuckDB
+    spills to the workspace's temporary folder), so on a large export this costs time (the
+    first NVTX use's, once), not memory; `load_deferred=False` leaves them for the first query
+    that reads them. Read-only connections can run beside other readers but not beside a
+    writer, and load deferred tables (into TEMP tables) only when `query`, `findings` or `sql`
+    need them.
     """
     con = _open(db, read_only=read_only)
     if load_deferred and not read_only:
@@ -315,7 +319,7 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
     q = queries.get(name)
     q.bind(params)  # a rejected parameter must not copy deferred tables first
     materialise(con, q.tables())
-    return queries.run(con, name, params)
+    return queries.run(con, name, params, materialised=True)
 
 
 def spark_query(
@@ -348,7 +352,10 @@ def query_run(
         raise QueryError(f"query {q.name} takes neither a run nor a report; run it without --run.")
     q.bind(params)
     materialise(con, q.tables())
-    parts = [queries.run(con, name, {**params, "report_id": rid}) for rid in run_reports(con, run_id)]
+    parts = [
+        queries.run(con, name, {**params, "report_id": rid}, materialised=True)
+        for rid in run_reports(con, run_id)
+    ]
     out = parts[0]
     for part in parts[1:]:
         out = out.union(part)
@@ -790,7 +797,7 @@ def report_data(
     if run is not None:
         run_id = resolve_run(con, run)
         limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-        with report.capped_memory(con):
+        with report.capped_memory(con, run_reports(con, run_id)):
             return report.gather_run(con, run_id, run_findings(con, run_id, config), max_events=limit)
     if diff_sides is not None:
         result = diff(con, diff_sides[0], diff_sides[1], config=config)
@@ -807,7 +814,7 @@ def report_data(
     require_reports(con, [report_id])
     materialise(con, report_reads())
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-    with report.capped_memory(con):  # the rules and the page scan most of the workspace
+    with report.capped_memory(con, [report_id]):  # the rules and the page scan most of the workspace
         return report.gather(con, report_id, findings(con, report_id, config=config), max_events=limit)
 
 

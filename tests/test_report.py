@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 from report_cases import DEMO
@@ -171,6 +172,43 @@ def test_level_of_detail_keeps_the_longest_events_and_bins_all(demo: Any, export
     assert kept == durations[: len(kept)] and len(kept) < len(durations)
     assert sum(lane["bins"]["c"]) == len(durations)
     assert sum(lane["bins"]["d"]) == sum(durations)
+
+
+def test_level_of_detail_ranks_only_the_longest_durations_and_keeps_ties_by_start() -> None:
+    """Each sampled lane keeps exactly its `quota` longest events (ties: earliest first), also
+    where many share the durations around the cut."""
+    from nsight_analytics.report import timeline
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE cuda_api (report_id INTEGER, pid INTEGER, correlation_id INTEGER, name VARCHAR)"
+    )
+    con.execute(
+        "CREATE TABLE kernel_names (report_id INTEGER, name_id INTEGER, name VARCHAR, short_name VARCHAR)"
+    )
+    events = {  # lane key -> (start, duration): repeated durations, a spread, and a small lane
+        "1": [(i * 10, [5, 5, 5, 7, 900, 901, 64, 65, 66, 0][i % 10]) for i in range(400)],
+        "2": [(i * 7, (i * 7919) % 100_000) for i in range(300)],
+        "3": [(i, 3) for i in range(5)],
+    }
+    values = ", ".join(f"('{k}', {s}, {d})" for k, rows in events.items() for s, d in rows)
+    src = timeline.Activity(
+        "WITH act AS (SELECT NULL::INTEGER AS rank, 1 AS report_id, 0 AS device_id, 1 AS kind, lane_key, "
+        "start_ns::BIGINT AS start_ns, duration_ns::BIGINT AS duration_ns, 'memset' AS label, NULL::INTEGER AS "
+        "name_id, NULL::BIGINT AS bytes, 1 AS pid, NULL::INTEGER AS correlation_id "
+        f"FROM (VALUES {values}) AS v(lane_key, start_ns, duration_ns))",
+        {},
+    )
+    got = timeline.activity_lanes(con, src, 100, {}, {})
+    assert got is not None
+    t0, _, total, lanes = got
+    assert total == 705
+    for lane in lanes:
+        key = lane["label"].split()[4]
+        want = sorted(events[key], key=lambda e: (-e[1], e[0]))[: lane["quota"]]
+        starts = [sum(lane["s"][: i + 1]) + t0 for i in range(len(lane["s"]))]
+        assert sorted(zip(starts, lane["d"], strict=True)) == sorted(want)
+    assert [lane["quota"] for lane in lanes] == [400 * 100 // 705, 300 * 100 // 705, 1]
 
 
 def test_ncu_report_draws_the_ncu_panels_and_no_timeline(tmp_path: Path) -> None:

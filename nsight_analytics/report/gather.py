@@ -134,16 +134,17 @@ def _memory(con: duckdb.DuckDBPyConnection, report_id: int) -> list[dict[str, An
     if not _known("memory_timeline"):
         return []
     out: list[dict[str, Any]] = []
-    lines: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-    for r in rows(con, "memory_timeline", report_id):
-        lines.setdefault((r["device_id"], r["memory"]), []).append(r)
+    # the four columns drawn, column-wise: a report's events can number in the millions
+    table = queries.run(con, "memory_timeline", {"report_id": report_id}).to_arrow_table()
+    columns = [table.column(c).to_pylist() for c in ("device_id", "memory", "ts_ns", "held_bytes")]
+    lines: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
+    for device, kind, ts, held in zip(*columns, strict=True):
+        lines.setdefault((device, kind), []).append((ts, held))
     for (device, kind), pts in lines.items():
         step = max(1, math.ceil(len(pts) / LINE_POINTS))
         for i in range(0, len(pts), step):
-            chunk = pts[i : i + step]
-            top = max(chunk, key=lambda p: p["held_bytes"] or 0)
-            out.append({"device_id": device, "memory": kind, "ts_ns": top["ts_ns"],
-                        "held_bytes": top["held_bytes"]})  # fmt: skip
+            ts, held = max(pts[i : i + step], key=lambda p: p[1] or 0)
+            out.append({"device_id": device, "memory": kind, "ts_ns": ts, "held_bytes": held})
     return out
 
 

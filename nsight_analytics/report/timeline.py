@@ -17,17 +17,22 @@ every time it shows.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
 from .. import params, queries
+from ..errors import QueryError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_EVENTS = 100_000
 NVTX_MAX = 100_000
 BINS = 2048
 MAX_GAPS = 2000
+GAP_ROWS = 200_000  # the most idle gaps matched to host calls for one page
 PHASE_GAPS = 50
 MAX_STEPS = 5000
 READS = {"kernels", "kernel_rows", "kernel_names", "memcpy", "memset", "graph_executions", "cuda_api"}
@@ -82,9 +87,19 @@ _LANED = """, lanes AS (
 """
 # The exact events: all, or each lane's `q` longest (`_LONGEST`); their launch calls are looked
 # up for those alone, by correlation id. Kernels keep their name id (the page's names are looked
-# up once per name, not once per event), other events their label.
-_LONGEST = """, kept AS (
-        SELECT * FROM laned QUALIFY row_number() OVER (PARTITION BY lane ORDER BY duration_ns DESC, start_ns) <= q
+# up once per name, not once per event), other events their label. Only the events of each
+# lane's longest durations are ranked: a histogram of durations (1/32 of an octave a bucket)
+# finds the shortest bucket that with the longer ones holds `q` events, and the events below it,
+# which rank after all of those, are left out before the sort.
+_LONGEST = """, hist AS (
+        SELECT lane, any_value(q) AS q, floor(log2(duration_ns + 1) * 32) AS b, count(*) AS n FROM laned GROUP BY ALL
+    ), cut AS (
+        SELECT lane, max(b) AS b FROM (
+            SELECT lane, q, b, sum(n) OVER (PARTITION BY lane ORDER BY b DESC) AS above FROM hist
+        ) WHERE above >= q GROUP BY lane
+    ), kept AS (
+        SELECT l.* FROM laned AS l JOIN cut AS c ON c.lane = l.lane AND floor(log2(l.duration_ns + 1) * 32) >= c.b
+        QUALIFY row_number() OVER (PARTITION BY l.lane ORDER BY l.duration_ns DESC, l.start_ns) <= l.q
     )
 """
 _EVENTS = """, calls AS (
@@ -372,9 +387,55 @@ def step_marks(
 def idle_gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> list[dict[str, Any]]:
     """Idle gaps with their cause, longest first: the longest MAX_GAPS of those at least 1/2000
     of the span, and per device each phase's (start-up, steady) longest PHASE_GAPS of at least 10 us, so a
-    finding about the steady state is pinned on the steady state's gaps, not start-up's."""
-    rel = queries.run(con, "gaps", {"report_id": rid, "min_gap_ns": 10_000})
+    finding about the steady state is pinned on the steady state's gaps, not start-up's. Each
+    gap drawn is matched to the host's calls (`gaps`), so where more than GAP_ROWS gaps last
+    10 us, the phases' longest are chosen among those of at least 100 us, 1 ms... (the
+    shortest such length that leaves at most GAP_ROWS), and where even those do not fit in
+    DuckDB's memory limit, among those of at least 1/2000 of the span, a warning says so."""
     floor = max(10_000, (t1 - t0) // 2000)  # ints: the relation's SQL takes no parameters
+    shortest = _shortest_gap(con, rid, floor)
+    try:
+        return _idle_gaps(con, rid, t0, shortest, floor)
+    except (duckdb.OutOfMemoryException, QueryError) as exc:
+        if not isinstance(exc, duckdb.OutOfMemoryException) and not isinstance(
+            exc.__cause__, duckdb.OutOfMemoryException
+        ):
+            raise
+        limit = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
+        log.warning(
+            "report %s: its idle gaps of at least %.3f ms did not fit in DuckDB's memory limit of %s; "
+            "the timeline shows those of at least %.3f ms (`nsa query gaps` lists them all).",
+            rid,
+            shortest / 1e6,
+            limit,
+            floor / 1e6,
+        )
+        return _idle_gaps(con, rid, t0, floor, floor)
+
+
+def _shortest_gap(con: duckdb.DuckDBPyConnection, rid: int, floor: int) -> int:
+    """The shortest gap length (10 us, 100 us, ... up to `floor`) of which the report has at
+    most GAP_ROWS gaps, counted on the GPU timeline alone."""
+    from ..ingest import timeline as gpu_timeline  # worked out here as `gaps` would
+
+    gpu_timeline.ensure(con, [rid])
+    cuts = [10_000 * 10**i for i in range(12) if 10_000 * 10**i < floor] + [floor]
+    counts = params.first_row(
+        params.execute(
+            con,
+            "SELECT "
+            + ", ".join(f"count(*) FILTER (WHERE d >= {c})" for c in cuts)
+            + " FROM (SELECT start_ns - prev_end_ns AS d FROM gpu_timeline WHERE report_id = $rid)",
+            {"rid": rid},
+        )
+    )
+    return next((c for c, n in zip(cuts, counts, strict=True) if n <= GAP_ROWS), floor)
+
+
+def _idle_gaps(
+    con: duckdb.DuckDBPyConnection, rid: int, t0: int, shortest: int, floor: int
+) -> list[dict[str, Any]]:
+    rel = queries.run(con, "gaps", {"report_id": rid, "min_gap_ns": shortest})
     rows = rel.query(
         "g",
         "SELECT device_id, gap_start_ns, gap_ns, cause, cause_detail, before, after, phase FROM g "

@@ -1,0 +1,190 @@
+"""The rules run under DuckDB's memory cap (the judged inputs' size), and a rule that runs out
+of it is named in one clear error instead of DuckDB's internal message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from nsight_analytics import api
+from nsight_analytics.errors import NsaError, QueryError
+from nsight_analytics.ingest import pipeline
+from nsight_analytics.rules.engine import run_rules
+from nsight_analytics.rules.model import Rule
+
+EXPORT = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+
+
+def _rule(check, rule_id: str = "probe") -> Rule:
+    return Rule(id=rule_id, needs=(), severities=("info",), declared=(), check=check)
+
+
+def _limit(con: duckdb.DuckDBPyConnection) -> float | None:
+    return pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+
+
+@pytest.fixture
+def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    con = api.connect(tmp_path / "w.duckdb", load_deferred=False)
+    api.ingest(con, EXPORT)
+    return con
+
+
+def test_rules_run_under_the_inputs_size_and_the_limit_comes_back(con) -> None:
+    before = _limit(con)
+    seen: list[tuple[int, float | None]] = []
+    run_rules(con, ruleset=[_rule(lambda ctx, rid: seen.append((rid, _limit(ctx.con))) or [])])
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    assert len(seen) == 1 and seen[0][0] == 1
+    assert seen[0][1] is not None and seen[0][1] <= cap * 1.01  # as DuckDB shows it (GiB, 2 decimals)
+    assert before is not None and before > cap  # the default (80 % of the machine) was lowered
+    after = _limit(con)
+    assert after is not None and abs(after - before) <= 0.01 * before
+
+
+def test_a_rule_out_of_memory_is_named_with_the_limit(con) -> None:
+    def greedy(ctx, rid):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block of size 256.0 KiB")
+
+    with pytest.raises(NsaError) as caught:
+        run_rules(con, ruleset=[_rule(greedy, "greedy")])
+    text = str(caught.value)
+    assert text.startswith("rule greedy on report 1 needed more than DuckDB's memory limit of ")
+    assert "could not allocate block" in text and "free disk space there" in text
+
+    # through a library query, whose failure the query layer wraps in a QueryError
+    def wrapped(ctx, rid):
+        try:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block")
+        except duckdb.Error as exc:
+            raise QueryError("query gaps failed: Out of Memory Error") from exc
+
+    with pytest.raises(NsaError, match=r"^rule wrapped on report 1 needed more .*failed to pin block\)$"):
+        run_rules(con, ruleset=[_rule(wrapped, "wrapped")])
+    assert _limit(con) is not None and _limit(con) > EXPORT.stat().st_size  # restored after the error
+
+
+def test_other_query_errors_pass_through(con) -> None:
+    def wrong(ctx, rid):
+        raise QueryError("query gaps failed: Binder Error")
+
+    with pytest.raises(QueryError, match="^query gaps failed: Binder Error$"):
+        run_rules(con, ruleset=[_rule(wrong)])
+
+
+def test_a_real_limit_keeps_the_findings_or_names_the_rule(con, tmp_path: Path) -> None:
+    """Held to a few tens of MB, DuckDB gives the findings of an unlimited run (evicting and
+    spilling to the folder beside the workspace, which it removes when it closes), and below
+    what a rule's query needs, the error names the rule and the limit."""
+    free = [f.to_dict() for f in api.findings(con)]
+    con.execute("SET threads = 1")
+    con.execute("SET memory_limit = '64MB'")
+    assert [f.to_dict() for f in api.findings(con)] == free and free
+    con.execute("SET memory_limit = '24MB'")
+    with pytest.raises(
+        NsaError, match=r"^rule [a-z-]+ on report 1 needed more than DuckDB's memory limit of 2"
+    ):
+        api.findings(con)
+    con.close()
+    assert not (tmp_path / "w.duckdb.tmp").exists()
+
+
+def test_spills_go_to_the_system_temp_folder_when_the_workspace_folder_is_not_writable(
+    con, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import tempfile
+
+    from nsight_analytics.rules import engine
+
+    con.close()
+    ro = api.connect(tmp_path / "w.duckdb", read_only=True, load_deferred=False)
+    assert engine.spill_folder(ro) == str(tmp_path / "w.duckdb.tmp")  # writable here: kept
+    monkeypatch.setattr(engine.os, "access", lambda path, mode: Path(path) != tmp_path)
+    folder = Path(engine.spill_folder(ro) or "")
+    assert folder.parent == Path(tempfile.gettempdir()) and str(os.getpid()) in folder.name
+    assert ro.execute("SELECT current_setting('temp_directory')").fetchone()[0] == str(folder)
+    ro.execute("SET memory_limit = '32MB'")
+    ro.execute("SET threads = 1")
+    sql = (
+        "SELECT count(*), max(m) FROM (SELECT md5(i::VARCHAR) AS m FROM range(2000000) t(i) ORDER BY m DESC)"
+    )
+    assert ro.execute(sql).fetchone()[0] == 2_000_000
+    assert folder.is_dir() and not (tmp_path / "w.duckdb.tmp").exists()  # it spilled there
+    ro.close()
+    assert not folder.exists()  # removed by DuckDB with the connection
+
+
+def test_the_report_page_is_gathered_under_the_inputs_size(con, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    gather = importlib.import_module("nsight_analytics.report.gather")
+    seen: list[float | None] = []
+    real = gather.gather_timeline
+    monkeypatch.setattr(gather, "gather_timeline", lambda c, *a: seen.append(_limit(c)) or real(c, *a))
+    api.materialise(con, api.report_reads())
+    before = _limit(con)
+    page = api.report_data(con, 1)
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    assert page["timeline"] and len(seen) == 1 and seen[0] is not None and seen[0] <= cap * 1.01
+    after = _limit(con)
+    assert before is not None and after is not None and abs(after - before) <= 0.01 * before
+
+
+def test_idle_gaps_too_many_for_the_limit_fall_back_to_the_long_ones(
+    con, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import importlib
+
+    timeline = importlib.import_module("nsight_analytics.report.timeline")
+    t0 = con.execute("SELECT min(start_ns) FROM kernel_rows WHERE report_id = 1").fetchone()[0]
+    t1 = t0 + 4000 * 50_000  # a span whose 1/2000 (100 us) leaves some gaps out
+    real = timeline.queries.run
+
+    def run(c, name, p):
+        if name == "gaps" and p["min_gap_ns"] == 10_000:
+            try:
+                raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+            except duckdb.Error as exc:
+                raise QueryError("query gaps failed: Out of Memory Error") from exc
+        return real(c, name, p)
+
+    monkeypatch.setattr(timeline.queries, "run", run)
+    with caplog.at_level("WARNING"):
+        got = timeline.idle_gaps(con, 1, t0, t1)
+    assert "did not fit in DuckDB's memory limit" in caplog.text and "at least 0.100 ms" in caplog.text
+    want = con.execute(
+        "SELECT gap_start_ns - $t0, gap_ns FROM gaps(report := 1, min_gap_ns := 100000) "
+        "ORDER BY gap_ns DESC, gap_start_ns",
+        {"t0": t0},
+    ).fetchall()
+    assert want and [(g["s"], g["d"]) for g in got] == [tuple(w) for w in want]
+
+
+def test_a_page_of_many_gaps_matches_the_phases_longest_among_the_longer_ones(
+    con, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    timeline = importlib.import_module("nsight_analytics.report.timeline")
+    api.materialise(con, {"gpu_timeline"})
+    t0, t1 = con.execute("SELECT min(start_ns), max(end_ns) FROM gpu_timeline WHERE report_id = 1").fetchone()
+    lengths = [r[0] or 0 for r in con.execute("SELECT start_ns - prev_end_ns FROM gpu_timeline").fetchall()]
+    many, fewer = sum(d >= 10_000 for d in lengths), sum(d >= 100_000 for d in lengths)
+    assert many > fewer > 0  # the export has gaps of 10-100 us to leave out
+    monkeypatch.setattr(timeline, "GAP_ROWS", fewer)
+    got = timeline.idle_gaps(con, 1, t0, t1)
+    floor = max(10_000, (t1 - t0) // 2000)
+    want = con.execute(
+        "SELECT gap_start_ns - $t0, gap_ns FROM gaps(report := 1, min_gap_ns := 100000) "
+        f"QUALIFY (gap_ns >= {floor} AND row_number() OVER (ORDER BY gap_ns DESC, gap_start_ns) <= 2000) "
+        "OR row_number() OVER (PARTITION BY device_id, phase ORDER BY gap_ns DESC, gap_start_ns) <= 50 "
+        "ORDER BY gap_ns DESC, gap_start_ns",
+        {"t0": t0},
+    ).fetchall()
+    assert [(g["s"], g["d"]) for g in got] == [tuple(w) for w in want]
+    assert min(g["d"] for g in got) >= 100_000
+    monkeypatch.setattr(timeline, "GAP_ROWS", many)  # all fit: those of 10 us too
+    assert min(g["d"] for g in timeline.idle_gaps(con, 1, t0, t1)) < 100_000
