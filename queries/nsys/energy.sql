@@ -38,13 +38,31 @@
 -- col interval_ns BIGINT: median length of the power intervals the row rests on: the resolution (ns).
 -- col power_report_id INTEGER: the power log's report id (the smallest when several GPUs' logs differ); NULL when no log covers the report.
 -- col method VARCHAR: 'energy counter', 'power readings', or 'no power log' (the report's one row then says so).
-WITH activity AS (SELECT * FROM nsa_gpu_activity($report_id)),
+-- each report's GPUs and their last end, without the activities' labels (a million kernel names
+-- are strings: carrying them through this costs more than the rest of the query)
+WITH devices AS (
+    SELECT report_id, device_id, max(end_ns) AS last_ns
+    FROM (
+        SELECT report_id, device_id, end_ns FROM kernel_rows
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, end_ns FROM memcpy
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, end_ns FROM memset
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        UNION ALL
+        SELECT report_id, device_id, end_ns FROM graph_executions
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    )
+    GROUP BY ALL
+),
 logged AS (SELECT DISTINCT report_id FROM power_samples),
 target AS (
     SELECT r.report_id, r.session_start_utc_ns AS t0,
            greatest(coalesce(a.last_ns, 0), coalesce(s.last_ns, 0)) AS last_ns
     FROM reports AS r
-    LEFT JOIN (SELECT report_id, max(end_ns) AS last_ns FROM activity GROUP BY ALL) AS a USING (report_id)
+    LEFT JOIN (SELECT report_id, max(last_ns) AS last_ns FROM devices GROUP BY ALL) AS a USING (report_id)
     LEFT JOIN (SELECT report_id, max(end_ns) AS last_ns FROM steps GROUP BY ALL) AS s USING (report_id)
     WHERE r.session_start_utc_ns IS NOT NULL AND ($report_id IS NULL OR r.report_id = $report_id)
       AND r.report_id NOT IN (SELECT report_id FROM logged)
@@ -59,7 +77,7 @@ logs AS (
 attached AS (
     SELECT t.report_id, t.t0, t.last_ns, d.device_id, l.power_report_id, l.log_device, l.has_counter
     FROM target AS t
-    JOIN (SELECT DISTINCT report_id, device_id FROM activity) AS d USING (report_id)
+    JOIN (SELECT report_id, device_id FROM devices) AS d USING (report_id)
     JOIN logs AS l
         ON l.log_device = coalesce($power_device_id, d.device_id)
         AND l.lo < t.t0 + t.last_ns AND l.hi > t.t0
@@ -67,6 +85,10 @@ attached AS (
         PARTITION BY t.report_id, d.device_id
         ORDER BY least(l.hi, t.t0 + t.last_ns) - greatest(l.lo, t.t0) DESC, l.has_counter DESC, l.power_report_id
     ) = 1
+),
+-- the labelled activity of the reports a power log covers only (the kernel scope's)
+activity AS (
+    SELECT a.* FROM nsa_gpu_activity($report_id) AS a WHERE a.report_id IN (SELECT report_id FROM attached)
 ),
 points AS (
     SELECT a.report_id, a.device_id, a.power_report_id, a.has_counter,

@@ -19,9 +19,14 @@
 -- col short_kernels BIGINT: kernels shorter than their launch call (launch-bound).
 -- col delay_outliers BIGINT: kernels whose launch delay exceeds delay_cutoff_ns.
 WITH calls AS (
-    SELECT report_id, pid, correlation_id, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-    FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND correlation_id IS NOT NULL
+    SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS start_ns, max(c.end_ns) AS end_ns
+    FROM cuda_api AS c
+    -- the calls that launched a kernel only, found with a hash table of the kernels: most other
+    -- calls (copies, syncs, event records) launch none
+    SEMI JOIN kernel_rows AS k
+        ON k.report_id = c.report_id AND k.pid = c.pid AND k.correlation_id = c.correlation_id
+        AND ($report_id IS NULL OR k.report_id = $report_id)
+    WHERE ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL
 ),
 k AS (
