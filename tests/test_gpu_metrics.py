@@ -480,3 +480,46 @@ def test_each_limit_is_found_where_it_was_reached(saturation) -> None:
     assert low.evidence["range"] == "tiny" and low.evidence["cause"] == "parallelism"
     matmul = _weighted(_metric(db, "Tensor Active [Throughput %]"), _projected(db, "matmul", start))
     assert matmul > 90
+
+
+@pytest.mark.parametrize("label", TRAIN)
+def test_kernel_metrics_match_plain_sql(train, label: str) -> None:
+    """gpu_metrics_by_kernel for the most frequent kernel name against Python over the export:
+    the samples each kernel of the name overlaps, weighted by the overlap (the query meets kernels
+    and samples in time buckets; this walks every kernel's samples)."""
+    con, ids, dbs = train
+    db = dbs[label]
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
+    (name,) = db.execute(
+        f"SELECT s.value FROM {kernels} GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1"
+    ).fetchone()
+    windows = db.execute(
+        f'SELECT k.start, k."end" FROM {kernels} WHERE s.value = ? AND k."end" >= k.start', (name,)
+    )
+    windows = windows.fetchall()
+    rows = {
+        r[3]: r
+        for r in nsa.query(
+            con, "gpu_metrics_by_kernel", report_id=ids[label], metrics="sm_issue, tensor_active"
+        ).fetchall()
+        if r[2] == name
+    }
+    assert set(rows) == {"sm_issue", "tensor_active"}
+    for metric, raw in (
+        ("sm_issue", "SM Issue [Throughput %]"),
+        ("tensor_active", "Tensor Active [Throughput %]"),
+    ):
+        samples = _metric(db, raw)
+        starts = [t for t, _, _ in samples]
+        touched = [
+            (v, min(t + p, e) - max(t, s))
+            for s, e in windows
+            for t, p, v in samples[max(0, bisect.bisect_right(starts, s) - 1) : bisect.bisect_left(starts, e)]
+            if t < e and t + p > s
+        ]
+        _, device, _, _, unit, n, kernel_ns, sampled_ns, _, average, peak = rows[metric]
+        assert (device, unit, n, kernel_ns) == (0, "%", len(windows), sum(e - s for s, e in windows))
+        assert len(windows) > 1000 and len(touched) >= len(windows)
+        assert sampled_ns == sum(w for _, w in touched)
+        assert average == pytest.approx(_weighted(samples, windows), rel=1e-9)
+        assert peak == max(v for v, _ in touched)

@@ -38,14 +38,33 @@ g AS (
     WHERE ($report_id IS NULL OR report_id = $report_id) AND period_ns > 0
         AND ($metrics IS NULL OR list_contains(list_transform(string_split($metrics, ','), x -> trim(x)), metric))
 ),
+-- Kernels and samples meet in time buckets of a device's median sample period: each is listed in
+-- every bucket it touches, and a (kernel, sample) pair is kept in the one bucket holding the start
+-- of their overlap, so the join is on equality (no kernel x sample product per device)
+width AS (
+    SELECT report_id, device_id, greatest(quantile_disc(period_ns, 0.5), 1) AS w,
+           least(min(ts_ns), (SELECT min(start_ns) FROM k)) AS t0
+    FROM g
+    GROUP BY ALL
+),
+kb AS (
+    SELECT k.*, w.w, w.t0, unnest(range((k.start_ns - w.t0) // w.w, (greatest(k.start_ns, k.end_ns - 1) - w.t0) // w.w + 1)) AS b
+    FROM k
+    JOIN width AS w USING (report_id, device_id)
+),
+gb AS (
+    SELECT g.*, unnest(range((g.ts_ns - w.t0) // w.w, (g.te - 1 - w.t0) // w.w + 1)) AS b
+    FROM g
+    JOIN width AS w USING (report_id, device_id)
+),
 per_sample AS (
     -- the name's kernel time inside each sample
     SELECT k.report_id, k.device_id, k.name, g.metric, any_value(g.unit) AS unit, g.ts_ns,
            any_value(g.period_ns) AS period_ns, any_value(g.value) AS value,
            sum(least(k.end_ns, g.te) - greatest(k.start_ns, g.ts_ns)) AS ov
-    FROM k
-    JOIN g ON g.report_id = k.report_id AND g.device_id = k.device_id
-        AND g.ts_ns < k.end_ns AND g.te > k.start_ns
+    FROM kb AS k
+    JOIN gb AS g ON g.report_id = k.report_id AND g.device_id = k.device_id AND g.b = k.b
+    WHERE g.ts_ns < k.end_ns AND g.te > k.start_ns AND k.b = (greatest(k.start_ns, g.ts_ns) - k.t0) // k.w
     GROUP BY k.report_id, k.device_id, k.name, g.metric, g.ts_ns
 ),
 agg AS (
