@@ -148,6 +148,29 @@ def _spark_rows(spark, name: str, fleet: Path) -> list:
     return nspark.query(spark, name, fleet).collect()
 
 
+def findings(con, spark, fleet: Path) -> list[str]:
+    """The rules over every report of the fleet, on DuckDB and with their queries on Spark
+    (`spark.findings`), once each: the findings, both times, whether they are the same, the load."""
+    from nsight_analytics.rules.engine import run_rules
+
+    def key(f) -> tuple:
+        return (f.rule_id, f.report_id, f.severity, f.title, f.message, f.est_savings_ns)
+
+    t0 = time.perf_counter()
+    on_duckdb = sorted(map(key, run_rules(con)))
+    duck = time.perf_counter() - t0
+    cells = [str(len(on_duckdb)), f"{duck:.1f}"]
+    if spark is None:
+        return [*cells, "", "", f"{os.getloadavg()[0]:.1f}"]
+    from nsight_analytics import spark as nspark
+
+    t0 = time.perf_counter()
+    on_spark = sorted(map(key, nspark.findings(spark, fleet)))
+    sp = time.perf_counter() - t0
+    same = "yes" if on_spark == on_duckdb else f"no: {len(set(on_spark) ^ set(on_duckdb))} differ"
+    return [*cells, f"{sp:.1f}", same, f"{os.getloadavg()[0]:.1f}"]
+
+
 def best(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -178,6 +201,12 @@ def main() -> None:
     ap.add_argument(
         "--spark-upto", type=int, default=0, help="from this count on, Spark runs only --spark-queries"
     )
+    ap.add_argument(
+        "--findings-upto",
+        type=int,
+        default=0,
+        help="below this count, also the rules' findings over the whole fleet on both engines (once each)",
+    )
     ap.add_argument("--out", default=None, help="scratch folder (default: a temporary one, removed)")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="nsa-fleet-"))
@@ -205,6 +234,7 @@ def main() -> None:
         " | Spark/DuckDB | load |"
     )
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    found: dict[int, list[str]] = {}
     for n in [int(c) for c in args.counts.split(",")]:
         small = args.small_ms if n >= args.small_at else None
         t0 = time.perf_counter()
@@ -234,8 +264,15 @@ def main() -> None:
             cells.append(f"{sp / duck:.1f}" if sp and duck else "")
             cells.append(f"{os.getloadavg()[0]:.1f}")  # the 1-minute load average after the row's runs
             print("| " + " | ".join(cells) + " |", flush=True)
+        if n < args.findings_upto:
+            found[n] = findings(con, spark, fleet)
         con.close()
         shutil.rmtree(fleet, ignore_errors=True)
+    if found:
+        print("\n| reports | findings | DuckDB s | Spark s | same findings | load |")
+        print("|---:|---:|---:|---:|---|---:|")
+        for n, cells in found.items():
+            print("| " + " | ".join([str(n), *cells]) + " |")
     print(f"load: {os.getloadavg()[0]:.1f}")
     if spark is not None:
         spark.stop()

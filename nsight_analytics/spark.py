@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -37,20 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .rules.model import Finding
 
 # query -> why Spark cannot run it (the same rows as DuckDB, or at all).
-UNSUPPORTED: dict[str, str] = {
-    "memory_steps": (
-        "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND frame_rows "
-        "FOLLOWING, a column), and Spark takes only literal frame bounds"
-    ),
-    "kernel_sequences": (
-        "its window frame ends a parameter's number of rows ahead (ROWS BETWEEN CURRENT ROW AND "
-        "least(greatest($length, 2), 8) - 1 FOLLOWING), and Spark takes only literal frame bounds"
-    ),
-    "gpu_metrics_by_range": (
-        "its windows end a per-row number of rows ahead (ROWS BETWEEN CURRENT ROW AND ahead "
-        "FOLLOWING, a column), and Spark takes only literal frame bounds"
-    ),
-}
+UNSUPPORTED: dict[str, str] = {}
 
 _ASOF_JOINS = itertools.count()
 _SPARK_TYPES = {
@@ -405,7 +393,9 @@ _RENAMED = {"error": "raise_error", "suffix": "endswith"}
 def _functions(node: exp.Expr) -> exp.Expr:
     """DuckDB functions sqlglot leaves to the engine: error(msg) is Spark's raise_error(msg),
     suffix(s, t) endswith(s, t),
-    len(list) size(list), list[i] / map[k] try_element_at(), list[a:b] slice(), quantile_disc(x, q) percentile_disc ... WITHIN GROUP."""
+    len(list) size(list), list[i] / map[k] try_element_at(), list[a:b] slice(), quantile_disc(x, q) percentile_disc ... WITHIN GROUP,
+    histogram(x) a map counted from collect_list(x), a tuple's field by position a struct's by name."""
+    import sqlglot
     from sqlglot import exp
 
     if isinstance(node, exp.Anonymous) and str(node.name).lower() in _RENAMED:
@@ -444,10 +434,45 @@ def _functions(node: exp.Expr) -> exp.Expr:
         length = exp.Add(this=exp.Sub(this=hi.copy(), expression=lo.copy()), expression=exp.Literal.number(1))
         return exp.Anonymous(this="slice", expressions=[node.this.copy(), lo.copy(), length])
     if isinstance(node, exp.Bracket) and len(node.expressions) == 1:
+        index = node.expressions[0]
+        # sqlglot reads DuckDB's 1-based index as a 0-based one where it knows an integer (a
+        # literal one less, an integer expression `+ -1`; a column it leaves): 1-based again
+        if isinstance(index, exp.Literal) and not index.is_string:
+            index = exp.Literal.number(int(index.this) + 1)
+        elif isinstance(index, exp.Add) and index.expression.sql() == "-1":
+            index = index.this
+        inner = node.this.copy()  # rewritten here: transform() does not enter what it replaced
+        tuples = _tuple_lambdas(inner)
+        if tuples and isinstance(index, exp.Literal):
+            # a tuple's field by position, `list_max(list_transform(l, e -> (a, b)))[2]`: the
+            # tuple becomes a struct of fields f1, f2, ... and its field is read by name
+            for tup in tuples:
+                fields: list[exp.Expr] = []
+                for i, value in enumerate(tup.expressions, 1):
+                    fields += [exp.Literal.string(f"f{i}"), value.copy()]
+                tup.replace(exp.Anonymous(this="named_struct", expressions=fields))
+            inner = inner.transform(_functions)
+            return exp.Dot(this=exp.Paren(this=inner), expression=exp.to_identifier(f"f{index.this}"))
         # list[i] is 1-based, NULL out of range, and map[k] NULL for a missing key: try_element_at
         return exp.Anonymous(
-            this="try_element_at", expressions=[node.this.copy(), node.expressions[0].copy()]
+            this="try_element_at", expressions=[inner.transform(_functions), index.transform(_functions)]
         )
+    if (
+        isinstance(node, exp.Anonymous)
+        and str(node.name).lower() == "histogram"
+        and len(node.expressions) == 1
+    ):
+        # histogram(x): {value: count} of the group's non-NULL values, counted from its list
+        items = exp.Anonymous(this="collect_list", expressions=[node.expressions[0].copy()])
+        distinct = exp.Anonymous(this="array_distinct", expressions=[items])
+        count = sqlglot.parse_one(
+            "transform(__nsa_k, __nsa_v -> CAST(size(filter(__nsa_l, __nsa_y -> __nsa_y = __nsa_v)) AS BIGINT))",
+            read="spark",
+        )
+        for col in list(count.find_all(exp.Column)):
+            if col.name in ("__nsa_k", "__nsa_l"):
+                col.replace((distinct if col.name == "__nsa_k" else items).copy())
+        return exp.Anonymous(this="map_from_arrays", expressions=[distinct, count])
     if isinstance(node, (exp.PercentileDisc, exp.PercentileCont)) and node.args.get("expression"):
         # quantile_disc(x, q): Spark's percentile_disc(q) WITHIN GROUP (ORDER BY x)
         name = "percentile_disc" if isinstance(node, exp.PercentileDisc) else "percentile_cont"
@@ -456,6 +481,19 @@ def _functions(node: exp.Expr) -> exp.Expr:
             expression=exp.Order(expressions=[exp.Ordered(this=node.this.copy(), nulls_first=False)]),
         )
     return node
+
+
+def _tuple_lambdas(node: exp.Expr) -> list[exp.Tuple]:
+    """The tuples a list-of-tuples expression is built of: `list_max/list_min(list_transform(l,
+    e -> (a, b)))` (or the transform alone); none for anything else."""
+    from sqlglot import exp
+
+    if isinstance(node, (exp.ArrayMax, exp.ArrayMin)):
+        node = node.this
+    lam = node.expression if isinstance(node, exp.Transform) else None
+    if isinstance(lam, exp.Lambda) and isinstance(lam.this, exp.Tuple):
+        return [lam.this]
+    return []
 
 
 def _query_table(node: exp.Expr) -> exp.Expr:
@@ -585,12 +623,282 @@ def _by_name(tree: exp.Expr) -> exp.Expr:
     return tree
 
 
+_VARIABLE_FRAMES = itertools.count()
+
+
+def _variable_bound(bound: object) -> bool:
+    """A frame bound Spark does not take: an expression (a column, a sum of parameters), where
+    Spark's parser wants UNBOUNDED, CURRENT ROW, a literal or a bare parameter marker."""
+    from sqlglot import exp
+
+    return isinstance(bound, exp.Expr) and not isinstance(bound, (exp.Literal, exp.Placeholder))
+
+
+def _variable_frame(node: exp.Expr) -> bool:
+    """Whether the node is a window with a frame bound Spark does not take."""
+    from sqlglot import exp
+
+    spec = node.args.get("spec") if isinstance(node, exp.Window) else None
+    return spec is not None and (
+        _variable_bound(spec.args.get("start")) or _variable_bound(spec.args.get("end"))
+    )
+
+
+def _variable_frames(tree: exp.Expr) -> exp.Expr:
+    """Window frames whose bounds are expressions, `agg(x) OVER (PARTITION BY p ORDER BY o ROWS
+    BETWEEN CURRENT ROW AND n FOLLOWING)` with n a column or an expression of parameters (DuckDB
+    evaluates n per row; Spark's parser takes only literal bounds). Each frame becomes a range of
+    row positions [lo, hi) in its partition and is answered from dyadic blocks, as a segment tree
+    does: the rows are numbered in the window's order, each row belongs to one block of 2^k rows
+    per level k (block `(rn - 1) >> k`), whose aggregate is a GROUP BY; a range is the union of
+    at most two blocks per level (the bottom-up walk of a segment tree, written in closed form:
+    at level k, with l = ceil(lo / 2^k) and r = floor(hi / 2^k), block l when l is odd, block r
+    - 1 when r is odd, while l < r), so each row meets its blocks through an equality join and
+    a GROUP BY combines them. Rows and blocks grow by log2 of the widest frame of the partition:
+    n log n, equality joins only. sum, count, min and max combine so; first_value/last_value
+    (not ignoring NULLs) read the block of one row at the frame's start/end. The select keeps
+    its other windows, and its QUALIFY becomes a filter after the frames."""
+    from sqlglot import exp
+
+    for select in reversed(list(tree.find_all(exp.Select))):
+        windows = [
+            w
+            for w in select.expressions
+            for w in [w.this if isinstance(w, exp.Alias) else w]
+            if _variable_frame(w)
+        ]
+        if not windows:
+            continue
+        nested = [
+            w
+            for w in select.find_all(exp.Window)
+            if w.parent_select is select and _variable_frame(w) and not any(w is v for v in windows)
+        ]
+        if nested:
+            raise QueryError(
+                "a window frame bounded by an expression inside an expression: no Spark translation."
+            )
+        replaced = _frames_by_blocks(select, windows)
+        if select is tree:
+            tree = replaced
+        else:
+            select.replace(replaced)
+    return tree
+
+
+def _frames_by_blocks(select: exp.Select, windows: list[exp.Window]) -> exp.Expr:
+    """The SELECT holding `windows` (one partition, order and frame; each a whole column) as
+    `_variable_frames` computes them: its rows, the frame functions' arguments and the row
+    positions in a CTE, joined to the frames' combined blocks."""
+    import sqlglot
+    from sqlglot import exp
+
+    def refuse(why: str) -> QueryError:
+        return QueryError(f"a window frame bounded by an expression {why}: no Spark translation.")
+
+    first = windows[0]
+    spec = first.args["spec"]
+    key = (
+        [p.sql() for p in first.args.get("partition_by") or []],
+        first.args["order"].sql() if first.args.get("order") else None,
+        spec.sql(),
+    )
+    for w in windows:
+        if (
+            [p.sql() for p in w.args.get("partition_by") or []],
+            w.args["order"].sql() if w.args.get("order") else None,
+            w.args["spec"].sql(),
+        ) != key:
+            raise refuse("in windows of different partitions, orders or frames in one SELECT")
+    if spec.args.get("kind", "").upper() != "ROWS":
+        raise refuse("in a RANGE frame")
+    if select.args.get("distinct") or select.args.get("order") or select.args.get("limit"):
+        raise refuse("in a SELECT with DISTINCT, ORDER BY or LIMIT")
+    n = next(_VARIABLE_FRAMES)
+    fb, fa = f"__nsa_fb{n}", f"__nsa_fa{n}"
+    parts = list(first.args.get("partition_by") or [])
+    # how each frame function is computed per block and combined per frame
+    kinds: list[tuple[str, str, str]] = []  # (block aggregate, combining aggregate, probe)
+    args: list[exp.Expr] = []
+    for w in windows:
+        fn = w.this
+        if (
+            isinstance(fn, exp.Count)
+            and not fn.args.get("distinct")
+            and not isinstance(fn.this, exp.Distinct)
+        ):
+            args.append(
+                exp.Literal.number(1) if fn.this is None or isinstance(fn.this, exp.Star) else fn.this.copy()
+            )
+            kinds.append(("count", "sum", "range"))
+        elif isinstance(fn, (exp.Sum, exp.Min, exp.Max)) and not isinstance(fn.this, exp.Distinct):
+            agg = {exp.Sum: "sum", exp.Min: "min", exp.Max: "max"}[type(fn)]
+            args.append(fn.this.copy())
+            kinds.append((agg, agg, "range"))
+        elif isinstance(fn, (exp.FirstValue, exp.LastValue)):
+            args.append(fn.this.copy())
+            kinds.append(("first", "first", "first" if isinstance(fn, exp.FirstValue) else "last"))
+        else:
+            raise refuse(f"over {fn.sql(dialect='duckdb')}")
+    # the select's own rows, with what the frames need: the aggregates' arguments, the
+    # partition keys, the row's position in the window's order and the partition's size (in the
+    # same SELECT as its other windows, so rows tied on the order are numbered as they see them)
+    base = select.copy()
+    var = {id(w): i for i, w in enumerate(windows)}
+    outs: list[str] = []
+    for e in select.expressions:
+        inner = e.this if isinstance(e, exp.Alias) else e
+        name = exp.to_identifier(e.alias_or_name).sql(dialect="spark") if e.alias_or_name else None
+        if id(inner) in var:
+            i = var[id(inner)]
+            value = f"{fa}.__nsa_r{i}"
+            outs.append(f"{f'coalesce({value}, 0)' if kinds[i][0] == 'count' else value} AS {name}")
+        elif isinstance(e, (exp.Alias, exp.Column)) and name:
+            outs.append(f"{fb}.{name}")
+        else:
+            raise refuse(f"beside an unnamed column ({e.sql(dialect='duckdb')})")
+    kept = [e.copy() for e in select.expressions if id(e.this if isinstance(e, exp.Alias) else e) not in var]
+    extra: list[exp.Expr] = []
+    for i, a in enumerate(args):
+        extra.append(exp.alias_(a, f"__nsa_v{i}"))
+    for i, p in enumerate(parts):
+        extra.append(exp.alias_(p.copy(), f"__nsa_p{i}"))
+    numbered = first.copy()
+    numbered.set("this", exp.RowNumber())
+    numbered.set("spec", None)
+    extra.append(exp.alias_(numbered, "__nsa_rn"))
+    size = first.copy()
+    size.set("this", exp.Count(this=exp.Star()))
+    size.set("spec", None)
+    size.set("order", None)
+    extra.append(exp.alias_(size, "__nsa_n"))
+    bounds = []
+    for side, (bound, way) in enumerate(
+        (
+            (spec.args.get("start"), spec.args.get("start_side")),
+            (spec.args.get("end"), spec.args.get("end_side")),
+        )
+    ):
+        if isinstance(bound, exp.Expr) and _variable_bound(bound):
+            extra.append(exp.alias_(bound.copy(), f"__nsa_o{side}"))
+            offset = f"__nsa_o{side}"
+        elif isinstance(bound, exp.Expr):
+            offset = bound.sql(dialect="spark")
+        else:
+            offset = str(bound).upper()
+        # [lo, hi): 0-based positions, the end excluded
+        at = "__nsa_rn - 1" if side == 0 else "__nsa_rn"
+        if offset == "UNBOUNDED":
+            bounds.append("0" if side == 0 else "__nsa_n")
+        elif offset == "CURRENT ROW":
+            bounds.append(at)
+        else:
+            bounds.append(f"{at} {'-' if str(way).upper() == 'PRECEDING' else '+'} ({offset})")
+    qualify = select.args.get("qualify")
+    if qualify is not None:
+        extra.append(exp.alias_(qualify.this.copy(), "__nsa_q"))
+    base.set("expressions", kept + extra)
+    base.set("qualify", None)
+    keys = [f"__nsa_p{i}" for i in range(len(parts))]
+    by = ", ".join(keys)
+    lead = "".join(f"{k}, " for k in keys)
+
+    def on(a: str, b: str) -> str:  # the partitions' keys equal, NULL to NULL
+        return "".join(f"{a}.{k} <=> {b}.{k} AND " for k in keys)
+
+    probes = {k[2] for k in kinds}
+    low = -2 if "first" in probes else -1 if "last" in probes else 0
+    blocks = ", ".join(f"{k[0]}(__nsa_v{i}) AS __nsa_a{i}" for i, k in enumerate(kinds))
+    combined = ", ".join(
+        f"{k[1]}(CASE WHEN q.__nsa_c {'>= 0' if k[2] == 'range' else '= -2' if k[2] == 'first' else '= -1'}"
+        f" THEN b.__nsa_a{i} END){' IGNORE NULLS' if k[1] == 'first' else ''} AS __nsa_r{i}"
+        for i, k in enumerate(kinds)
+    )
+    over = f"PARTITION BY {by}" if keys else ""
+    template = (
+        f"SELECT {', '.join(outs)} FROM __nsa_frames AS {fb}"
+        f" LEFT JOIN (SELECT {''.join(f'q.{k}, ' for k in keys)}q.__nsa_rn, {combined} FROM ("
+        # each frame's blocks: two at most per level, its first and last rows at level 0
+        f"SELECT {lead}__nsa_rn, __nsa_c, __nsa_lvl, CASE WHEN __nsa_c = -2 THEN __nsa_lo"
+        f" WHEN __nsa_c = -1 THEN __nsa_hi - 1 WHEN __nsa_c % 2 = 0 THEN __nsa_l ELSE __nsa_r - 1 END AS __nsa_blk"
+        f" FROM (SELECT *, shiftright(__nsa_lo + shiftleft(CAST(1 AS BIGINT), __nsa_lvl) - 1, __nsa_lvl) AS __nsa_l,"
+        f" shiftright(__nsa_hi, __nsa_lvl) AS __nsa_r"
+        f" FROM (SELECT *, CASE WHEN __nsa_c < 0 THEN 0 ELSE shiftright(__nsa_c, 1) END AS __nsa_lvl"
+        f" FROM (SELECT {lead}__nsa_rn, __nsa_lo, __nsa_hi,"
+        f" explode(sequence({low}, 2 * CAST(log2(__nsa_hi - __nsa_lo) AS INT) + 3)) AS __nsa_c"
+        f" FROM __nsa_frames WHERE __nsa_hi > __nsa_lo) AS __nsa_e) AS __nsa_x) AS __nsa_y"
+        f" WHERE __nsa_c < 0 OR __nsa_l < __nsa_r AND CASE WHEN __nsa_c % 2 = 0 THEN __nsa_l % 2 = 1"
+        f" ELSE __nsa_r % 2 = 1 END) AS q"
+        # the blocks of each partition, up to the level of its widest frame
+        f" JOIN (SELECT {lead}__nsa_lvl, shiftright(CAST(__nsa_rn AS BIGINT) - 1, __nsa_lvl) AS __nsa_blk, {blocks}"
+        f" FROM (SELECT *, explode(sequence(0, CASE WHEN __nsa_w > 0 THEN CAST(log2(__nsa_w) AS INT) + 1 ELSE 0 END))"
+        f" AS __nsa_lvl FROM (SELECT *, max(__nsa_hi - __nsa_lo) OVER ({over}) AS __nsa_w FROM __nsa_frames) AS __nsa_z)"
+        f" AS __nsa_g GROUP BY {lead}__nsa_lvl, shiftright(CAST(__nsa_rn AS BIGINT) - 1, __nsa_lvl)) AS b"
+        f" ON {on('q', 'b')}q.__nsa_lvl = b.__nsa_lvl AND q.__nsa_blk = b.__nsa_blk"
+        f" GROUP BY {''.join(f'q.{k}, ' for k in keys)}q.__nsa_rn) AS {fa}"
+        f" ON {on(fb, fa)}{fb}.__nsa_rn = {fa}.__nsa_rn"
+        + (f" WHERE {fb}.__nsa_q" if qualify is not None else "")
+    )
+    tree = sqlglot.parse_one(template, read="spark")
+    # the rows with their frames, read three times (the result, the frames' blocks, the blocks):
+    # a CTE, which a plan computes once (`_plan`), placed before the CTE the select is in
+    name = f"__nsa_frames{n}"
+    cte = exp.CTE(
+        this=sqlglot.parse_one(
+            f"SELECT *, CAST(least(greatest({bounds[0]}, 0), __nsa_n) AS BIGINT) AS __nsa_lo,"
+            f" CAST(least(greatest({bounds[1]}, 0), __nsa_n) AS BIGINT) AS __nsa_hi FROM __nsa_base",
+            read="spark",
+        ),
+        alias=exp.TableAlias(this=exp.to_identifier(name)),
+    )
+    own = base.args.get("with_")
+    base.set("with_", None)
+    cte.this.find(exp.Table).replace(
+        exp.Subquery(this=base, alias=exp.TableAlias(this=exp.to_identifier("__nsa_base")))
+    )
+    for table in list(tree.find_all(exp.Table)):
+        if table.name == "__nsa_frames":
+            table.set("this", exp.to_identifier(name))
+    outer = select.parent
+    while outer is not None and not (isinstance(outer, exp.CTE) and isinstance(outer.parent, exp.With)):
+        outer = outer.parent
+    if outer is not None and isinstance(outer.parent, exp.With) and own is None:
+        siblings = outer.parent.expressions
+        place = siblings.index(outer)
+        outer.parent.set("expressions", [*siblings[:place], cte, *siblings[place:]])
+    else:
+        tree.set("with_", exp.With(expressions=[*(own.expressions if own else []), cte]))
+    return tree
+
+
+def _ranking_frames(node: exp.Expr) -> exp.Expr:
+    """A frame on a ranking or offset function (`row_number() OVER (ORDER BY t RANGE BETWEEN
+    UNBOUNDED PRECEDING AND CURRENT ROW)`, from a named window shared with aggregates): DuckDB
+    ignores it, Spark refuses any frame but the function's own, so it is dropped."""
+    from sqlglot import exp
+
+    ranking = (
+        exp.RowNumber,
+        exp.Rank,
+        exp.DenseRank,
+        exp.Ntile,
+        exp.PercentRank,
+        exp.CumeDist,
+        exp.Lead,
+        exp.Lag,
+    )
+    if isinstance(node, exp.Window) and isinstance(node.this, ranking) and node.args.get("spec") is not None:
+        node.set("spec", None)
+    return node
+
+
 def _spark_rewrites(tree: exp.Expr) -> exp.Expr:
     tree = tree.transform(_query_table)
     tree = _by_name(tree)
     tree = tree.transform(_unmaterialise).transform(_named_windows).transform(_window_filter)
     tree = tree.transform(_lateral_values).transform(_ordered_list).transform(_zipped_unnests)
-    tree = tree.transform(_functions)
+    tree = tree.transform(_functions).transform(_ranking_frames)
+    tree = _variable_frames(tree)
     return tree.transform(_asof)
 
 
@@ -624,6 +932,167 @@ def translate(name_or_sql: str) -> str:
     return tree.sql(dialect="spark")
 
 
+# a materialised CTE's view: this marker, the query run's own tag, the CTE's number and name
+_VIEW = "__nsa_cte_"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A translated statement split at its shared CTEs: `steps` compute each (a view name with
+    the marker `_VIEW`, and the Spark SQL that fills it), in order; `sql` reads them."""
+
+    steps: tuple[tuple[str, str], ...]
+    sql: str
+
+
+@cache
+def _plan(sql: str) -> _Plan:
+    """The CTEs of a translated statement that Spark would compute more than once, set apart to
+    be computed once each. Spark inlines a CTE at every place it is read, and the library's
+    macros read each other's CTEs over and over (rank_balance's plan scanned Parquet 455 times):
+    a CTE whose inlined copies would number more than one - counted through the CTEs that read
+    it, those set apart counting once - becomes a view of its own. Every WITH of the statement
+    (a table macro's, inside a subquery) is one namespace here: their names are unique (the
+    macro expansion suffixes them), else nothing is set apart."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, read="spark")
+    withs = list(tree.find_all(exp.With))
+    ctes = [c for w in withs for c in w.expressions]
+    names = [c.alias for c in ctes]
+    # a nested WITH's CTE named like a table would shadow it outside its scope once hoisted
+    tables = {t.name for t in TABLES}
+    nested = {c.alias for w in withs if w.parent is not tree for c in w.expressions}
+    if (
+        len(ctes) < 2
+        or len(set(names)) != len(names)
+        or nested & tables
+        or any(w.args.get("recursive") for w in withs)
+    ):
+        return _Plan((), sql)
+    body = {c.alias: c.this for c in ctes}
+    # a CTE naming its columns (`x(a, b) AS ...`) stays where it is
+    fixed = {c.alias for c in ctes if c.args["alias"].columns}
+    reads: dict[str | None, dict[str, int]] = {n: {} for n in [None, *names]}  # reader -> {CTE: times}
+    refs: list[exp.Table] = []
+    for table in tree.find_all(exp.Table):
+        if table.args.get("db") or not isinstance(table.this, exp.Identifier) or table.name not in body:
+            continue
+        reader = next((p.alias for p in _parents(table) if isinstance(p, exp.CTE) and p.alias in body), None)
+        reads[reader][table.name] = reads[reader].get(table.name, 0) + 1
+        refs.append(table)
+    order: list[str] = []  # each CTE after those it reads
+
+    def visit(name: str | None, seen: set[str | None]) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for dep in reads[name]:
+            visit(dep, seen)
+        if name is not None:
+            order.append(name)
+
+    visit(None, set())
+    copies: dict[str | None, int] = {None: 1}
+    shared: list[str] = []
+    for name in reversed(order):  # each CTE after those that read it
+        n = sum(times * copies[reader] for reader, read in reads.items() if (times := read.get(name, 0)))
+        if n > 1 and name not in fixed and _costly(body[name], body):
+            shared.append(name)
+            n = 1
+        copies[name] = n
+    if not shared:
+        return _Plan((), sql)
+    views = {name: f"{_VIEW}{i}_{name}" for i, name in enumerate(order) if name in shared}
+    for table in refs:
+        if table.name in views:
+            if not table.args.get("alias"):
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name)))
+            table.set("this", exp.to_identifier(views[table.name]))
+    for w in withs:
+        w.pop()
+
+    def statement(node: exp.Expr, reader: str | None) -> str:
+        # the node with a WITH of the CTEs it reads that stay CTEs (and those they read)
+        need: list[str] = []
+
+        def gather(name: str | None) -> None:
+            for dep in reads[name]:
+                if dep not in views and dep not in need:
+                    gather(dep)
+                    need.append(dep)
+
+        gather(reader)
+        node = node.copy()
+        if need:
+            node.set(
+                "with_",
+                exp.With(
+                    expressions=[
+                        exp.CTE(this=body[d].copy(), alias=exp.TableAlias(this=exp.to_identifier(d)))
+                        if d not in fixed
+                        else next(c for c in ctes if c.alias == d).copy()
+                        for d in sorted(need, key=order.index)
+                    ]
+                ),
+            )
+        return node.sql(dialect="spark")
+
+    steps = tuple((views[n], statement(body[n], n)) for n in order if n in views)
+    return _Plan(steps, statement(tree, None))
+
+
+def _costly(node: exp.Expr, ctes: Mapping[str, exp.Expr]) -> bool:
+    """Whether a CTE's own body (not the CTEs it reads) does work worth computing once: a join,
+    an aggregate, a window, a sort, a union, or a canonical view (a join). A filter or projection
+    of a table costs less read twice than a job of its own."""
+    from sqlglot import exp
+
+    work = (exp.Join, exp.Window, exp.Group, exp.AggFunc, exp.Distinct, exp.Order, exp.SetOperation)
+    views = {t.name for t in TABLES if t.view}
+    for sub in node.walk(prune=lambda n: isinstance(n, exp.With)):
+        if isinstance(sub, work) or (
+            isinstance(sub, exp.Table) and sub.name in views and sub.name not in ctes
+        ):
+            return True
+    return False
+
+
+def _parents(node: exp.Expr) -> Any:
+    while node.parent is not None:
+        node = node.parent
+        yield node
+
+
+def _run(spark: SparkSession, sql: str, args: Mapping[str, Any]) -> DataFrame:
+    """`spark.sql` with the arguments SQL names (a step of a plan names only some)."""
+    used = {k: v for k, v in args.items() if re.search(rf":{re.escape(k)}\b", sql)}
+    return spark.sql(sql, args=used)
+
+
+def _execute(spark: SparkSession, plan: _Plan, args: Mapping[str, Any]) -> DataFrame:
+    """Run a plan: each shared CTE computed once (`localCheckpoint`: the rows kept by Spark as
+    long as a DataFrame reading them lives, the lineage cut, so the statement's plan reads them
+    as one scan), as a temp view named for this run alone; then the statement. The views are
+    dropped before returning: the DataFrame's plan holds the rows, not the names (a Spark
+    Connect session resolves names when it runs a plan: there they stay, named apart)."""
+    if not plan.steps:
+        return _run(spark, plan.sql, args)
+    tag = f"{_VIEW}{uuid.uuid4().hex[:12]}_"
+    created: list[str] = []
+    try:
+        for view, sql in plan.steps:
+            df = _run(spark, sql.replace(_VIEW, tag), args).localCheckpoint()
+            df.createOrReplaceTempView(view.replace(_VIEW, tag))
+            created.append(view.replace(_VIEW, tag))
+        return _run(spark, plan.sql.replace(_VIEW, tag), args)
+    finally:
+        if type(spark).__module__.startswith("pyspark.sql.session"):  # not Spark Connect's
+            for view in created:
+                spark.catalog.dropTempView(view)
+
+
 def session(
     master: str | None = None, *, app: str = "nsa", conf: Mapping[str, str] | None = None
 ) -> SparkSession:
@@ -651,12 +1120,27 @@ def session(
         "spark.sql.planChangeValidation": "false",
         **(conf or {}),
     }
+    if not (master or remote or "").startswith("sc://"):
+        # Spark makes its warehouse folder (./spark-warehouse) where it starts: nsa writes no
+        # tables, so a temporary folder of this process's, removed at exit, not the cwd
+        settings.setdefault("spark.sql.warehouse.dir", _warehouse())
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not (master or remote or "").startswith("sc://"):  # a Spark Connect client has no SparkContext
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@cache
+def _warehouse() -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="nsa-spark-warehouse-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return Path(folder).as_uri()
 
 
 _REGISTERED = "spark.nsa.dataset"
@@ -712,7 +1196,7 @@ def query(
     dataset.read_manifest(data)  # not a dataset: said before a session starts
     live = session(spark) if spark is None or isinstance(spark, str) else spark
     register(live, data)
-    return live.sql(translate(q.name), args={k: _arg(v) for k, v in bound.items()})
+    return _execute(live, _plan(translate(q.name)), {k: _arg(v) for k, v in bound.items()})
 
 
 def _arg(value: Any) -> Any:

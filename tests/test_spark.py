@@ -37,6 +37,8 @@ CAPTURES = [
     ROOT / "tests" / "data" / "kineto" / "h100_torch2.11_train_fused_rerun.json.gz",
     ROOT / "tests" / "data" / "ddp" / "nsys" / "h200x2_nsys2025.3_ddp_w2_rank0.sqlite.gz",
     ROOT / "tests" / "data" / "ddp" / "nsys" / "h200x2_nsys2025.3_ddp_w2_rank1.sqlite.gz",
+    # the smallest capture with GPU metrics (gpu_metrics_by_range): 24k kernels, 155k samples
+    ROOT / "tests" / "data" / "h100_nsys2025.3_saturation_gpumetrics.sqlite.gz",
 ]
 
 
@@ -124,15 +126,7 @@ def _same(duck_rows: list[tuple], spark_rows: list[tuple]) -> str | None:
     return None
 
 
-# Queries Spark runs, with DuckDB's rows, but in one to two minutes each on this dataset (local[2],
-# a loaded 2-core machine): left out of CI's few minutes. The time is not in their joins (the
-# ASOF joins are one sorted pass, no nested loop; the plans hold no BroadcastNestedLoopJoin on
-# the data) but in the size of their plans: Spark inlines every deterministic CTE at each place it
-# is read (InlineCTE), and the run macros read each other's CTEs many times, so comm_overlap's
-# plan scans Parquet 229 times, rank_balance's 455, energy's 817 (2,764 exchanges). Keeping the
-# CTEs shared (InlineCTE excluded, or a CTE made non-deterministic) fails in Spark 4.x's planner.
-SLOW = {"energy", "gap_host", "gap_stacks", "launch_stacks", "rank_balance", "scaling"}
-RUNS_ON_SPARK = sorted(n for n in queries.library() if n not in nspark.UNSUPPORTED and n not in SLOW)
+RUNS_ON_SPARK = sorted(n for n in queries.library() if n not in nspark.UNSUPPORTED)
 
 
 @pytest.mark.parametrize("name", RUNS_ON_SPARK)
@@ -149,18 +143,31 @@ def test_spark_returns_the_rows_duckdb_returns(name, spark, spark_data, duck):
 
 def test_the_dataset_has_rows_for_the_queries(duck):
     """The comparison means something only where the queries see rows: kernels of the three
-    kinds of capture, the run's ranks, NVTX, steps."""
+    kinds of capture, the run's ranks, NVTX, steps, memory events, GPU metrics; and the queries
+    whose window frames end at a column or a parameter (`_variable_frames`) return rows."""
     kinds = dict(duck.sql("SELECT format, count(*) FROM reports GROUP BY 1").fetchall())
     assert kinds.get("kineto") == 1 and kinds.get("nsys", 0) >= 2
     assert duck.sql("SELECT count(*) FROM ranks").fetchone()[0] == 2
-    for table in ("kernel_rows", "cuda_api", "nvtx_ranges", "steps", "comm_ops"):
+    for table in (
+        "kernel_rows",
+        "cuda_api",
+        "nvtx_ranges",
+        "steps",
+        "comm_ops",
+        "memory_events",
+        "gpu_metrics",
+    ):
         assert duck.sql(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+    for name in ("kernel_sequences", "memory_steps", "gpu_metrics_by_range"):
+        assert queries.run(duck, name, {}).fetchall(), name
 
 
-@pytest.mark.parametrize("name", sorted(nspark.UNSUPPORTED))
-def test_what_spark_cannot_run_is_refused_by_name(name, spark, spark_data):
-    with pytest.raises(QueryError, match=f"query {name} does not run on Spark"):
-        nspark.query(spark, name, spark_data)
+def test_what_spark_cannot_run_is_refused_by_name(spark, spark_data, monkeypatch):
+    """Every query runs on Spark today (UNSUPPORTED is empty); a query listed there is refused by
+    name with its reason, before Spark sees it."""
+    monkeypatch.setitem(nspark.UNSUPPORTED, "kernel_summary", "a reason given here")
+    with pytest.raises(QueryError, match="query kernel_summary does not run on Spark.*a reason given here"):
+        nspark.query(spark, "kernel_summary", spark_data)
 
 
 def test_asof_join_takes_the_latest_match_per_left_row(spark, duck):
@@ -229,6 +236,100 @@ def test_lateral_values_with_outer_references_translate(spark, duck):
     got = [tuple(r) for r in spark.sql(nspark.translate(sql)).collect()]
     assert len(got) == 2 + 8
     assert _same(duck.sql(sql).fetchall(), got) is None
+
+
+def test_histogram_and_a_tuple_field_by_position_translate(spark, duck):
+    """launch_stacks' most frequent name (ties: the greatest), histogram() counts, and a list's
+    element by a literal position (sqlglot reads DuckDB's [2] as a 0-based 1)."""
+    cases = [
+        (
+            "SELECT g, list_max(list_transform(map_entries(histogram(v)), e -> (e.value, e.key)))[2] AS top "
+            "FROM (VALUES (1, 'a'), (1, 'b'), (1, 'b'), (1, NULL), (2, 'x'), (2, 'y'), (3, NULL)) AS t(g, v) "
+            "GROUP BY g"
+        ),
+        "SELECT l[2] AS b, l[len(l)] AS c, l[5] AS none FROM (SELECT [10, 20, 30] AS l)",
+    ]
+    for sql in cases:
+        got = [tuple(r) for r in spark.sql(nspark.translate(sql)).collect()]
+        assert _same(duck.sql(sql).fetchall(), got) is None, (sql, got)
+
+
+def test_a_shared_cte_is_computed_once_and_its_view_dropped(spark, duck):
+    """A CTE read twice (through another CTE read twice: four copies inlined) that aggregates
+    becomes one view, computed once; one read once, or a bare filter, stays a CTE. The rows are
+    DuckDB's, and no view is left in the session after the query, whose DataFrame still runs."""
+    sql = (
+        "WITH t AS (SELECT * FROM (VALUES (1, 10), (1, 20), (2, 5), (3, 7)) AS v(k, x)), "
+        "agg AS (SELECT k, sum(x) AS s, count(*) AS n FROM t GROUP BY k), "
+        "pair AS (SELECT a.k, a.s + b.n AS y FROM agg AS a JOIN agg AS b ON a.k = b.k), "
+        "once AS (SELECT k, max(x) AS m FROM t GROUP BY k), "
+        "bare AS (SELECT k FROM t WHERE x > 6) "
+        "SELECT p.k, p.y, q.y AS y2, o.m, (SELECT count(*) FROM bare) AS nb, (SELECT count(*) FROM bare) AS nb2 "
+        "FROM pair AS p JOIN pair AS q ON p.k = q.k JOIN once AS o ON o.k = p.k"
+    )
+    plan = nspark._plan(nspark.translate(sql))
+    assert sorted(view.split("_", 5)[-1] for view, _ in plan.steps) == ["agg", "pair"]
+    df = nspark._execute(spark, plan, {})
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith(nspark._VIEW)]
+    got = [tuple(r) for r in df.collect()]
+    assert _same(duck.sql(sql).fetchall(), got) is None, got
+    # the sum is computed in agg's step only, not where pair's view is read
+    assert "SUM(" not in plan.sql.upper() and "SUM(" in plan.steps[0][1].upper()
+
+
+def test_the_session_keeps_its_warehouse_out_of_the_working_directory(spark):
+    """Spark's warehouse folder (./spark-warehouse by default) goes to a temporary folder."""
+    folder = spark.conf.get("spark.sql.warehouse.dir")
+    assert "nsa-spark-warehouse-" in folder and ROOT.as_uri() not in folder, folder
+
+
+def test_window_frames_ending_at_a_column_translate(spark, duck):
+    """Frames whose bounds are expressions (a column, a parameter's expression), which Spark's
+    parser refuses, computed from dyadic blocks: each function the rewrite takes, frames from
+    before the partition to past its end, empty frames, NULL values and a NULL partition key,
+    other windows and a QUALIFY beside them, against DuckDB's own frames. (Frames whose end
+    comes before their start are left out: DuckDB's count(*) counts them negative.)"""
+    import random
+
+    rng = random.Random(7)
+    rows = [
+        f"({k}, {i}, {rng.choice(['NULL', str(rng.randint(-50, 50))])}, {rng.randint(0, 12)}, {rng.randint(0, 3)})"
+        for k in ("1", "2", "NULL")
+        for i in range(rng.randint(20, 60))
+    ]
+    rows.append("(3, 0, 5, 0, 0)")
+    src = f"(VALUES {', '.join(rows)}) AS t(k, o, x, c, d)"
+    frames = [
+        "CURRENT ROW AND c FOLLOWING",
+        "d PRECEDING AND c FOLLOWING",
+        "UNBOUNDED PRECEDING AND c FOLLOWING",
+        "c PRECEDING AND CURRENT ROW",
+        "c PRECEDING AND UNBOUNDED FOLLOWING",
+        "d + 1 PRECEDING AND 2 FOLLOWING",
+    ]
+    for frame in frames:
+        sql = (
+            "SELECT k, o, sum(x) OVER w AS s, count(x) OVER w AS n, count(*) OVER w AS m, min(x) OVER w AS lo, "
+            "max(x) OVER w AS hi, last_value(x) OVER w AS l, first_value(x) OVER w AS f, "
+            f"lead(x) OVER (PARTITION BY k ORDER BY o) AS nx FROM {src} "
+            f"WINDOW w AS (PARTITION BY k ORDER BY o ROWS BETWEEN {frame}) QUALIFY o % 3 <> 1"
+        )
+        expected = duck.sql(sql).fetchall()
+        got = [tuple(r) for r in spark.sql(nspark.translate(sql)).collect()]
+        assert len(expected) > 60 and _same(expected, got) is None, (frame, _same(expected, got))
+    # a parameter's expression, no partition; and a frame on row_number, which DuckDB ignores
+    sql = (
+        "SELECT o, sum(x) OVER (ORDER BY k, o ROWS BETWEEN CURRENT ROW AND least(greatest($n, 2), 8) - 1 "
+        f"FOLLOWING) AS s, row_number() OVER (ORDER BY k, o RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) "
+        f"AS rn FROM {src}"
+    )
+    for n in (1, 3, 9):
+        got = [tuple(r) for r in spark.sql(nspark.translate(sql), args={"n": n}).collect()]
+        assert _same(duck.execute(sql, {"n": n}).fetchall(), got) is None, n
+    with pytest.raises(QueryError, match="no Spark translation"):
+        nspark.translate(
+            f"SELECT avg(x) OVER (ORDER BY o ROWS BETWEEN CURRENT ROW AND c FOLLOWING) AS a FROM {src}"
+        )
 
 
 def test_window_filter_and_named_windows_translate(spark, duck):
