@@ -80,13 +80,19 @@ def test_a_report_keeps_the_xxh3_128_of_its_bytes_and_no_sha256(tmp_path: Path) 
     con.close()
 
 
-def test_a_report_ingested_before_content_hash_is_still_a_duplicate(tmp_path: Path) -> None:
+def _ingested_before_content_hash(tmp_path: Path) -> tuple[Path, Path, int]:
+    """(export, workspace, report id): one report ingested, then keyed as before content_hash."""
     src = _copy(tmp_path)
     db = tmp_path / "w.duckdb"
     con = nsa.connect(db, load_deferred=False)
     rid = nsa.ingest(con, src).report_id
     con.close()
     _as_before_content_hash(db)
+    return src, db, rid
+
+
+def test_a_report_ingested_before_content_hash_is_still_a_duplicate(tmp_path: Path) -> None:
+    src, db, rid = _ingested_before_content_hash(tmp_path)
     con = nsa.connect(db, load_deferred=False)
     again = nsa.ingest(con, shutil.copyfile(src, tmp_path / "b.sqlite"))
     assert (again.status, again.report_id) == ("unchanged", rid)
@@ -98,12 +104,7 @@ def test_a_report_ingested_before_content_hash_is_still_a_duplicate(tmp_path: Pa
 
 
 def test_replace_finds_a_report_ingested_before_content_hash(tmp_path: Path) -> None:
-    src = _copy(tmp_path)
-    db = tmp_path / "w.duckdb"
-    con = nsa.connect(db, load_deferred=False)
-    rid = nsa.ingest(con, src).report_id
-    con.close()
-    _as_before_content_hash(db)
+    src, db, rid = _ingested_before_content_hash(tmp_path)
     con = nsa.connect(db, load_deferred=False)
     replaced = nsa.ingest(con, src, replace=True)
     con.close()
