@@ -206,7 +206,7 @@ def _view(
     if have is not None:
         source = _read_parquet(glob, PARTITION_BY if "report_id" in table.col_names else ("run_id",))
         key, ids = ("report_id", report_ids) if "report_id" in table.col_names else ("run_id", run_ids)
-        where = f"WHERE {key} IN ({_ids(ids)})"
+        where = f"WHERE {_id_filter(key, ids)}"
     else:
         source, have, where = "(SELECT 1)", set(), "WHERE false"
     cols = ", ".join(
@@ -214,6 +214,24 @@ def _view(
         for c in (*table.cols, ROWID)
     )
     return f"CREATE VIEW {_quoted(table.name)} AS SELECT {cols} FROM {source} {where}"
+
+
+def _id_filter(key: str, ids: Iterable[int]) -> str:
+    """The manifest's ids as ranges (an export gives its reports and runs consecutive ids, so
+    usually one): DuckDB tests a range against each file's hive partition in constant time, an
+    IN list of every id in time growing with the list - 1,000 reports' `IN (...)` made a query
+    over all of them 7x slower, and one report's 25x."""
+    runs: list[list[int]] = []
+    for i in sorted({int(v) for v in ids}):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    if not runs:
+        return "false"
+    if len(runs) > 64:
+        return f"{key} IN ({_ids(ids)})"
+    return " OR ".join(f"{key} BETWEEN {lo} AND {hi}" for lo, hi in runs)
 
 
 def _quoted(name: str) -> str:

@@ -10,11 +10,13 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT, realdata
 from nsight_analytics.cli import main
+from nsight_analytics.dataset import _id_filter
 from rows import required_params
 
 DATA = ROOT / "tests" / "data"
@@ -324,3 +326,19 @@ def test_bad_input(first, tmp_path):
         locked.chmod(0o500)
         code, _, err = _nsa("export", str(locked / "ds"), "--db", str(db))
         assert code == 2 and "permission denied" in err
+
+
+def test_the_manifest_ids_filter_is_ranges_and_exact():
+    """A dataset view keeps the manifest's reports as id ranges (cheap against each file's hive
+    partition, unlike a 1,000-id IN list) and nothing else, gaps and orphans included."""
+    con = duckdb.connect()
+    wanted = [3, 1, 2, 5, 7, 8, 8]
+    where = _id_filter("report_id", wanted)
+    assert where == "report_id BETWEEN 1 AND 3 OR report_id BETWEEN 5 AND 5 OR report_id BETWEEN 7 AND 8"
+    got = con.sql(f"SELECT report_id FROM range(0, 12) AS t(report_id) WHERE {where} ORDER BY 1").fetchall()
+    assert [r[0] for r in got] == sorted(set(wanted))
+    assert con.sql(
+        f"SELECT count(*) FROM range(5) AS t(report_id) WHERE {_id_filter('report_id', [])}"
+    ).fetchone() == (0,)
+    many = list(range(1, 200, 2))  # 100 runs of one id: an IN list
+    assert _id_filter("report_id", many).startswith("report_id IN (1, 3, ")
