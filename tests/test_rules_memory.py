@@ -97,13 +97,11 @@ def test_spills_go_to_the_system_temp_folder_when_the_workspace_folder_is_not_wr
     import os
     import tempfile
 
-    from nsight_analytics.rules import engine
-
     con.close()
     ro = api.connect(tmp_path / "w.duckdb", read_only=True, load_deferred=False)
-    assert engine.spill_folder(ro) == str(tmp_path / "w.duckdb.tmp")  # writable here: kept
-    monkeypatch.setattr(engine.os, "access", lambda path, mode: Path(path) != tmp_path)
-    folder = Path(engine.spill_folder(ro) or "")
+    assert pipeline.spill_folder(ro) == str(tmp_path / "w.duckdb.tmp")  # writable here: kept
+    monkeypatch.setattr(pipeline.os, "access", lambda path, mode: Path(path) != tmp_path)
+    folder = Path(pipeline.spill_folder(ro) or "")
     assert folder.parent == Path(tempfile.gettempdir()) and str(os.getpid()) in folder.name
     assert ro.execute("SELECT current_setting('temp_directory')").fetchone()[0] == str(folder)
     ro.execute("SET memory_limit = '32MB'")

@@ -15,6 +15,7 @@ import logging
 import mmap
 import os
 import re
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -387,6 +388,28 @@ def _limit_bytes(text: str) -> float | None:
         return None
 
 
+def spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Make sure DuckDB has a folder to spill to under a memory cap; returns it.
+
+    DuckDB's temporary folder is `WORKSPACE.tmp` beside the workspace, made on first use and
+    removed when the connection closes. Where it cannot be made (a read-only workspace in a
+    folder the user cannot write), a folder of the system's temporary directory is used instead,
+    which DuckDB likewise makes and removes; a folder DuckDB has used already stays."""
+    folder = params.first_row(con.execute("SELECT current_setting('temp_directory')"))[0]
+    if not folder:
+        return None
+    path = Path(str(folder))
+    where = path if path.is_dir() else path.parent
+    if os.access(where, os.W_OK | os.X_OK):
+        return str(path)
+    other = Path(tempfile.gettempdir()) / f"nsa-{os.getpid()}-{id(con):x}.tmp"
+    try:
+        con.execute(f"SET temp_directory = {params.literal(str(other))}")
+    except duckdb.Error:  # used already: DuckDB keeps it
+        return str(path)
+    return str(other)
+
+
 @contextmanager
 def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[None]:
     """DuckDB's memory limit while work on `report_ids` runs: their files' size together, less
@@ -407,6 +430,7 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
     previous = str(previous)
     cap = max(MEMORY_FLOOR, int(size or 0) - MEMORY_OUTSIDE)
     now = _limit_bytes(previous)
+    spill_folder(con)  # under the cap (this one or a lower one) DuckDB spills: somewhere it can write
     if on_disk is None or (now is not None and now <= cap):
         yield
         return

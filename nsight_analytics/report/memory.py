@@ -17,14 +17,12 @@ from contextlib import contextmanager
 import duckdb
 
 from ..ingest.pipeline import memory_cap
-from ..rules.engine import spill_folder
 
 
 @contextmanager
 def capped_memory(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[None]:
     """DuckDB's memory limit lowered to the size of the `report_ids`' files (less what the
     process holds outside DuckDB, at least 256 MiB; never raised) for the block, then restored;
-    with a folder to spill to (`rules.engine.spill_folder`)."""
-    spill_folder(con)
+    with a folder to spill to (`ingest.pipeline.spill_folder`)."""
     with memory_cap(con, report_ids):
         yield

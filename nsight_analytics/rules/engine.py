@@ -3,15 +3,11 @@ it needs, and rank what they find."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from .. import params
 from ..errors import NsaError, QueryError
 from ..ingest.pipeline import memory_cap
 from .config import load_config
@@ -74,7 +70,6 @@ def run_rules(
     # DuckDB's memory under the judged inputs' size, as while their deferred steps ran: past it
     # the rules' sorts and joins spill to the temporary folder beside the workspace, and the
     # blocks they scanned are evicted instead of kept (a 596 MB export: 0.8 GB -> 0.5 GB)
-    spill_folder(con)
     with memory_cap(con, [int(r.report_id) for r in ctx.reports()]):
         if per_report:
             for report in ctx.reports():
@@ -112,25 +107,3 @@ def _check(con: duckdb.DuckDBPyConnection, rule: Rule, ctx: Context, target: int
             f"{folder or 'a temporary folder'}: free disk space there. With room there, the rule cannot "
             f"judge a {what} this large yet: please report it. ({str(exc.__cause__ or exc).strip().splitlines()[0]})"
         ) from exc
-
-
-def spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
-    """Make sure DuckDB has a folder to spill to under a memory cap; returns it.
-
-    DuckDB's temporary folder is `WORKSPACE.tmp` beside the workspace, made on first use and
-    removed when the connection closes. Where it cannot be made (a read-only workspace in a
-    folder the user cannot write), a folder of the system's temporary directory is used instead,
-    which DuckDB likewise makes and removes; a folder DuckDB has used already stays."""
-    folder = params.first_row(con.execute("SELECT current_setting('temp_directory')"))[0]
-    if not folder:
-        return None
-    path = Path(str(folder))
-    where = path if path.is_dir() else path.parent
-    if os.access(where, os.W_OK | os.X_OK):
-        return str(path)
-    other = Path(tempfile.gettempdir()) / f"nsa-{os.getpid()}-{id(con):x}.tmp"
-    try:
-        con.execute(f"SET temp_directory = {params.literal(str(other))}")
-    except duckdb.Error:  # used already: DuckDB keeps it
-        return str(path)
-    return str(other)
