@@ -146,28 +146,63 @@ CREATE OR REPLACE MACRO nsa_clip(nsa_end, nsa_hi) AS CASE WHEN nsa_end > nsa_hi 
 -- (ns): comm_ns, compute_ns, cc_ns (communication or compute) and busy_ns (anything, copies and
 -- memsets too). Overlapped communication = comm_ns + compute_ns - cc_ns; exposed = cc_ns -
 -- compute_ns; idle = window_ns - busy_ns.
--- One sorted pass per rank over its activity and its windows' starts (a rank's windows follow
--- each other): each activity belongs to the window its start falls in and is clipped to that
--- window's end; what earlier activity still covers when a window starts (the running max of
--- earlier ends) is counted at that start, so activity reaching across a window bound is split
--- exactly.
+-- Each activity belongs to the window its start falls in and is clipped to that window's end
+-- (the latest end of the windows started so far); what earlier activity still covers when a
+-- window starts (the running max of earlier ends) is counted at that start, so activity reaching
+-- across a window bound is split exactly. The running maxima come from one of two places:
+--   - a rank whose GPU's stored timeline is its own (no comm_ops on that GPU, and the rank is the
+--     whole report or its process the only one there) reads them from gpu_timeline (compute:
+--     kernels and graph executions, copy: memcpy and memset): no sort. Its activities meet their
+--     windows in time buckets of about a window's length (each window owns its start up to the
+--     next one's; bucket 0 what comes before the first), and a window's start takes the largest
+--     maxima of the slots before it;
+--   - any other rank: one sorted pass per rank over its activity (nsa_rank_activity) and its
+--     windows' starts, with the running maxima of comm, compute and copy ends.
 CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
-    WITH a AS MATERIALIZED (SELECT run_id, rank, start_ns, end_ns, class FROM nsa_rank_activity(nsa_run)),
+    WITH rk AS (
+        SELECT run_id, rank, report_id, pid AS rank_pid, device_id
+        FROM ranks
+        WHERE nsa_run IS NULL OR run_id = nsa_run
+    ),
+    dev AS (
+        SELECT t.report_id, t.device_id, count(*) AS n, count(t.pid) AS n_pid, min(t.pid) AS lo_pid,
+               max(t.pid) AS hi_pid, min(t.start_ns) AS lo, max(t.end_ns) AS hi
+        FROM gpu_timeline AS t
+        SEMI JOIN rk ON rk.report_id = t.report_id AND rk.device_id = t.device_id
+        GROUP BY t.report_id, t.device_id
+    ),
+    -- ranks whose GPU's stored timeline is theirs alone, with their activity's span
+    plain AS MATERIALIZED (
+        SELECT rk.run_id, rk.rank, rk.report_id, rk.device_id, d.lo, d.hi
+        FROM rk
+        JOIN dev AS d ON d.report_id = rk.report_id AND d.device_id = rk.device_id
+        ANTI JOIN comm_ops AS c ON c.report_id = rk.report_id AND c.device_id = rk.device_id
+        WHERE rk.rank_pid IS NULL OR (d.n_pid = d.n AND d.lo_pid = rk.rank_pid AND d.hi_pid = rk.rank_pid)
+    ),
+    a AS MATERIALIZED (
+        SELECT x.run_id, x.rank, x.start_ns, x.end_ns, x.class
+        FROM nsa_rank_activity(nsa_run) AS x
+        ANTI JOIN plain AS p ON p.run_id = x.run_id AND p.rank = x.rank
+    ),
     s AS MATERIALIZED (SELECT * FROM nsa_rank_steps(nsa_run)),
-    w AS (
+    w AS MATERIALIZED (
         SELECT *, row_number() OVER (PARTITION BY run_id, rank ORDER BY start_ns) AS wid
         FROM (
             SELECT run_id, rank, 'steady' AS phase, step, number, source, start_ns, end_ns, host_ns
             FROM s
             UNION ALL
             SELECT run_id, rank, 'run', NULL, NULL, NULL, lo, hi, NULL
-            FROM (SELECT run_id, rank, min(start_ns) AS lo, max(end_ns) AS hi FROM a GROUP BY run_id, rank) AS span
+            FROM (
+                SELECT run_id, rank, min(start_ns) AS lo, max(end_ns) AS hi FROM a GROUP BY run_id, rank
+                UNION ALL
+                SELECT run_id, rank, lo, hi FROM plain
+            ) AS span
             ANTI JOIN s USING (run_id, rank)
         )
     ),
-    -- activity (ord 1) and window starts (ord 0) in time order; rows of one time may come in any
-    -- order: an activity that starts with a window and sorts before that start is counted by the
-    -- start, as what covers it
+    -- the sorted pass: activity (ord 1) and window starts (ord 0) in time order; rows of one time
+    -- may come in any order: an activity that starts with a window and sorts before that start is
+    -- counted by the start, as what covers it
     x AS (
         SELECT run_id, rank, start_ns AS t, 1 AS ord,
                CASE WHEN class = 'comm' THEN end_ns END AS c_end,
@@ -176,8 +211,9 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
                NULL::BIGINT AS wid, NULL::BIGINT AS w_end
         FROM a
         UNION ALL
-        SELECT run_id, rank, start_ns, 0, NULL, NULL, NULL, wid, end_ns
+        SELECT w.run_id, w.rank, w.start_ns, 0, NULL, NULL, NULL, w.wid, w.end_ns
         FROM w
+        ANTI JOIN plain AS p ON p.run_id = w.run_id AND p.rank = w.rank
     ),
     y AS (
         SELECT *,
@@ -211,6 +247,70 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
         FROM y
         WHERE ord = 1 AND t < in_end
     ),
+    -- the stored timeline's ranks: each window owns [its start, the next one's start), slot 0 what
+    -- comes before the first; reach is the latest end of the windows started so far (the clip)
+    slot AS (
+        SELECT w.run_id, w.rank, p.report_id, p.device_id, w.wid, w.start_ns AS s_lo,
+               coalesce(lead(w.start_ns) OVER byw, greatest(p.hi, w.start_ns) + 1) AS s_hi,
+               max(w.end_ns) OVER (byw ROWS UNBOUNDED PRECEDING) AS reach,
+               least(p.lo, min(w.start_ns) OVER one) AS o,
+               greatest(p.hi, max(w.start_ns) OVER one) AS top,
+               count(*) OVER one AS n
+        FROM w
+        JOIN plain AS p ON p.run_id = w.run_id AND p.rank = w.rank
+        WINDOW one AS (PARTITION BY w.run_id, w.rank), byw AS (PARTITION BY w.run_id, w.rank ORDER BY w.wid)
+    ),
+    -- buckets of about a window's length from the rank's first start
+    slots AS MATERIALIZED (
+        SELECT run_id, rank, report_id, device_id, wid, s_lo, s_hi, reach, o, greatest((top - o) // n, 1) AS bw
+        FROM slot
+        UNION ALL
+        SELECT run_id, rank, report_id, device_id, 0, o, s_lo, NULL, o, greatest((top - o) // n, 1)
+        FROM slot
+        WHERE wid = 1
+    ),
+    sb AS (
+        SELECT run_id, rank, wid, s_lo, s_hi, reach, unnest(range((s_lo - o) // bw, (s_hi - 1 - o) // bw + 1)) AS b
+        FROM slots
+        WHERE s_hi > s_lo
+    ),
+    ranked AS (
+        SELECT DISTINCT run_id, rank, report_id, device_id, o, bw FROM slots
+    ),
+    tl AS (
+        SELECT r.run_id, r.rank, g.start_ns AS t,
+               CASE WHEN g.kind IN ('kernel', 'graph') THEN g.end_ns END AS k_end,
+               CASE WHEN g.kind IN ('memcpy', 'memset') THEN g.end_ns END AS o_end,
+               greatest(g.prev_kernel_end_ns, g.prev_graph_end_ns) AS k_prev,
+               g.prev_copy_end_ns AS o_prev,
+               (g.start_ns - r.o) // r.bw AS b
+        FROM gpu_timeline AS g
+        JOIN ranked AS r ON r.report_id = g.report_id AND r.device_id = g.device_id
+    ),
+    -- per slot: what its activities add (those starting before its reach) and the maxima after it
+    per_slot AS (
+        SELECT sb.run_id, sb.rank, sb.wid,
+               max(greatest(tl.k_prev, tl.k_end)) AS k_max,
+               max(greatest(tl.k_prev, tl.k_end, tl.o_prev, tl.o_end)) AS any_max,
+               sum(CASE WHEN tl.t < sb.reach THEN nsa_union_ns(nsa_clip(tl.k_end, sb.reach), tl.t, tl.k_prev) END) AS comp_add,
+               sum(CASE WHEN tl.t < sb.reach
+                        THEN nsa_union_ns(nsa_clip(greatest(tl.k_end, tl.o_end), sb.reach), tl.t, greatest(tl.k_prev, tl.o_prev))
+                   END) AS any_add
+        FROM tl
+        JOIN sb ON sb.run_id = tl.run_id AND sb.rank = tl.rank AND sb.b = tl.b
+        WHERE tl.t >= sb.s_lo AND tl.t < sb.s_hi
+        GROUP BY sb.run_id, sb.rank, sb.wid
+    ),
+    -- each window of those ranks: what covers its start (the maxima of the slots before it) and
+    -- what its own slot adds
+    pz AS (
+        SELECT sl.run_id, sl.rank, sl.wid, ps.comp_add, ps.any_add,
+               max(ps.k_max) OVER before AS k_before,
+               max(ps.any_max) OVER before AS any_before
+        FROM slots AS sl
+        LEFT JOIN per_slot AS ps ON ps.run_id = sl.run_id AND ps.rank = sl.rank AND ps.wid = sl.wid
+        WINDOW before AS (PARTITION BY sl.run_id, sl.rank ORDER BY sl.wid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    ),
     u AS (
         SELECT run_id, rank, wid,
                coalesce(sum(comm_add), 0) AS comm_ns,
@@ -219,6 +319,13 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
                coalesce(sum(any_add), 0) AS busy_ns
         FROM z
         GROUP BY run_id, rank, wid
+        UNION ALL
+        SELECT pz.run_id, pz.rank, pz.wid, 0,
+               coalesce(greatest(0, nsa_clip(pz.k_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.comp_add, 0),
+               coalesce(greatest(0, nsa_clip(pz.k_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.comp_add, 0),
+               coalesce(greatest(0, nsa_clip(pz.any_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.any_add, 0)
+        FROM pz
+        JOIN w ON w.run_id = pz.run_id AND w.rank = pz.rank AND w.wid = pz.wid
     )
     SELECT w.run_id, w.rank, r.report_id, r.pid, r.device_id, coalesce(r.clock_offset_ns, 0) AS clock_offset_ns,
            w.phase, w.step, w.number, w.source, w.start_ns, w.end_ns, w.host_ns,

@@ -7,9 +7,10 @@
 -- the rank's steady GPU step windows (nsa_rank_steps: the work launched in each step's host range,
 -- from its first GPU start to the next step's, as diff/timeline.py times GPU steps); activity is
 -- clipped to it. A rank without steady steps is measured over its whole GPU span, first start to
--- last end of any activity on its GPU (phase 'run', steps 0). Unions by one sorted pass per rank
--- and window starts (nsa_rank_windows), never a pairing of kernels with windows.
--- reads comm_ops, cuda_api, graph_executions, kernel_rows, memcpy, memset, ranks, steps
+-- last end of any activity on its GPU (phase 'run', steps 0). Unions from running maxima of
+-- earlier ends (nsa_rank_windows: gpu_timeline's, or one sorted pass per rank), never a pairing of
+-- kernels with windows.
+-- reads comm_ops, cuda_api, gpu_timeline, graph_executions, kernel_rows, memcpy, memset, ranks, steps
 -- param run_id INTEGER = NULL: only this run; all runs when NULL.
 -- param per VARCHAR = 'rank' one of ('rank', 'step'): 'rank' for one row per rank, 'step' for one row per rank and steady step.
 -- col run_id INTEGER: the run (`runs.run_id`).

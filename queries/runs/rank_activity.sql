@@ -61,13 +61,13 @@ n AS MATERIALIZED (
     FROM st
     GROUP BY run_id, rank
 ),
--- A row is matched to the steps it may meet without testing it against every step: an ASOF join
--- finds the steps that start last at or before its start (first_i..last_i, one step unless starts
--- tie); an earlier step can hold it only if the steps before reach its end (an NVTX range) or past
--- its start (a wait or op: prev_reach), and is then no earlier than g_i, the first step reaching
--- this start; a later step only if the next start comes before its end (a wait or op: a second
--- ASOF join, on its end, finds the last). Each step found is then tested as a range join would
--- test it. A series' steps follow each other, so nearly every row has one step to test.
+-- A host wait or op is matched to the steps it may meet without testing it against every step: an
+-- ASOF join finds the steps that start last at or before its start (first_i..last_i, one step
+-- unless starts tie); an earlier step can overlap it only if the steps before reach past its start
+-- (prev_reach), and is then no earlier than g_i, the first step reaching this start; a later step
+-- only if the next start comes before its end (a second ASOF join, on its end, finds the last).
+-- Each step found is then tested as a range join would test it. A series' steps follow each other,
+-- so nearly every row has one step to test.
 starts AS (
     SELECT g.*, r.i AS g_i,
            max(g.group_end) OVER (
@@ -83,17 +83,10 @@ starts AS (
     ASOF LEFT JOIN (SELECT run_id, rank, reach, min(i) AS i FROM st GROUP BY ALL) AS r
         ON r.run_id = g.run_id AND r.rank = g.rank AND g.start_ns <= r.reach
 ),
--- what may fall in a step, within the span of the rank's steps: its NVTX ranges (counted inside
--- a step), its host waits and its ops (cpu_ops: counted where they overlap a step)
+-- what may fall in a step, within the span of the rank's steps: its host waits and its ops
+-- (cpu_ops: counted where they overlap a step); NVTX ranges go by time buckets (below)
 rows_in AS (
-    SELECT n.run_id, n.rank, 'nvtx' AS source, coalesce(v.base_name, v.name) AS name, v.tid, v.start_ns,
-           v.end_ns, v.duration_ns
-    FROM n
-    JOIN nvtx_ranges AS v
-        ON v.report_id = n.report_id AND (n.pid IS NULL OR v.pid = n.pid)
-        AND v.start_ns >= n.lo AND v.end_ns <= n.hi
-    UNION ALL
-    SELECT n.run_id, n.rank, 'host_wait', w.name, w.tid, w.start_ns, w.end_ns, w.duration_ns
+    SELECT n.run_id, n.rank, 'host_wait' AS source, w.name, w.tid, w.start_ns, w.end_ns, w.duration_ns
     FROM n
     JOIN host_waits AS w
         ON w.report_id = n.report_id AND (n.pid IS NULL OR w.pid = n.pid)
@@ -109,11 +102,10 @@ placed AS MATERIALIZED (
     SELECT x.*,
            CASE WHEN b.first_i IS NULL THEN 1
                 WHEN b.prev_reach IS NULL THEN b.first_i
-                WHEN x.source = 'nvtx' AND x.end_ns > b.prev_reach THEN b.first_i
-                WHEN x.source <> 'nvtx' AND x.start_ns >= b.prev_reach THEN b.first_i
+                WHEN x.start_ns >= b.prev_reach THEN b.first_i
                 ELSE coalesce(b.g_i, b.first_i) END AS i0,
            coalesce(b.last_i, 0) AS i1,
-           x.source <> 'nvtx' AND (b.first_i IS NULL OR coalesce(x.end_ns > b.next_start, false)) AS beyond
+           b.first_i IS NULL OR coalesce(x.end_ns > b.next_start, false) AS beyond
     FROM rows_in AS x
     ASOF LEFT JOIN starts AS b ON b.run_id = x.run_id AND b.rank = x.rank AND x.start_ns >= b.start_ns
 ),
@@ -132,9 +124,6 @@ hits AS (
     FROM candidates AS c
     JOIN st USING (run_id, rank, i)
     WHERE CASE c.source
-        -- an NVTX range inside the step, not the step's own range
-        WHEN 'nvtx' THEN c.start_ns >= st.start_ns AND c.end_ns <= st.end_ns
-                         AND NOT (c.start_ns = st.start_ns AND c.end_ns = st.end_ns)
         -- a host wait overlapping the step, of the step's thread (any thread for kernel-pattern steps)
         WHEN 'host_wait' THEN c.start_ns < st.end_ns AND c.end_ns > st.start_ns
                               AND (st.tid IS NULL OR c.tid = st.tid)
@@ -143,10 +132,40 @@ hits AS (
              AND NOT (c.start_ns <= st.start_ns AND c.end_ns >= st.end_ns)
     END
 ),
+-- NVTX ranges inside a step (5M rows at 1M kernels) meet the steps in time buckets of about a
+-- step's length (the rank's span over its steps): each step is listed in every bucket it touches,
+-- each range in the bucket of its start, which a step holding the range touches; the join is on
+-- equality and each range meets the one or two steps of its bucket
+nb AS MATERIALIZED (
+    SELECT run_id, rank, report_id, pid, lo, hi, greatest((hi - lo) // steps, 1) AS w FROM n WHERE hi >= lo
+),
+sb AS (
+    SELECT st.run_id, st.rank, st.start_ns, st.end_ns,
+           unnest(range((st.start_ns - b.lo) // b.w, (st.end_ns - b.lo) // b.w + 1)) AS b
+    FROM st
+    JOIN nb AS b USING (run_id, rank)
+),
+-- the ranges within the span: of the rank's process (a hash join on it), or of the whole report
+vb AS (
+    SELECT b.run_id, b.rank, coalesce(v.base_name, v.name) AS name, v.start_ns, v.end_ns, v.duration_ns,
+           (v.start_ns - b.lo) // b.w AS b
+    FROM nb AS b
+    JOIN nvtx_ranges AS v ON v.report_id = b.report_id AND v.pid = b.pid
+    WHERE v.start_ns >= b.lo AND v.end_ns <= b.hi
+    UNION ALL
+    SELECT b.run_id, b.rank, coalesce(v.base_name, v.name), v.start_ns, v.end_ns, v.duration_ns,
+           (v.start_ns - b.lo) // b.w
+    FROM nb AS b
+    JOIN nvtx_ranges AS v ON v.report_id = b.report_id
+    WHERE b.pid IS NULL AND v.start_ns >= b.lo AND v.end_ns <= b.hi
+),
+-- an NVTX range inside the step, not the step's own range
 phases AS (
-    SELECT run_id, rank, 'nvtx' AS source, name, sum(duration_ns) AS total_ns
-    FROM hits
-    WHERE source = 'nvtx'
+    SELECT v.run_id, v.rank, 'nvtx' AS source, v.name, sum(v.duration_ns) AS total_ns
+    FROM vb AS v
+    JOIN sb AS s ON s.run_id = v.run_id AND s.rank = v.rank AND s.b = v.b
+    WHERE v.start_ns >= s.start_ns AND v.end_ns <= s.end_ns
+      AND NOT (v.start_ns = s.start_ns AND v.end_ns = s.end_ns)
     GROUP BY ALL
 ),
 waits AS (
