@@ -430,3 +430,54 @@ def test_kernel_energy_adds_up_to_the_run(pair) -> None:
         idle = next(r for r in kernels if r["name"] == "(idle)")
         assert 0 < idle["energy_j"] < total
         assert all(r["coverage"] == 1.0 and r["samples"] > 0 for r in kernels if r["name"] != "(idle)")
+
+
+def test_energy_splits_power_intervals_at_their_edges(workspace) -> None:
+    """Hand-built: a power log on device 0 read every 100 ms, 100 W then 200 W, a missing reading
+    (a hole from 200 to 400 ms), 300 W, and a last sample at 500 ms: intervals A [0, 100) 10 J,
+    B [100, 200) 20 J, C [400, 500) 30 J. Kernel a [50, 150] crosses A's end, b [150, 450] reaches
+    over the hole from B into C, a again [410, 420], c [250, 300] sits in the hole; the NVTX range
+    r [90, 410] spans A's end to C's start. Each interval's energy goes to the work in it by time
+    run (over the interval's length, or the busy time when work overlaps): A: a 50/100 of 10 J;
+    B: a and b 50/100 each of 20 J; C: b 50/100 and a 10/100 of 30 J. A window takes the share
+    of each interval it covers: r 10/100 of A, all of B, 10/100 of C; the run (0 to the last
+    end, 450 ms) A, B and half of C."""
+    from rows import insert
+
+    ms, t0 = 1_000_000, 1_000_000_000_000_000_000
+    insert(workspace, "reports", [
+        {"report_id": 1, "format": "nsys", "source_path": "a.sqlite", "sha256": "a", "session_start_utc_ns": t0},
+        {"report_id": 2, "format": "nvml", "source_path": "p.csv", "sha256": "p"},
+    ])  # fmt: skip
+    samples = [(0, 100.0), (100, 200.0), (200, None), (400, 300.0), (500, 50.0)]
+    insert(workspace, "power_samples", [
+        {"report_id": 2, "device_id": 0, "ts_utc_ns": t0 + t * ms, "power_w": w, "source": "nvml"} for t, w in samples
+    ])  # fmt: skip
+    kernels = [("a", 50, 150), ("b", 150, 450), ("a", 410, 420), ("c", 250, 300)]
+    insert(workspace, "kernels", [
+        {"report_id": 1, "device_id": 0, "stream_id": 7, "pid": 1, "start_ns": s * ms, "end_ns": e * ms,
+         "duration_ns": (e - s) * ms, "name": n, "correlation_id": i}
+        for i, (n, s, e) in enumerate(kernels)
+    ])  # fmt: skip
+    insert(workspace, "nvtx_ranges", [
+        {"report_id": 1, "pid": 1, "tid": 1, "start_ns": 90 * ms, "end_ns": 410 * ms, "name": "r", "base_name": "r"}
+    ])  # fmt: skip
+    rows = {(r["scope"], r["name"]): r for r in _rows(workspace, "energy", report_id=1)}
+    a_j, b_j, c_j = 10.0, 20.0, 30.0
+    expected = {
+        ("run", "report"): a_j + b_j + c_j / 2,
+        ("range", "r"): a_j * 0.1 + b_j + c_j * 0.1,
+        ("kernel", "a"): a_j * 0.5 + b_j * 0.5 + c_j * 0.1,
+        ("kernel", "b"): b_j * 0.5 + c_j * 0.5,
+    }
+    expected[("kernel", "(idle)")] = (
+        expected[("run", "report")] - expected[("kernel", "a")] - expected[("kernel", "b")]
+    )
+    assert {k: rows[k]["energy_j"] for k in expected} == pytest.approx(expected, rel=1e-12)
+    assert ("kernel", "c") not in rows  # in the hole: no power interval to share
+    assert (
+        rows[("kernel", "a")]["samples"],
+        rows[("kernel", "b")]["samples"],
+        rows[("range", "r")]["samples"],
+    ) == (3, 2, 3)
+    assert rows[("run", "report")]["method"] == "power readings"

@@ -73,16 +73,19 @@ logs AS (
     FROM power_samples GROUP BY ALL
 ),
 -- each GPU of the report takes the log that covers most of the report's span (one with the
--- energy counter among equals)
-attached AS (
-    SELECT t.report_id, t.t0, t.last_ns, d.device_id, l.power_report_id, l.log_device, l.has_counter
+-- energy counter among equals); the GPUs meet the logs of their device id (a hash join, not a
+-- reports x logs loop on the spans)
+gpu_span AS MATERIALIZED (
+    SELECT t.report_id, t.t0, t.last_ns, d.device_id, coalesce($power_device_id, d.device_id) AS log_device
     FROM target AS t
     JOIN (SELECT report_id, device_id FROM devices) AS d USING (report_id)
-    JOIN logs AS l
-        ON l.log_device = coalesce($power_device_id, d.device_id)
-        AND l.lo < t.t0 + t.last_ns AND l.hi > t.t0
+),
+attached AS (
+    SELECT t.report_id, t.t0, t.last_ns, t.device_id, l.power_report_id, l.log_device, l.has_counter
+    FROM gpu_span AS t
+    JOIN logs AS l ON l.log_device = t.log_device AND l.lo < t.t0 + t.last_ns AND l.hi > t.t0
     QUALIFY row_number() OVER (
-        PARTITION BY t.report_id, d.device_id
+        PARTITION BY t.report_id, t.device_id
         ORDER BY least(l.hi, t.t0 + t.last_ns) - greatest(l.lo, t.t0) DESC, l.has_counter DESC, l.power_report_id
     ) = 1
 ),
@@ -115,7 +118,15 @@ segs AS (
         WINDOW c AS (PARTITION BY report_id, device_id ORDER BY ts_ns)
     ) WHERE seg_end > seg_start AND seg_j IS NOT NULL
 ),
-seg AS (SELECT * FROM segs WHERE "primary"),
+-- each series of intervals (a device's basis) numbered in time order: they do not overlap, so
+-- what a window or an activity overlaps is a run of consecutive numbers, found by ASOF joins
+-- on the intervals' starts (never a window x interval product per report)
+numbered AS (
+    SELECT *, dense_rank() OVER (ORDER BY report_id, device_id, basis) AS sid,
+           row_number() OVER (PARTITION BY report_id, device_id, basis ORDER BY seg_start) AS idx
+    FROM segs
+),
+seg AS (SELECT * FROM numbered WHERE "primary"),
 span AS (
     SELECT report_id, min(seg_start) AS lo, max(seg_end) AS hi, min(power_report_id) AS power_report_id,
            CASE WHEN bool_and(basis = 'counter') THEN 'energy counter' ELSE 'power readings' END AS method
@@ -135,29 +146,59 @@ win AS (
     WHERE report_id IN (SELECT report_id FROM span)
     UNION ALL
     SELECT r.report_id, 'range', r.base_name, r.start_ns, r.end_ns, NULL FROM nvtx_ranges AS r
+    ANTI JOIN steps AS s  -- the steps' own ranges are the step rows
+        ON s.report_id = r.report_id AND s.start_ns = r.start_ns AND s.end_ns = r.end_ns AND s.name = r.name
     WHERE r.end_ns > r.start_ns AND r.report_id IN (SELECT report_id FROM span)
-      AND NOT EXISTS (  -- the steps' own ranges are the step rows
-          SELECT 1 FROM steps AS s
-          WHERE s.report_id = r.report_id AND s.start_ns = r.start_ns AND s.end_ns = r.end_ns AND s.name = r.name
-      )
+),
+-- the window names numbered, so that the joins and groupings below carry integers
+win_names AS (
+    SELECT report_id, scope, name, row_number() OVER () AS wn FROM (SELECT DISTINCT report_id, scope, name FROM win)
+),
+-- each window against each series of its report: the interval holding its start (the last to
+-- start at or before it) and, when the window reaches past that one, the intervals up to the
+-- last starting before its end
+probe AS (
+    SELECT n.wn, w.start_ns, w.end_ns, x.sid
+    FROM win AS w
+    JOIN win_names AS n ON n.report_id = w.report_id AND n.scope = w.scope AND n.name IS NOT DISTINCT FROM w.name
+    JOIN (SELECT DISTINCT report_id, sid FROM numbered) AS x ON x.report_id = w.report_id
+),
+win_first AS (
+    SELECT p.*, s.idx AS i, s.seg_start AS i_start, s.seg_end AS i_end
+    FROM probe AS p
+    ASOF LEFT JOIN numbered AS s ON s.sid = p.sid AND p.start_ns >= s.seg_start
+),
+win_segs AS (
+    SELECT wn, start_ns, end_ns, sid, i AS idx, i_start AS seg_start, i_end AS seg_end FROM win_first
+    WHERE i IS NOT NULL AND end_ns <= i_end
+    UNION ALL
+    SELECT w.wn, w.start_ns, w.end_ns, w.sid, w.idx, s.seg_start, s.seg_end
+    FROM (
+        SELECT w.wn, w.start_ns, w.end_ns, w.sid, unnest(range(coalesce(w.i, 1), s.idx + 1)) AS idx
+        FROM win_first AS w
+        ASOF JOIN numbered AS s ON s.sid = w.sid AND w.end_ns > s.seg_start
+        WHERE w.i IS NULL OR w.end_ns > w.i_end
+    ) AS w
+    JOIN numbered AS s USING (sid, idx)
 ),
 -- per window name and power interval: the share of the interval its instances cover
 cover AS (
-    SELECT w.report_id, w.scope, w.name, s.basis, s."primary", s.device_id, s.seg_start,
-           any_value(s.seg_j) AS seg_j, any_value(s.seg_end - s.seg_start) AS seg_ns,
-           sum((least(s.seg_end, w.end_ns) - greatest(s.seg_start, w.start_ns)) / (s.seg_end - s.seg_start)) AS f
-    FROM win AS w
-    JOIN segs AS s ON s.report_id = w.report_id AND s.seg_start < w.end_ns AND s.seg_end > w.start_ns
+    SELECT wn, sid, idx, sum((least(seg_end, end_ns) - greatest(seg_start, start_ns)) / (seg_end - seg_start)) AS f
+    FROM win_segs
+    WHERE seg_start < end_ns AND seg_end > start_ns
     GROUP BY ALL
 ),
 win_energy AS (
-    SELECT report_id, scope, name,
-           sum(seg_j * f) FILTER (WHERE "primary") AS energy_j,
-           sum(CASE WHEN f < 1 THEN seg_j * greatest(f, 1 - f) ELSE 0 END) FILTER (WHERE "primary") AS error_j,
-           count(*) FILTER (WHERE "primary") AS samples,
-           median(seg_ns) FILTER (WHERE "primary") AS interval_ns,
-           sum(seg_j * f) FILTER (WHERE basis = 'readings') AS readings_j
-    FROM cover GROUP BY ALL
+    SELECT any_value(n.report_id) AS report_id, any_value(n.scope) AS scope, any_value(n.name) AS name,
+           sum(s.seg_j * c.f) FILTER (WHERE s."primary") AS energy_j,
+           sum(CASE WHEN c.f < 1 THEN s.seg_j * greatest(c.f, 1 - c.f) ELSE 0 END) FILTER (WHERE s."primary") AS error_j,
+           count(*) FILTER (WHERE s."primary") AS samples,
+           median(s.seg_end - s.seg_start) FILTER (WHERE s."primary") AS interval_ns,
+           sum(s.seg_j * c.f) FILTER (WHERE s.basis = 'readings') AS readings_j
+    FROM cover AS c
+    JOIN numbered AS s USING (sid, idx)
+    JOIN win_names AS n USING (wn)
+    GROUP BY c.wn
 ),
 windows AS (
     SELECT w.report_id, w.scope, w.name, min(w.start_ns) AS start_ns, max(w.end_ns) AS end_ns,
@@ -172,13 +213,34 @@ windows AS (
     GROUP BY w.report_id, w.scope, w.name
 ),
 -- kernels: each interval's energy over the work running in it on its device, by time run
-pieces AS (
-    SELECT k.report_id, k.device_id, k.label, s.seg_start, s.seg_j, s.seg_end - s.seg_start AS seg_ns,
-           least(k.end_ns, s.seg_end) - greatest(k.start_ns, s.seg_start) AS o
+-- (the interval holding each activity's start; the few activities that reach past it, or start
+-- in a hole of the log, meet the intervals up to the last starting before their end)
+act_first AS (
+    SELECT k.report_id, k.device_id, k.label, k.start_ns, k.end_ns,
+           s.sid, s.idx AS i, s.seg_start, s.seg_end, s.seg_j
     FROM activity AS k
-    JOIN seg AS s
-        ON s.report_id = k.report_id AND s.device_id = k.device_id
-        AND s.seg_start < k.end_ns AND s.seg_end > k.start_ns
+    ASOF LEFT JOIN seg AS s
+        ON s.report_id = k.report_id AND s.device_id = k.device_id AND k.start_ns >= s.seg_start
+),
+act_segs AS (
+    SELECT report_id, device_id, label, start_ns, end_ns, seg_start, seg_end, seg_j FROM act_first
+    WHERE i IS NOT NULL AND end_ns <= seg_end
+    UNION ALL
+    SELECT a.report_id, a.device_id, a.label, a.start_ns, a.end_ns, s.seg_start, s.seg_end, s.seg_j
+    FROM (
+        SELECT a.report_id, a.device_id, a.label, a.start_ns, a.end_ns, l.sid,
+               unnest(range(coalesce(a.i, 1), l.idx + 1)) AS idx
+        FROM act_first AS a
+        ASOF JOIN seg AS l ON l.report_id = a.report_id AND l.device_id = a.device_id AND a.end_ns > l.seg_start
+        WHERE a.i IS NULL OR a.end_ns > a.seg_end
+    ) AS a
+    JOIN seg AS s USING (sid, idx)
+),
+pieces AS (
+    SELECT report_id, device_id, label, seg_start, seg_j, seg_end - seg_start AS seg_ns,
+           least(end_ns, seg_end) - greatest(start_ns, seg_start) AS o
+    FROM act_segs
+    WHERE seg_start < end_ns AND seg_end > start_ns
 ),
 shares AS (
     SELECT report_id, device_id, label, seg_start, any_value(seg_j) AS seg_j, any_value(seg_ns) AS seg_ns,

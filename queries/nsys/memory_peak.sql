@@ -27,7 +27,20 @@
 -- col total_memory_bytes BIGINT: the device's memory (gpus); NULL for host memory or when unknown (byte).
 -- col headroom_bytes BIGINT: total_memory_bytes - peak_bytes for device memory kinds (byte).
 -- col headroom_share DOUBLE: headroom_bytes / total_memory_bytes (fraction).
-WITH held AS (SELECT * FROM nsa_memory_held() WHERE ($report_id IS NULL OR report_id = $report_id)),
+-- held_bytes as nsa_memory_held() computes it, the window carrying only what it needs (the
+-- peak's own event is read back by rowid)
+WITH held AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, seq, operation,
+           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER (
+               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
+               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+           )) AS BIGINT) AS held_bytes
+    FROM (
+        SELECT report_id, device_id, pid, memory, ts_ns, rowid AS seq, operation, delta_bytes, allocated_bytes
+        FROM memory_events
+        WHERE ts_ns IS NOT NULL AND ($report_id IS NULL OR report_id = $report_id)
+    )
+),
 per AS (
     SELECT report_id, device_id, pid, memory,
            count(*) AS events,
@@ -37,9 +50,8 @@ per AS (
            arg_max(held_bytes, (ts_ns, seq)) AS final_bytes
     FROM held GROUP BY ALL
 ),
-peak AS (
-    SELECT p.*, h.ts_ns AS peak_ns, h.bytes AS peak_event_bytes, h.address AS peak_address,
-           h.name AS peak_name, h.reserved_bytes AS reserved_at_peak_bytes
+peak_event AS (
+    SELECT p.*, h.ts_ns AS peak_ns, h.seq
     FROM per AS p
     JOIN held AS h
         ON h.report_id = p.report_id AND h.device_id IS NOT DISTINCT FROM p.device_id
@@ -48,6 +60,12 @@ peak AS (
     QUALIFY row_number() OVER (
         PARTITION BY p.report_id, p.device_id, p.pid, p.memory ORDER BY h.ts_ns, h.seq
     ) = 1
+),
+peak AS (
+    SELECT p.* EXCLUDE (seq), m.bytes AS peak_event_bytes, m.address AS peak_address, m.name AS peak_name,
+           m.reserved_bytes AS reserved_at_peak_bytes
+    FROM peak_event AS p
+    JOIN memory_events AS m ON m.rowid = p.seq
 ),
 ranged AS (
     SELECT pk.report_id, pk.device_id, pk.pid, pk.memory, r.name AS peak_range
@@ -71,7 +89,7 @@ SELECT pk.report_id, pk.device_id, pk.pid, pk.memory, pk.events, pk.allocations,
 FROM peak AS pk
 LEFT JOIN ranged AS rg USING (report_id, device_id, pid, memory)
 LEFT JOIN steps AS s ON s.report_id = pk.report_id AND pk.peak_ns >= s.start_ns AND pk.peak_ns < s.end_ns
-LEFT JOIN gpus AS g
+LEFT JOIN (SELECT *, true AS device_memory FROM gpus) AS g  -- equalities only: a hash join
     ON g.report_id = pk.report_id AND g.device_id = pk.device_id
-    AND pk.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static')
+    AND g.device_memory = (pk.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static'))
 ORDER BY pk.report_id, pk.device_id NULLS LAST, pk.pid, pk.memory

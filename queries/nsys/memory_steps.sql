@@ -129,7 +129,7 @@ FROM bounds AS b
 LEFT JOIN peaks AS p
     ON p.report_id = b.report_id AND p.device_id IS NOT DISTINCT FROM b.device_id
     AND p.pid IS NOT DISTINCT FROM b.pid AND p.memory IS NOT DISTINCT FROM b.memory AND p.row = b.row
-LEFT JOIN gpus AS g
+LEFT JOIN (SELECT *, true AS device_memory FROM gpus) AS g  -- equalities only: a hash join
     ON g.report_id = b.report_id AND g.device_id = b.device_id
-    AND b.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static')
+    AND g.device_memory = (b.memory IN ('device', 'device_static', 'array', 'managed', 'managed_static'))
 ORDER BY b.report_id, b.device_id NULLS LAST, b.pid, b.memory, b.step

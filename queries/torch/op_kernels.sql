@@ -5,8 +5,10 @@
 -- called: aten::linear, or the autograd node on the backward thread), 'leaf' the innermost (the
 -- op that launched: aten::addmm), 'annotation' the innermost record_function range or Python
 -- frame other than ProfilerStep#N (nn.Module: Linear_0 with with_modules=True, the optimizer's
--- Optimizer.step#AdamW.step). Work launched outside any such op is '(no op)'; work whose launch
--- call is not in the trace (launched before the profiler's window) is '(no launch call)'.
+-- Optimizer.step#AdamW.step); of ops with the same start and end (a parent and a child timed
+-- alike) the one written first is the outer. Work launched outside any such op is '(no op)';
+-- work whose launch call is not in the trace (launched before the profiler's window) is
+-- '(no launch call)'.
 -- host_ns is the ops' own CPU time: an op whose GPU time is below it is launch-bound (the GPU
 -- waits for the host). Reports without cpu_ops (nsys) have every row under '(no op)'.
 -- reads cpu_ops, cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
@@ -36,19 +38,72 @@ launch AS (
     SELECT a.*, c.tid, c.start_ns, c.end_ns
     FROM act AS a LEFT JOIN calls AS c USING (report_id, pid, correlation_id)
 ),
-enclosing AS (
-    SELECT l.report_id, l.id, o.category, o.start_ns, o.end_ns,
+-- the ops that can be named at this level
+ops AS (
+    SELECT report_id, pid, tid, category, name, start_ns, end_ns, rowid AS seq
+    FROM cpu_ops
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+        AND CASE WHEN $level IN ('top', 'leaf') THEN category = 'cpu_op'
+                 ELSE category IN ('user_annotation', 'python_function') AND NOT starts_with(name, 'ProfilerStep#')
+            END
+),
+-- 'top': in (start, longest first) order on a thread, the outermost op enclosing a launch is the
+-- first whose end reaches the launch's end, if it starts by the launch's start (every op
+-- enclosing the launch comes at or after it). That op ends later than every op before it, so
+-- among those record-setting ops (ends rising) it is the one with the smallest end at or after
+-- the launch's: an ASOF join, not a launches x ops product per thread.
+outer_ops AS (
+    SELECT * FROM (
+        SELECT *, max(end_ns) OVER (
+            PARTITION BY report_id, pid, tid ORDER BY start_ns, end_ns DESC, seq
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS earlier_end
+        FROM ops
+        WHERE $level = 'top'
+    )
+    WHERE earlier_end IS NULL OR end_ns > earlier_end
+),
+picked_top AS (
+    SELECT l.report_id, l.id,
            {'name': o.name, 'tid': o.tid, 'start_ns': o.start_ns, 'dur': o.end_ns - o.start_ns} AS op
     FROM launch AS l
-    JOIN cpu_ops AS o ON o.report_id = l.report_id AND o.pid = l.pid AND o.tid = l.tid
-        AND o.start_ns <= l.start_ns AND o.end_ns >= l.end_ns
-    WHERE CASE WHEN $level IN ('top', 'leaf') THEN o.category = 'cpu_op'
-               ELSE o.category IN ('user_annotation', 'python_function') AND NOT starts_with(o.name, 'ProfilerStep#')
-          END
+    ASOF JOIN outer_ops AS o ON o.report_id = l.report_id AND o.pid = l.pid AND o.tid = l.tid AND l.end_ns <= o.end_ns
+    WHERE o.start_ns <= l.start_ns
+),
+-- 'leaf' and 'annotation': the innermost enclosing op. Ops are filed by length in levels of 4x
+-- (level l: at most 4^l us long) and, at their level, under each time bucket of width 4^l us they
+-- touch (one or two). An op enclosing a launch holds the launch's start, so it is filed under the
+-- bucket of that start at its level: each launch is looked up there at each level its thread has,
+-- meeting the few ops near it, never every op of its thread.
+leveled AS (
+    SELECT *, 1000::BIGINT << (2 * lvl) AS width
+    FROM (
+        SELECT *, CAST(greatest(0, ceil(log(4, greatest(end_ns - start_ns, 1) / 1000.0))) AS INTEGER) AS lvl
+        FROM ops
+        WHERE $level <> 'top'
+    )
+),
+filed AS (
+    SELECT *, unnest(range(start_ns // width, end_ns // width + 1)) AS bucket FROM leveled
+),
+probes AS (
+    SELECT l.report_id, l.id, l.pid, l.tid, l.start_ns, l.end_ns, v.lvl, l.start_ns // v.width AS bucket
+    FROM launch AS l
+    JOIN (SELECT DISTINCT report_id, pid, tid, lvl, width FROM leveled) AS v
+        ON v.report_id = l.report_id AND v.pid = l.pid AND v.tid = l.tid
+),
+enclosing AS (
+    SELECT l.report_id, l.id, o.category, o.start_ns, o.end_ns, o.seq,
+           {'name': o.name, 'tid': o.tid, 'start_ns': o.start_ns, 'dur': o.end_ns - o.start_ns} AS op
+    FROM probes AS l
+    JOIN filed AS o
+        ON o.report_id = l.report_id AND o.pid = l.pid AND o.tid = l.tid AND o.lvl = l.lvl AND o.bucket = l.bucket
+    WHERE o.start_ns <= l.start_ns AND o.end_ns >= l.end_ns
 ),
 picked AS (
-    SELECT report_id, id,
-           CASE WHEN $level = 'top' THEN arg_min(op, (start_ns, -end_ns)) ELSE arg_max(op, (start_ns, -end_ns)) END AS op
+    SELECT * FROM picked_top
+    UNION ALL
+    SELECT report_id, id, arg_max(op, (start_ns, -end_ns, seq)) AS op
     FROM enclosing
     GROUP BY ALL
 ),
