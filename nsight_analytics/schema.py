@@ -161,9 +161,10 @@ TABLES: tuple[Table, ...] = (
                 "",
                 "The reader's steps left for first use: a canonical table not copied yet from "
                 "source_path (named as the table), `kernel_launch` (the kernels' launch columns), "
-                "`steps` (the steps and host_waits, found together) and `nvtx_kernels` while "
+                "`steps` (the steps and host_waits, found together), `nvtx_kernels` while "
                 "nvtx_ranges.kernels is not computed (even after --full: the first read of those "
-                "columns computes them).",
+                "columns computes them) and `nvtx_totals` (nvtx_summary's rows, worked out on "
+                "its first run).",
             ),
             _c(
                 "source_mtime_ns",
@@ -488,8 +489,9 @@ TABLES: tuple[Table, ...] = (
         "NVTX push/pop and start/end ranges (nsys NVTX_EVENTS types 59/60). A range never "
         "closed has NULL end_ns and duration_ns. Copied on first use; `kernels`, `kernel_ns` and "
         "their `process_` forms are computed from the report's CUDA API calls and kernels the first "
-        "time something reads them (the deferred step `nvtx_kernels`; library queries declare "
-        "`-- reads nvtx_ranges, nvtx_kernels`), NULL until then.",
+        "time something reads them (the deferred step `nvtx_kernels`; a query declares "
+        "`-- reads nvtx_ranges, nvtx_kernels`), NULL until then. nvtx_summary reads neither: "
+        "its rows are nvtx_totals, worked out without copying the ranges.",
         (
             *HOST_TIMELINE,
             _c("name", "VARCHAR", "", "Range text: `text`, else the registered string `textId`."),
@@ -529,6 +531,47 @@ TABLES: tuple[Table, ...] = (
                 "threads launch meanwhile.",
             ),
             _c("process_kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels (their duration_ns)."),
+        ),
+        "nsys",
+    ),
+    Table(
+        "nvtx_totals",
+        "NVTX ranges per report, domain and base name (nvtx_ranges.base_name): what the query "
+        "nvtx_summary shows. Worked out on first use (the deferred step `nvtx_totals`) in one "
+        "pass over the export's ranges, without copying them; from nvtx_ranges when those are "
+        "in the workspace already (Kineto traces, `--full`). Ranges never closed count only in "
+        "open_ranges. The kernel columns are the sums of nvtx_ranges' (same definitions).",
+        (
+            RID,
+            _c("domain", "VARCHAR", "", "NVTX domain name; NULL for the default domain."),
+            _c("name", "VARCHAR", "", "Range name without per-call suffixes (nvtx_ranges.base_name)."),
+            _c(
+                "names",
+                "BIGINT",
+                "count",
+                "Distinct full range names (nvtx_ranges.name) folded into this row.",
+            ),
+            _c("ranges", "BIGINT", "count", "Closed ranges."),
+            _c("open_ranges", "BIGINT", "count", "Ranges with no end (not closed before the capture ended)."),
+            _c("total_ns", "BIGINT", "ns", "Summed duration of the closed ranges."),
+            _c("avg_ns", "DOUBLE", "ns", "Mean duration of the closed ranges."),
+            _c("median_ns", "DOUBLE", "ns", "Median duration of the closed ranges."),
+            _c("min_ns", "BIGINT", "ns", "Shortest closed range."),
+            _c("max_ns", "BIGINT", "ns", "Longest closed range."),
+            _c(
+                "kernels",
+                "BIGINT",
+                "count",
+                "Kernels launched inside the ranges by their own threads (nvtx_ranges.kernels).",
+            ),
+            _c("kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels."),
+            _c(
+                "process_kernels",
+                "BIGINT",
+                "count",
+                "Kernels launched inside the ranges by any thread of their process (nvtx_ranges.process_kernels).",
+            ),
+            _c("process_kernel_ns", "BIGINT", "ns", "Summed GPU time of those kernels."),
         ),
         "nsys",
     ),

@@ -184,7 +184,7 @@ def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
 # recomputed value) bumps SCHEMA_VERSION and registers MIGRATIONS[new_version]: a function
 # that brings a workspace of the previous version up to it, run inside ensure_schema's
 # transaction, oldest first.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _deferred_steps_column(con: duckdb.DuckDBPyConnection) -> None:
@@ -217,9 +217,35 @@ def _one_meaning_of_kind(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f'ALTER TABLE "{table}" RENAME COLUMN "{old}" TO "{new}"')
 
 
+# The nsys readers' step that works out nvtx_totals; other formats (Kineto) write it at ingest.
+_NVTX_TOTALS_FORMATS = ("nsys", "nsys-rep")
+
+
+def _nvtx_totals(con: duckdb.DuckDBPyConnection) -> None:
+    """4: nvtx_summary reads nvtx_totals, not nvtx_ranges. nsys reports with NVTX ranges get the
+    deferred step that works it out on first use; the other reports with ranges in the
+    workspace (their kernels worked out at ingest) get their rows now, as
+    ingest.nvtx.sum_nvtx_totals writes them."""
+    formats = ", ".join(f"'{f}'" for f in _NVTX_TOTALS_FORMATS)
+    con.execute(
+        "UPDATE reports SET deferred_steps = list_append(coalesce(deferred_steps, []), 'nvtx_totals') "
+        f"WHERE has_nvtx AND format IN ({formats}) AND NOT list_contains(coalesce(deferred_steps, []), 'nvtx_totals')"
+    )
+    con.execute(
+        "INSERT INTO nvtx_totals SELECT report_id, domain, coalesce(base_name, name), count(DISTINCT name), "
+        "count(end_ns), count(*) - count(end_ns), sum(duration_ns), avg(duration_ns), median(duration_ns), "
+        "min(duration_ns), max(duration_ns), coalesce(sum(kernels), 0), coalesce(sum(kernel_ns), 0), "
+        "coalesce(sum(process_kernels), 0), coalesce(sum(process_kernel_ns), 0) FROM nvtx_ranges "
+        f"WHERE report_id IN (SELECT report_id FROM reports WHERE format NOT IN ({formats})) "
+        "AND report_id NOT IN (SELECT report_id FROM nvtx_totals) "
+        "GROUP BY report_id, domain, coalesce(base_name, name)"
+    )
+
+
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
     2: _deferred_steps_column,
     3: _one_meaning_of_kind,
+    4: _nvtx_totals,
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nsight_analytics as nsa
-from nsight_analytics import api, queries
+from nsight_analytics import api, queries, workspace
 from nsight_analytics.ingest import ensure_loaded
 from rows import gunzipped_sqlite
 
@@ -48,9 +48,10 @@ def _deferred(con, rid: int) -> list[str]:
     return list(con.execute("SELECT deferred_steps FROM reports WHERE report_id = ?", [rid]).fetchone()[0])
 
 
-def test_only_nvtx_summary_reads_the_ranges_kernels() -> None:
+def test_no_library_query_reads_the_ranges_kernels() -> None:
     declared = {name for name, q in queries.library().items() if "nvtx_kernels" in q.tables()}
-    assert declared == {"nvtx_summary"}
+    assert declared == set()
+    assert queries.get("nvtx_summary").tables() == {"nvtx_totals"}  # its own table, not the ranges
     assert "nvtx_kernels" not in queries.get("gap_host").tables()
     assert "nvtx_kernels" not in api.rules_reads()  # no rule reads them
     # users' SQL: the columns by name, or `*`, ask for them; the ranges' own columns do not
@@ -70,10 +71,10 @@ def test_ranges_come_alone_and_their_kernels_when_read(tmp_path: Path, export: P
     ranges, unset = con.execute(f"SELECT count(*), count(*) FILTER ({nulls}) FROM nvtx_ranges").fetchone()
     assert ranges == unset > 0
 
-    rows = nsa.query(con, "nvtx_summary", report_id=rid).fetchall()
+    api.materialise(con, {"nvtx_kernels"})
     assert "nvtx_kernels" not in _deferred(con, rid)
-    cols = [d[0] for d in nsa.query(con, "nvtx_summary", report_id=rid).description]
-    got = {c: sum(r[cols.index(c)] for r in rows) for c in KERNEL_COLS}
+    sums = con.execute(f"SELECT {', '.join(f'sum({c})' for c in KERNEL_COLS)} FROM nvtx_ranges").fetchone()
+    got = dict(zip(KERNEL_COLS, sums, strict=True))
     with sqlite3.connect(export) as db:
         same = db.execute(RANGE_KERNELS_SQL.format(thread="r.globalTid = e.globalTid")).fetchone()
         proc = db.execute(
@@ -97,7 +98,7 @@ def test_readers_of_the_ranges_alone_do_not_need_their_kernels(
 ) -> None:
     """A query that does not declare nvtx_kernels answers the same with them worked out or not."""
     con, _, _ = _ingest(tmp_path, export)
-    nsa.query(con, "nvtx_summary")  # works them out
+    api.materialise(con, {"nvtx_kernels"})  # works them out
     with_kernels = sorted(nsa.query(con, name).fetchall(), key=repr)
     con.execute("BEGIN TRANSACTION")
     con.execute(f"UPDATE nvtx_ranges SET {', '.join(f'{c} = NULL' for c in KERNEL_COLS)}")
@@ -130,5 +131,101 @@ def test_moved_export_gpu_idle_runs_without_host_detail(tmp_path: Path, export: 
     (tmp_path / "moved.sqlite").rename(src)
     found = {f.rule_id: f for f in nsa.findings(con, rid)}
     assert not [f for f in found.values() if "Host detail missing" in f.message]
-    assert _deferred(con, rid) == ["kernel_launch", "nvtx_kernels"]  # the stacks name the line in findings
+    # the stacks name the line in findings; nvtx_summary's rows and the synchronisations are not
+    # read by any rule
+    assert _deferred(con, rid) == ["kernel_launch", "sync_events", "nvtx_kernels", "nvtx_totals"]
+    con.close()
+
+
+# Per range name (the export's names have no emit_nvtx suffixes: base name = name): count, total,
+# min, max of the closed ranges, the open ones, and the kernels both ways, by plain SQL.
+SUMMARY_SQL = """
+    WITH r AS (
+        SELECT e.rowid AS id, coalesce(e.text, s.value) AS name, e.start, e."end", e.globalTid
+        FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE e.eventType IN (59, 60)
+    ),
+    k AS (
+        SELECT r.id, sum(r2.globalTid = r.globalTid) AS kernels,
+               sum(CASE WHEN r2.globalTid = r.globalTid THEN kk."end" - kk.start END) AS kernel_ns,
+               count(*) AS process_kernels, sum(kk."end" - kk.start) AS process_kernel_ns
+        FROM r
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r2 ON r2.globalTid / 16777216 = r.globalTid / 16777216
+             AND r2.start BETWEEN r.start AND r."end"
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL kk ON kk.correlationId = r2.correlationId
+             AND kk.globalPid / 16777216 = r2.globalTid / 16777216
+        GROUP BY r.id
+    )
+    SELECT r.name, count(r."end"), count(*) - count(r."end"), sum(r."end" - r.start), min(r."end" - r.start),
+           max(r."end" - r.start), coalesce(sum(k.kernels), 0), coalesce(sum(k.kernel_ns), 0),
+           coalesce(sum(k.process_kernels), 0), coalesce(sum(k.process_kernel_ns), 0)
+    FROM r LEFT JOIN k ON k.id = r.id GROUP BY r.name"""
+
+
+def test_nvtx_summary_needs_neither_the_ranges_nor_the_api_calls(tmp_path: Path, export: Path) -> None:
+    """nvtx_summary's rows (nvtx_totals) come from the export in one pass: the ranges and the CUDA
+    API calls stay deferred, and the totals per name are the export's, kernels both ways."""
+    con, rid, _ = _ingest(tmp_path, export)
+    res = nsa.query(con, "nvtx_summary", report_id=rid)
+    cols = [d[0] for d in res.description]
+    rows = [dict(zip(cols, r)) for r in res.fetchall()]
+    pending = _deferred(con, rid)
+    assert {"nvtx_ranges", "nvtx_kernels", "cuda_api"} <= set(pending) and "nvtx_totals" not in pending
+    assert con.execute("SELECT count(*) FROM nvtx_ranges").fetchone()[0] == 0
+    got = {
+        r["name"]: (
+            r["ranges"],
+            r["open_ranges"],
+            r["total_ns"],
+            r["min_ns"],
+            r["max_ns"],
+            *(r[c] for c in KERNEL_COLS),
+        )
+        for r in rows
+    }
+    with sqlite3.connect(export) as db:
+        want = {n: tuple(v) for n, *v in db.execute(SUMMARY_SQL)}
+    assert got == want and len(got) == len(rows)
+    assert sum(r["kernels"] for r in rows) > 0 and any(r["process_kernels"] > r["kernels"] for r in rows)
+    con.close()
+
+
+def test_nvtx_summary_is_the_same_from_the_ranges(tmp_path: Path, export: Path) -> None:
+    """Worked out from the export or from the copied ranges (ranges copied first, with or
+    without their kernels worked out): the same rows."""
+    con, rid, _ = _ingest(tmp_path, export)
+    first = nsa.query(con, "nvtx_summary", report_id=rid).fetchall()
+    assert first
+    con.close()
+    for steps in ({"nvtx_ranges", "cuda_api"}, {"nvtx_kernels"}):
+        folder = tmp_path / "_".join(sorted(steps))
+        folder.mkdir()
+        con, rid, _ = _ingest(folder, export)
+        api.materialise(con, steps)
+        assert nsa.query(con, "nvtx_summary", report_id=rid).fetchall() == first
+        con.close()
+    # --full: worked out at ingest, from the ranges and calls it copied
+    (tmp_path / "full").mkdir()
+    con = nsa.connect(tmp_path / "full" / "w.duckdb")
+    rid = nsa.ingest(con, export, defer=[]).report_id
+    assert _deferred(con, rid) == ["nvtx_kernels"]
+    assert nsa.query(con, "nvtx_summary", report_id=rid).fetchall() == first
+    con.close()
+
+
+def test_a_workspace_from_before_nvtx_totals_gets_them(tmp_path: Path, export: Path) -> None:
+    """A version-3 workspace (no nvtx_totals rows, no such step) answers nvtx_summary as before
+    once opened: the nsys report gets the step, the Kineto one its rows from its ranges."""
+    kineto = Path(__file__).parent / "data" / "kineto" / "h100_torch2.11_train_fused_rerun.json.gz"
+    con, rid, _ = _ingest(tmp_path, export)
+    kid = nsa.ingest(con, kineto).report_id
+    want = {r: nsa.query(con, "nvtx_summary", report_id=r).fetchall() for r in (rid, kid)}
+    assert want[rid] and want[kid]
+    con.execute("DELETE FROM nvtx_totals")
+    con.execute("UPDATE reports SET deferred_steps = list_filter(deferred_steps, s -> s != 'nvtx_totals')")
+    con.execute("UPDATE nsa_workspace SET schema_version = 3")
+    con.close()
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    assert con.execute("SELECT schema_version FROM nsa_workspace").fetchone()[0] == workspace.SCHEMA_VERSION
+    assert "nvtx_totals" in _deferred(con, rid) and not _deferred(con, kid)
+    assert {r: nsa.query(con, "nvtx_summary", report_id=r).fetchall() for r in (rid, kid)} == want
     con.close()

@@ -12,12 +12,12 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics import render
-from nsight_analytics.ingest.nvtx import fill_nvtx_kernels
+from nsight_analytics.ingest.nvtx import fill_nvtx_kernels, fill_nvtx_totals_of_ranges
 from rows import insert
 
 GOLDENS = Path(__file__).resolve().parent / "goldens"
 CASES = sorted(p.parent.name for p in GOLDENS.glob("*/case.json"))
-DERIVE = {"nvtx_kernels": fill_nvtx_kernels}
+DERIVE = {"nvtx_kernels": fill_nvtx_kernels, "nvtx_totals": fill_nvtx_totals_of_ranges}
 
 
 def _cells_equal(got: str, want: str) -> bool:

@@ -147,7 +147,7 @@ def test_kernels_per_step_agree(pair, run: str) -> None:
     assert nsys["counts"] == [per_step] * 24
     assert nsys["step0"] > per_step  # the first iteration's set-up work
     # nsa says the same of both reports: the kernels each step range launched, process-wide
-    nsa.query(con, "nvtx_summary")  # works out the ranges' kernels of the nsys report
+    nsa.api.materialise(con, {"nvtx_kernels"})  # works out the ranges' kernels of the nsys report
     for rid, n in ((k_rid, 4), (n_rid, 25)):
         got = con.execute(
             "SELECT r.process_kernels FROM steps AS s JOIN nvtx_ranges AS r ON r.report_id = s.report_id "

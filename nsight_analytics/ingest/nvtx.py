@@ -29,7 +29,8 @@ WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
 # launches kernels, or the process launches none, it equals the same-thread share. A range that
 # ends before it starts holds no launch. Needs cuda_api and kernel_rows of the report loaded
 # first.
-# NVTX_RUNNING (`{where}` picks the report) becomes the temp table _nsa_running, NVTX_PROCESS
+# NVTX_RUNNING (of report `{rid}`, from `{calls}`: its CUDA API calls as pid, global_tid,
+# start_ns, correlation_id) becomes the temp table _nsa_running, NVTX_PROCESS
 # _nsa_running_process; NVTX_PASS then gives (src_row, kernels, kernel_ns) for the ranges of
 # one chunk that launched any kernel, by `{key}` (PASSES: global_tid for the same-thread share,
 # pid for the process-wide one), from `{keys}` (src_row, report_id, pid, global_tid, start_ns,
@@ -37,10 +38,10 @@ WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
 # threads or processes: one row per key and start_ns, its launches and the totals up to them).
 NVTX_RUNNING = """
 WITH launches AS (
-    SELECT c.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
+    SELECT k.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
     FROM kernel_rows AS k
-    JOIN cuda_api AS c ON c.report_id = k.report_id AND c.pid = k.pid AND c.correlation_id = k.correlation_id
-    WHERE {where}
+    JOIN ({calls}) AS c ON c.pid = k.pid AND c.correlation_id = k.correlation_id
+    WHERE k.report_id = {rid}
     GROUP BY ALL
 )
 SELECT
@@ -180,13 +181,14 @@ def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int
     in one pass, 5.03M ranges took ~1.5 GB; in chunks of 1M, ~0.25 GB each."""
     rid = int(report_id)
     closed = f"report_id = {rid} AND end_ns IS NOT NULL"
-    where = f"k.report_id = {rid} AND c.report_id = {rid}"
     try:
         con.execute(
             f"UPDATE nvtx_ranges SET {', '.join(f'{c} = 0' for c in KERNEL_COLS)} "
             f"WHERE {closed} AND ({' OR '.join(f'{c} IS NULL' for c in KERNEL_COLS)})"
         )
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(where=where)}")
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(rid=rid, calls=calls_of(rid))}"
+        )
         for key in PASSES:
             _pass(con, rid, key, chunk)
         # process-wide = same-thread first (right where no other thread launches), then the rest
@@ -207,3 +209,138 @@ def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int
             except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
                 break
     return int(total[0])
+
+
+def calls_of(report_id: int) -> str:
+    """The report's CUDA API calls in the workspace, as NVTX_RUNNING reads them."""
+    return (
+        f"SELECT pid, global_tid, start_ns, correlation_id FROM cuda_api WHERE report_id = {int(report_id)}"
+    )
+
+
+# nvtx_totals: the nvtx_summary columns per domain and base name, from `{ranges}` (src_row,
+# domain, name, base_name, end_ns and duration_ns of each of the report's ranges) and the
+# kernels of the ranges that launched any (_nsa_nvtx, _nsa_nvtx_process by src_row): a range
+# that launched nothing adds nothing, one outside the process pass counts its own thread's
+# kernels process-wide too (see fill_nvtx_kernels). One aggregation over the ranges: summing
+# per full name first and folding the names after (the look-ups and the base-name regex once
+# per name) took more memory (lists of durations for the median) and no less CPU at 5M ranges.
+NVTX_TOTALS = """
+SELECT
+    {rid} AS report_id,
+    r.domain,
+    coalesce(r.base_name, r.name) AS name,
+    count(DISTINCT r.name) AS names,
+    count(r.end_ns) AS ranges,
+    count(*) - count(r.end_ns) AS open_ranges,
+    sum(r.duration_ns) AS total_ns,
+    avg(r.duration_ns) AS avg_ns,
+    median(r.duration_ns) AS median_ns,
+    min(r.duration_ns) AS min_ns,
+    max(r.duration_ns) AS max_ns,
+    coalesce(sum(t.kernels), 0) AS kernels,
+    coalesce(sum(t.kernel_ns), 0) AS kernel_ns,
+    coalesce(sum(coalesce(p.kernels, t.kernels)), 0) AS process_kernels,
+    coalesce(sum(coalesce(p.kernel_ns, t.kernel_ns)), 0) AS process_kernel_ns
+FROM ({ranges}) AS r
+LEFT JOIN _nsa_nvtx AS t ON t.src_row = r.src_row
+LEFT JOIN _nsa_nvtx_process AS p ON p.src_row = r.src_row
+GROUP BY r.domain, coalesce(r.base_name, r.name)
+"""
+# The same from nvtx_ranges whose kernels are worked out already (Kineto traces, or an nsys
+# report after the nvtx_kernels step).
+NVTX_TOTALS_OF_RANGES = """
+SELECT
+    report_id, domain, coalesce(base_name, name), count(DISTINCT name), count(end_ns),
+    count(*) - count(end_ns), sum(duration_ns), avg(duration_ns), median(duration_ns),
+    min(duration_ns), max(duration_ns), coalesce(sum(kernels), 0), coalesce(sum(kernel_ns), 0),
+    coalesce(sum(process_kernels), 0), coalesce(sum(process_kernel_ns), 0)
+FROM nvtx_ranges
+WHERE report_id = {rid}
+GROUP BY report_id, domain, coalesce(base_name, name)
+"""
+TOTALS_COLS = (
+    "report_id", "domain", "name", "names", "ranges", "open_ranges", "total_ns", "avg_ns", "median_ns",
+    "min_ns", "max_ns", "kernels", "kernel_ns", "process_kernels", "process_kernel_ns",
+)  # fmt: skip
+
+
+def sum_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
+    """Fill nvtx_totals of a report from its nvtx_ranges, kernels worked out; returns rows."""
+    rid = int(report_id)
+    con.execute(f"DELETE FROM nvtx_totals WHERE report_id = {rid}")
+    row = con.execute(
+        f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_TOTALS_OF_RANGES.format(rid=rid)}"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def fill_nvtx_totals(
+    con: duckdb.DuckDBPyConnection, report_id: int, ranges: str, spans: str, calls: str, threads: str
+) -> int:
+    """Fill nvtx_totals of a report without writing its ranges anywhere: `ranges` (src_row,
+    domain, name, base_name, end_ns, duration_ns of each range) and `spans` (src_row, pid,
+    global_tid, start_ns, end_ns of each, the same src_row) may read the export itself; the
+    kernels come from `calls` (the report's CUDA API calls: pid, global_tid, start_ns,
+    correlation_id) and the workspace's kernel_rows, by the same running totals and ASOF
+    passes as fill_nvtx_kernels (NVTX_PASS) but in one pass each, keyed by src_row, and summed
+    per name rather than written back. `spans` is read once per pass and `ranges` once, so a
+    range costs one row of each pass's sort and one of the aggregation, nothing stored. The
+    process pass runs only when `threads` (pid and global_tid of every thread with a range)
+    holds one it can change: a thread of a launching process other than its one launching
+    thread (a single-threaded launcher's ranges count the same both ways).
+    Returns the rows written."""
+    rid = int(report_id)
+    closed = f"SELECT * FROM ({spans}) AS s WHERE s.end_ns IS NOT NULL"
+    same = f"{closed} AND s.global_tid IN (SELECT global_tid FROM _nsa_running)"
+    # the process pass: ranges of processes where a thread other than the range's launches
+    launchers = (
+        "SELECT pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS only_tid "
+        "FROM _nsa_running GROUP BY pid"
+    )
+    others = "l.threads > 1 OR l.only_tid IS DISTINCT FROM s.global_tid"
+    process = f"SELECT s.* FROM ({closed}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
+    try:
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(rid=rid, calls=calls)}"
+        )
+        other = params.first_row(
+            con.execute(
+                f"SELECT count(*) FROM ({threads}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
+            )
+        )[0]
+        passes = [("_nsa_nvtx", same, "_nsa_running", "global_tid")]
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
+        )
+        if other:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running_process AS {NVTX_PROCESS}")
+            passes.append(("_nsa_nvtx_process", process, "_nsa_running_process", "pid"))
+        for table, keys, running, key in passes:
+            keys = f"SELECT src_row, {rid} AS report_id, pid, global_tid, start_ns, end_ns FROM ({keys})"
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE {table} AS "
+                f"{NVTX_PASS.format(keys=keys, running=f'SELECT * FROM {running}', key=key)}"
+            )
+        con.execute(f"DELETE FROM nvtx_totals WHERE report_id = {rid}")
+        row = con.execute(
+            f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_TOTALS.format(rid=rid, ranges=ranges)}"
+        ).fetchone()
+    finally:
+        for table in NVTX_TEMP:
+            try:
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
+                break
+    return int(row[0]) if row else 0
+
+
+def fill_nvtx_totals_of_ranges(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
+    """fill_nvtx_totals from the report's nvtx_ranges and cuda_api in the workspace, whether or
+    not the ranges' kernels are worked out."""
+    rid = int(report_id)
+    of = f"FROM nvtx_ranges WHERE report_id = {rid}"
+    ranges = f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}"
+    spans = f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}"
+    threads = f"SELECT DISTINCT pid, global_tid {of}"
+    return fill_nvtx_totals(con, rid, ranges, spans, calls_of(rid), threads)

@@ -17,9 +17,10 @@
 -- run unrelated GPU work at the same time (everything they launch during the range is counted),
 -- and an outer range on a worker thread takes in the main thread's launches too. Equal columns
 -- mean no other thread of the process launched a kernel while the range was open.
--- Both are computed once per range, the first time a query that reads them runs (`nvtx_kernels`:
--- running totals and ASOF joins, linear in ranges + calls), so this query is one aggregation.
--- reads nvtx_ranges, nvtx_kernels
+-- The rows are worked out once per report, the first time this query runs (the table
+-- nvtx_totals: one aggregation over the export's ranges, their kernels from running totals and
+-- ASOF joins, linear in ranges + calls), without copying the ranges into nvtx_ranges.
+-- reads nvtx_totals
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
 -- col domain VARCHAR: NVTX domain (NULL for the default domain).
@@ -36,24 +37,9 @@
 -- col kernel_ns BIGINT: summed GPU time of those kernels (ns).
 -- col process_kernels BIGINT: kernels launched inside the ranges by any thread of their process.
 -- col process_kernel_ns BIGINT: summed GPU time of those kernels (ns).
--- base_name is NULL only in rows written without it (by hand): those group by their full name.
 SELECT
-    report_id,
-    domain,
-    coalesce(base_name, name) AS name,
-    CAST(count(DISTINCT name) AS BIGINT) AS names,
-    CAST(count(end_ns) AS BIGINT) AS ranges,
-    CAST(count(*) - count(end_ns) AS BIGINT) AS open_ranges,
-    CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-    CAST(avg(duration_ns) AS DOUBLE) AS avg_ns,
-    CAST(median(duration_ns) AS DOUBLE) AS median_ns,
-    CAST(min(duration_ns) AS BIGINT) AS min_ns,
-    CAST(max(duration_ns) AS BIGINT) AS max_ns,
-    CAST(coalesce(sum(kernels), 0) AS BIGINT) AS kernels,
-    CAST(coalesce(sum(kernel_ns), 0) AS BIGINT) AS kernel_ns,
-    CAST(coalesce(sum(process_kernels), 0) AS BIGINT) AS process_kernels,
-    CAST(coalesce(sum(process_kernel_ns), 0) AS BIGINT) AS process_kernel_ns
-FROM nvtx_ranges
+    report_id, domain, name, names, ranges, open_ranges, total_ns, avg_ns, median_ns, min_ns, max_ns,
+    kernels, kernel_ns, process_kernels, process_kernel_ns
+FROM nvtx_totals
 WHERE ($report_id IS NULL OR report_id = $report_id)
-GROUP BY report_id, domain, coalesce(base_name, name)
 ORDER BY report_id, total_ns DESC NULLS LAST, domain, name

@@ -16,7 +16,7 @@ import duckdb
 
 from ... import params, schema
 from .. import comm
-from ..nvtx import WAIT_RANGES, fill_nvtx_kernels
+from ..nvtx import WAIT_RANGES, fill_nvtx_kernels, sum_nvtx_totals
 from ..steps import fill_steps
 from .kineto_events import Staged, TraceMeta
 
@@ -295,6 +295,7 @@ def load_all(con: duckdb.DuckDBPyConnection, rid: int, meta: TraceMeta, staged: 
     rows["processes"] = load_processes(con, rid)
     if rows["nvtx_ranges"]:
         fill_nvtx_kernels(con, rid)
+        sum_nvtx_totals(con, rid)  # nvtx_summary's rows
     rows["steps"] = load_markers(con, rid)
     for table in ("_kin_main", "_kin_launch", "_kin_names"):
         con.execute(f"DROP TABLE IF EXISTS {table}")

@@ -16,7 +16,8 @@ import duckdb
 from ... import params, schema
 from ...errors import InputError
 from .. import stacks
-from ..nvtx import WAIT_RANGES, fill_nvtx_kernels
+from ..nvtx import WAIT_RANGES, calls_of, fill_nvtx_kernels, sum_nvtx_totals
+from ..nvtx import fill_nvtx_totals as nvtx_totals
 from ..sqlite_source import EXPORT_HINT
 from ..steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
 from . import nsys_gpu_metrics
@@ -413,9 +414,8 @@ def _nvtx_domains_sql(src: Source) -> str:
     )
 
 
-def nvtx_ranges_sql(src: Source) -> str | None:
-    if not src.has(NVTX):
-        return None
+def _nvtx_parts(src: Source) -> tuple[dict[str, str], str]:
+    """The nvtx_ranges columns of NVTX_EVENTS as SQL (the kernels aside) and their FROM."""
     t, a = NVTX, "n"
     text_id, join = _name(src, t, "textId", a, "s")
     text = src.col(t, "text", a)
@@ -435,10 +435,98 @@ def nvtx_ranges_sql(src: Source) -> str | None:
         "range_api": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
         "category": src.col(t, "category", a),
     }
+    return cols, f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
+
+
+def nvtx_ranges_sql(src: Source) -> str | None:
+    if not src.has(NVTX):
+        return None
+    cols, frm = _nvtx_parts(src)
     # the nvtx_kernels step: fill_nvtx_kernels (../nvtx.py)
     cols |= {"kernels": "NULL", "kernel_ns": "NULL", "process_kernels": "NULL", "process_kernel_ns": "NULL"}
-    frm = f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
     return _select(cols, "nvtx_ranges", frm)
+
+
+# The export's kernel launch calls for the nvtx_totals step while cuda_api is still deferred:
+# the runtime calls whose correlation id one of the report's kernels has, less the inner row of
+# a call recorded twice (NESTED_DUPLICATES, on these rows only: it looks at one thread and
+# correlation id at a time).
+LAUNCH_CALLS = "_nsa_launch_calls"
+NESTED_LAUNCHES = f"""
+DELETE FROM {LAUNCH_CALLS} WHERE rowid IN (
+    WITH c AS (
+        SELECT a.rowid AS rid_, a.global_tid, a.correlation_id, a.start_ns, a.end_ns
+        FROM {LAUNCH_CALLS} AS a SEMI JOIN (
+            SELECT global_tid, correlation_id FROM {LAUNCH_CALLS}
+            WHERE correlation_id <> 0 GROUP BY ALL HAVING count(*) > 1
+        ) AS dup USING (global_tid, correlation_id)
+    )
+    SELECT i.rid_ FROM c AS i JOIN c AS o
+        ON o.global_tid = i.global_tid AND o.correlation_id = i.correlation_id AND o.rid_ <> i.rid_
+        AND o.start_ns <= i.start_ns AND o.end_ns >= i.end_ns
+        AND (o.start_ns < i.start_ns OR o.end_ns > i.end_ns OR o.rid_ < i.rid_)
+)
+"""
+
+
+def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
+    """The `nvtx_totals` step (nvtx.fill_nvtx_totals): the ranges from the export while
+    nvtx_ranges is deferred, which then is never written; else from nvtx_ranges (summed when
+    their kernels are worked out already). The launch calls likewise: cuda_api once copied,
+    else only the export's calls that launched a kernel. At ingest (--full: no reports row yet)
+    the ranges and calls are copied, their kernels not (nvtx_kernels stays deferred)."""
+    rid = int(report_id)
+    row = con.execute(f"SELECT deferred_steps FROM reports WHERE report_id = {rid}").fetchone()
+    pending = set(row[0] or ()) if row else {"nvtx_kernels"}
+    if not pending & {"nvtx_ranges", "nvtx_kernels"}:
+        return sum_nvtx_totals(con, rid)
+    of = f"FROM nvtx_ranges WHERE report_id = {rid}"
+    ranges = f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}"
+    spans = f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}"
+    threads = f"SELECT DISTINCT pid, global_tid {of}"
+    if "nvtx_ranges" in pending:
+        cols, frm = _nvtx_parts(src)
+        ranges = (
+            f"SELECT n.rowid AS src_row, {cols['domain']} AS domain, {cols['name']} AS name, "
+            f"{cols['base_name']} AS base_name, {cols['end_ns']} AS end_ns, "
+            f"{cols['duration_ns']} AS duration_ns {frm}"
+        )
+        host = _host_side(src, NVTX, "n")
+        types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
+        spans = (
+            f"SELECT n.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
+            f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns "
+            f"FROM {src.ref(NVTX)} n WHERE n.eventType IN ({types})"
+        )
+        # SQLite lists the threads itself: through DuckDB every row would cross over once more
+        if "globalTid" in src.tables[NVTX]:
+            distinct = f'SELECT DISTINCT globalTid FROM "{NVTX}" WHERE eventType IN ({types})'
+            tid = "CAST(t0.g AS BIGINT)"
+            threads = (
+                f"SELECT {PID_OF.format(tid)} AS pid, {tid} AS global_tid "
+                f"FROM sqlite_query('{src.alias}', {params.literal(distinct)}) AS t0(g)"
+            )
+        else:
+            threads = "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS global_tid"
+    calls = calls_of(rid)
+    try:
+        if "cuda_api" in pending:
+            con.execute(
+                f"CREATE OR REPLACE TEMP TABLE {LAUNCH_CALLS} "
+                "(pid BIGINT, global_tid BIGINT, start_ns BIGINT, end_ns BIGINT, correlation_id BIGINT)"
+            )
+            if src.has(RUNTIME) and "correlationId" in src.tables[RUNTIME]:
+                host = _host_side(src, RUNTIME, "r")
+                con.execute(
+                    f"INSERT INTO {LAUNCH_CALLS} SELECT {host['pid']}, {host['global_tid']}, "
+                    f"{host['start_ns']}, {host['end_ns']}, r.correlationId FROM {src.ref(RUNTIME)} r "
+                    f"WHERE r.correlationId IN (SELECT correlation_id FROM kernel_rows WHERE report_id = {rid})"
+                )
+                con.execute(NESTED_LAUNCHES)
+            calls = f"SELECT pid, global_tid, start_ns, correlation_id FROM {LAUNCH_CALLS}"
+        return nvtx_totals(con, rid, ranges, spans, calls, threads)
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {LAUNCH_CALLS}")
 
 
 def osrt_api_sql(src: Source) -> str | None:
@@ -653,6 +741,7 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "sync_events": (sync_events_sql, "sync"),
     "nvtx_ranges": (nvtx_ranges_sql, "nvtx"),
     "nvtx_kernels": (nvtx_ranges_sql, "nvtx"),
+    "nvtx_totals": (nvtx_ranges_sql, "nvtx"),
     "osrt_api": (osrt_api_sql, "osrt"),
     "cpu_samples": (cpu_samples_sql, "cpu_samples"),
     "stack_events": (stacks.source_sql, "stacks"),  # writes stack_frames, stacks, stack_events
@@ -673,6 +762,7 @@ DEFERRABLE = (
     "cuda_api",
     "nvtx_ranges",
     "nvtx_kernels",
+    "nvtx_totals",
     "osrt_api",
     "cpu_samples",
     "stack_events",
@@ -686,7 +776,7 @@ DERIVED = ("nvtx_kernels",)
 # timeline rules judge the whole run and say why) instead of failing.
 OPTIONAL = ("steps",)
 # Worked out on first use rather than copied: the ingest message does not list them.
-WORKED_OUT = (*DERIVED, "steps")
+WORKED_OUT = (*DERIVED, "nvtx_totals", "steps")
 # The tables a deferred step writes, where not the one named like the step.
 STEP_WRITES = {
     "kernel_launch": ("kernel_rows",),
@@ -804,6 +894,8 @@ def load_table(
         return int(row[0]) if row else 0
     if table == "nvtx_kernels":
         return fill_nvtx_kernels(con, report_id)
+    if table == "nvtx_totals":
+        return fill_nvtx_totals(con, src, report_id)
     if table == "steps":
         return fill_markers(con, src, report_id)
     if table == "gpu_metrics":
