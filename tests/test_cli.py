@@ -36,7 +36,8 @@ def test_ingest_says_what_it_did(tmp_path: Path) -> None:
     db = str(tmp_path / "w.duckdb")
     res = invoke("ingest", "--db", db, str(DEMO))
     # Counts from sqlite3 on the export. Its CUDA runtime rows, NVTX ranges and OS runtime calls
-    # (CUPTI_ACTIVITY_KIND_RUNTIME, NVTX_EVENTS, OSRT_API) are host-side and copied on first use.
+    # (CUPTI_ACTIVITY_KIND_RUNTIME, NVTX_EVENTS, OSRT_API) are host-side and copied on first use,
+    # like the synchronisations (CUPTI_ACTIVITY_KIND_SYNCHRONIZATION), which no query reads.
     with sqlite3.connect(DEMO) as c:
         kernels, names = c.execute(
             "SELECT count(*), count(DISTINCT demangledName) FROM CUPTI_ACTIVITY_KIND_KERNEL"
@@ -48,11 +49,13 @@ def test_ingest_says_what_it_did(tmp_path: Path) -> None:
         (api_calls,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
     assert res.output == (
         f"demo_pageable_h2d.sqlite: ingested as report 1 (nsys): {kernels:,} kernels, {names:,} kernel_names, "
-        f"{copies:,} memcpy, {syncs:,} sync_events, {gpus:,} gpus, {processes:,} processes; kernel_launch, "
-        "cuda_api, nvtx_ranges, osrt_api copied on first use (--full copies now).\n"
+        f"{copies:,} memcpy, {gpus:,} gpus, {processes:,} processes; kernel_launch, cuda_api, sync_events, "
+        "nvtx_ranges, osrt_api copied on first use (--full copies now).\n"
     )
     res = invoke("sql", "--db", db, "SELECT count(*) AS n FROM cuda_api", "--format", "csv")
     assert res.output == f"n\n{api_calls}\n"
+    res = invoke("sql", "--db", db, "SELECT count(*) AS n FROM sync_events", "--format", "csv")
+    assert res.output == f"n\n{syncs}\n"
     res = invoke("ingest", "--db", db, str(DEMO))
     assert res.exit_code == EXIT_OK
     assert "already in the workspace as report 1" in res.output

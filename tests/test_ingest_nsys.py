@@ -236,6 +236,58 @@ def test_deferred_steps_load_on_first_query(tmp_path: Path) -> None:
     assert con.execute("SELECT deferred_steps FROM reports").fetchone()[0] == []
 
 
+def _deferred(con) -> list[str]:
+    return con.execute("SELECT deferred_steps FROM reports").fetchone()[0]
+
+
+def test_gpu_events_no_query_reads_wait_for_first_use(tmp_path: Path) -> None:
+    """The synchronisations (and graph node events) are copied on first use; the copies, which
+    the GPU timeline is made of, at ingest. The report says from the start that it holds both."""
+    path = DEMO
+    copies = sq(path, 'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY')[0]
+    (syncs,) = sq(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")[0]
+    assert copies[0] > 0 and syncs > 0
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    try:
+        r = nsa.ingest(con, path)
+        assert "sync_events" in r.deferred and "memcpy" not in r.deferred
+        kinds, has_memcpy = con.execute("SELECT activity_kinds, has_memcpy FROM reports").fetchone()
+        assert {"kernel", "memcpy", "sync"} <= set(kinds) and has_memcpy
+        assert con.execute("SELECT count(*), sum(duration_ns) FROM memcpy").fetchone() == copies
+        assert con.execute("SELECT count(*) FROM sync_events").fetchone()[0] == 0
+        assert nsa.query(con, "utilization").fetchall()  # the GPU timeline: nothing deferred needed
+        assert "sync_events" in _deferred(con)
+    finally:
+        con.close()
+    con = nsa.connect(tmp_path / "w.duckdb")  # a writable connect() completes deferred tables
+    assert con.execute("SELECT count(*) FROM sync_events").fetchone()[0] == syncs
+    con.close()
+
+
+def test_an_empty_deferred_gpu_table_is_no_activity(tmp_path: Path) -> None:
+    """An export may hold a table of no rows: a deferred GPU table asks for one row, so the
+    report's activity kinds are those of a full ingest."""
+    src = tmp_path / "no_syncs.sqlite"
+    src.write_bytes(DEMO.read_bytes())
+    db = sqlite3.connect(src)
+    with db:
+        db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    db.close()
+    assert has_table(src, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    got = {}
+    for defer in (None, ()):
+        con = nsa.connect(tmp_path / f"w{defer is None}.duckdb", load_deferred=False)
+        try:
+            r = nsa.ingest(con, src, defer=defer)
+            if defer is None:  # the empty table is not left for later
+                assert "sync_events" not in r.deferred
+            got[defer] = con.execute("SELECT activity_kinds, has_memcpy, has_kernels FROM reports").fetchone()
+        finally:
+            con.close()
+    assert got[None] == got[()]
+    assert "sync" not in got[None][0] and got[None][1:] == (True, True)
+
+
 LAUNCH = {
     "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ", "block_x": "blockX", "block_y": "blockY",
     "block_z": "blockZ", "registers_per_thread": "registersPerThread", "static_smem_bytes": "staticSharedMemory",

@@ -24,6 +24,7 @@ import nsight_analytics as nsa
 from conftest import ROOT
 from nsight_analytics.errors import InputError
 from nsight_analytics.ingest import LoadResult, Progress, Reader, all_readers, register, unregister
+from nsight_analytics.ingest.nsys import nsys
 
 pipeline = sys.modules["nsight_analytics.ingest.pipeline"]
 
@@ -112,7 +113,8 @@ def test_gz_nsys_export_ingests_like_the_file_inside(tmp_path: Path) -> None:
     )
     assert "nvtx_ranges" in r.deferred and _leftovers(tmp_path) == []
     # the deferred tables come from the .gz too, decompressed again on first use
-    assert pipeline.ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels", "kernels", "osrt_api"]) > 0
+    later = ["nvtx_ranges", "nvtx_kernels", "nvtx_totals", "kernels", "osrt_api", *nsys.GPU_COPIES]
+    assert pipeline.ensure_loaded(con, later) > 0
     assert con.execute("SELECT deferred_steps FROM reports").fetchone()[0] in (
         ["steps"],
         ["stack_events", "steps"],

@@ -455,6 +455,7 @@ def ensure_loaded(
     with ExitStack() as files:
         plain, plain_of = Path(), None
         handle: Any = None
+        unchanged: dict[int, bool] = {}  # per report: its file checked once for all of its steps
         for i, (rid, source, step) in enumerate(todo):
             if progress:
                 progress(f"{step} (report {rid})", i, len(todo))
@@ -469,7 +470,9 @@ def ensure_loaded(
             assert rd is not None  # deferred_for checked
             path = Path(source)
             derived = step in rd.derived  # computed from the workspace: no source file needed
-            if not derived and not _source_unchanged(con, rid, path):
+            if not derived and rid not in unchanged:
+                unchanged[rid] = _source_unchanged(con, rid, path)
+            if not derived and not unchanged[rid]:
                 state = "is gone" if not path.exists() else "has changed since"
                 if step in rd.optional:  # the answers fall back to the whole run, and say why
                     log.warning(

@@ -728,6 +728,13 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
         con.execute("DROP TABLE IF EXISTS _nsa_marks")
 
 
+# GPU activity no query of the library reads (graph node events, synchronisations), copied on
+# first use like the host-side tables; a report's activity kinds still say what it holds
+# (reader_sqlite.load asks the export for one row of each). The copies, memsets and graph
+# executions stay at ingest: the GPU timeline is made of them, and it answers (utilization, gaps,
+# gpu-idle) from the workspace alone once the export is gone.
+GPU_COPIES = ("graph_events", "sync_events")
+
 # Canonical table -> (SELECT builder, activity kind it evidences; None: no activity of its own).
 LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "kernel_rows": (kernel_rows_sql, "kernel"),
@@ -754,11 +761,13 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
 # Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
 # timeline: the host-side tables, the largest in most exports (1.7M API calls and 5M NVTX rows
 # at 1M kernels), and the kernels' launch configuration (10 of their 21 columns, no query in
-# the library reads them); the CPU samples with their backtraces; the steps and the host waits,
-# found by one scan of the NVTX ranges (and of the MPI and OS runtime calls); the GPU metrics
-# samples (2.2M rows for a 9 s capture at 10 kHz: 5.7 s). Measured in benchmarks/README.md.
+# the library reads them); the GPU activity no query reads (GPU_COPIES); the CPU samples with
+# their backtraces; the steps and the host waits, found by one scan of the NVTX ranges (and of
+# the MPI and OS runtime calls); the GPU metrics samples (2.2M rows for a 9 s capture at 10 kHz:
+# 5.7 s). Measured in benchmarks/README.md.
 DEFERRABLE = (
     "kernel_launch",
+    *GPU_COPIES,
     "cuda_api",
     "nvtx_ranges",
     "nvtx_kernels",

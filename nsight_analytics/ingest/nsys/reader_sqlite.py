@@ -87,9 +87,13 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         try:
             meta = nsys.metadata(con, src)
             nsys.prepare_strings(con, src)
-            rows: dict[str, int] = {}
+            # A GPU copy left for later still tells the report's activity kinds: one row of it
+            # is asked for now (an export may hold a table of none).
+            empty = [t for t in deferred if t in nsys.GPU_COPIES and not _has_rows(con, src, t)]
+            deferred = [t for t in deferred if t not in empty]
+            rows: dict[str, int] = dict.fromkeys(empty, 0)
             launch = "kernel_launch" not in deferred  # else copied with the kernel rows
-            copied = [t for t in steps if t not in deferred and t != "kernel_launch"]
+            copied = [t for t in steps if t not in deferred and t not in empty and t != "kernel_launch"]
             weights = _progress_weights(path, src, copied) if progress else {}
             done, total = 0, sum(weights.values())
             for table in steps:
@@ -170,6 +174,14 @@ def _copy_settings(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 def _restore(con: duckdb.DuckDBPyConnection, previous: dict[str, str]) -> None:
     for key, value in previous.items():
         con.execute(f"SET {key} = {params.literal(value)}")
+
+
+def _has_rows(con: duckdb.DuckDBPyConnection, src: nsys.Source, table: str) -> bool:
+    """Does the export hold a row of the canonical table `table`? (One row read, not the table.)"""
+    sql = nsys.LOADERS[table][0](src)
+    if sql is None:
+        return False
+    return bool(params.first_row(params.execute(con, f"SELECT EXISTS ({sql})", {"rid": 0}))[0])
 
 
 def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
