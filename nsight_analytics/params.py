@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -93,6 +93,21 @@ def _prepared(con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[st
     con.execute(f"PREPARE {name} AS {statement}")
     args = ", ".join(f"{k} := {literal(v)}" for k, v in params.items() if k in used)
     return f"EXECUTE {name}({args})"
+
+
+def insert_rows(
+    con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[tuple[Any, ...]], chunk: int = 1000
+) -> None:
+    """`con.executemany(INSERT INTO table VALUES (?, ...), rows)` without importing pandas: the
+    rows travel as SQL literals, `chunk` rows a statement."""
+    batch: list[str] = []
+    for row in rows:
+        batch.append("(" + ", ".join(literal(v) for v in row) + ")")
+        if len(batch) >= chunk:
+            con.execute(f"INSERT INTO {table} VALUES {', '.join(batch)}")
+            batch.clear()
+    if batch:
+        con.execute(f"INSERT INTO {table} VALUES {', '.join(batch)}")
 
 
 def first_row(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> tuple[Any, ...]:

@@ -192,3 +192,35 @@ def test_locate_reads_the_members_around_the_events(tmp_path: Path) -> None:
     assert kineto_scan.locate(path) is None
     path.write_bytes(data[: len(data) // 2])
     assert kineto_scan.locate(path) is None
+
+
+def test_rows_go_to_duckdb_as_literals() -> None:
+    """params.insert_rows: what the readers hand DuckDB without its client binding Python values
+    (which imports pandas); more rows than one statement takes, quotes, NULLs, non-ASCII."""
+    from nsight_analytics import params
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (i BIGINT, s VARCHAR, f DOUBLE)")
+    rows = [(i, None if i % 7 == 0 else f"it's {i} ë\n", i / 4) for i in range(2_503)]
+    params.insert_rows(con, "t", rows, chunk=1_000)
+    params.insert_rows(con, "t", [])
+    assert con.execute("SELECT * FROM t ORDER BY i").fetchall() == rows
+
+
+@pytest.mark.parametrize(
+    ("threads", "size_mb", "cap"),
+    [(2, 100, "128.0 MiB"), (2, 1_000, "250.0 MiB"), (4, 100, "256.0 MiB"), (2, 8_000, "1.0 GiB")],
+)
+def test_staging_memory_cap(threads: int, size_mb: int, cap: str) -> None:
+    """A quarter of the trace's size, at least 64 MiB a DuckDB thread (and 128 MiB), at most 1 GiB;
+    a lower limit already set stays."""
+    from nsight_analytics.ingest.kineto import reader
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    previous = reader._limit_memory(con, (size_mb << 20) // 4)
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone() == (cap,)
+    con.execute("SET memory_limit = '100MiB'")
+    assert reader._limit_memory(con, 1 << 30) == "100.0 MiB"
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone() == ("100.0 MiB",)
+    assert previous != cap

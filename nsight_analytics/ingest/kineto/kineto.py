@@ -110,10 +110,7 @@ def load_kernels(con: duckdb.DuckDBPyConnection, rid: int, origin: int) -> int:
         ).fetchall()
     ]
     con.execute("CREATE OR REPLACE TEMP TABLE _kin_names (name_id BIGINT, name VARCHAR, short_name VARCHAR)")
-    if names:
-        con.executemany(
-            "INSERT INTO _kin_names VALUES (?, ?, ?)", [(i, n, short_name(n)) for i, n in enumerate(names)]
-        )
+    params.insert_rows(con, "_kin_names", [(i, n, short_name(n)) for i, n in enumerate(names)])
     v = {"rid": rid, "origin": origin}
     n = _insert(
         con,
@@ -247,9 +244,7 @@ def load_gpus(con: duckdb.DuckDBPyConnection, rid: int, meta: TraceMeta) -> int:
             (rid, as_int(d.get("id")), d.get("name"), None, as_int(d.get("numSms")),
              as_int(d.get("totalGlobalMem")), None, None, cc)
         )  # fmt: skip
-    if rows:
-        cols = ", ".join(schema.BY_NAME["gpus"].col_names)
-        con.executemany(f"INSERT INTO gpus ({cols}) VALUES ({', '.join('?' * 9)})", rows)
+    params.insert_rows(con, f"gpus ({', '.join(schema.BY_NAME['gpus'].col_names)})", rows)
     return len(rows)
 
 

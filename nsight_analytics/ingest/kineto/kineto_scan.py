@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -191,21 +192,54 @@ def events_file(path: Path, where: Located, folder: str) -> str:
     return target
 
 
-# Every `args` member the staging tables take, in one json_extract (one parse per event).
-ARG_KEYS = (
-    "device", "context", "stream", "correlation", "External id", "external id", "grid", "block",
-    "registers per thread", "shared memory", "bytes", "Collective name", "Sequence number",
-    "Sequence Number", "seq", "Fwd thread id", "Fwd Thread Id", "Record function id", "Input Dims",
-    "Input dims", "Input type", "Input types", "flops", "Flops", "In msg nelems", "Out msg nelems",
-    "Group size", "dtype", "Process Group Name", "Bytes", "Total Allocated", "Total Reserved",
-    "Device Id", "Device Type", "Addr", "name", "labels", "Call stack",
-)  # fmt: skip
+# The `args` members each kind of event stages, looked up in one json_extract per event (one
+# parse of its arguments). Where a member has several spellings, the first one present wins (a
+# JSON null counts as present, as dict.get has it). A collective's arguments are read later from
+# the arguments kept whole for those few events (`comm_args`).
+ARG_KEYS = {
+    "gpu": (
+        "device", "context", "stream", "correlation", "External id", "external id", "grid", "block",
+        "registers per thread", "shared memory", "bytes", "Collective name",
+    ),
+    "host": (
+        "correlation", "External id", "external id", "Sequence number", "Sequence Number", "seq",
+        "Fwd thread id", "Fwd Thread Id", "Record function id", "Input Dims", "Input dims", "Input type",
+        "Input types", "flops", "Flops", "Call stack", "Collective name",
+    ),
+    "mem": ("Bytes", "Total Allocated", "Total Reserved", "Device Id", "Device Type", "Addr"),
+    "meta": ("name", "labels"),
+}  # fmt: skip
+COMM_KEYS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Process Group Name",
+)
 
 
-def _a(*keys: str) -> str:
-    """The first of `keys` present in args (a JSON null counts as present, as dict.get does)."""
-    items = [f"a[{ARG_KEYS.index(k) + 1}]" for k in keys]
+def _paths(keys: tuple[str, ...]) -> str:
+    return "[" + ", ".join(params.literal('$."' + k + '"') for k in keys) + "]"
+
+
+def _pick(source: str, keys: tuple[str, ...], *wanted: str) -> str:
+    """The first of `wanted` present in `source`, the json_extract of `keys`."""
+    items = [f"{source}[{keys.index(k) + 1}]" for k in wanted]
     return items[0] if len(items) == 1 else f"coalesce({', '.join(items)})"
+
+
+def _arg(template: str, cast: str = "", **by_kind: str | tuple[str, ...]) -> str:
+    """`template` ("_kin_int({})") of the argument a kind names {kind: key or keys, the first
+    present wins}, NULL for the other kinds: each kind's rows read only their own members."""
+    whens = []
+    for kind, keys in by_kind.items():
+        wanted = (keys,) if isinstance(keys, str) else keys
+        whens.append(
+            f"WHEN {params.literal(kind)} THEN {template.format(_pick('a', ARG_KEYS[kind], *wanted))}"
+        )
+    expr = f"CASE kind {' '.join(whens)} END"
+    return f"CAST({expr} AS {cast})" if cast else expr
 
 
 # kineto_events.as_int, to_ns and _text on DuckDB's values: `j` is JSON text, `v` VARCHAR.
@@ -240,6 +274,11 @@ COLUMNS = (
     "{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'JSON', 'tid': 'JSON', "
     "'ts': 'VARCHAR', 'dur': 'VARCHAR', 'id': 'JSON', 'args': 'JSON'}"
 )
+KINDS = ("gpu", "host", "mem", "flow", "meta", "trace")
+
+
+def _enum(values: Iterable[str]) -> str:
+    return "ENUM(" + ", ".join(params.literal(v) for v in dict.fromkeys(values)) + ")"
 
 
 def _category_case() -> str:
@@ -250,12 +289,14 @@ def _category_case() -> str:
 
 
 def _events_sql(source: str) -> str:
-    from .kineto_events import FLOW_PHASES, GPU_CATEGORIES, HOST_CATEGORIES
+    """One row per event, a column per staged field. Fields of different kinds share a column
+    where they mean the same (`bytes`, `device`), and a few columns hold one kind's field
+    under another's name (see TABLES), so the table stays narrow: it holds every event."""
+    from .kineto_events import CATEGORIES, FLOW_PHASES, GPU_CATEGORIES, HOST_CATEGORIES
 
     def within(values: tuple[str, ...]) -> str:
         return ", ".join(params.literal(v) for v in values)
 
-    paths = ", ".join(params.literal('$."' + k + '"') for k in ARG_KEYS)
     kind = (
         f"CASE WHEN ph = 'X' AND category IN ({within(GPU_CATEGORIES)}) THEN 'gpu' "
         f"WHEN ph = 'X' AND category IN ({within(HOST_CATEGORIES)}) THEN 'host' "
@@ -263,66 +304,78 @@ def _events_sql(source: str) -> str:
         f"WHEN ph IN ({within(FLOW_PHASES)}) THEN 'flow' WHEN ph = 'M' THEN 'meta' "
         "WHEN ph = 'X' AND cat = 'Trace' THEN 'trace' END"
     )
+    extract = " ".join(
+        f"WHEN {params.literal(k)} THEN json_extract(args, {_paths(keys)})" for k, keys in ARG_KEYS.items()
+    )
+    integer, ext = "_kin_int({})", ("External id", "external id")
     dims = ", ".join(
-        f"_kin_dim({_a(key)}, {i}) AS {pre}_{axis}"
-        for key, pre in (("grid", "grid"), ("block", "block"))
+        f"{_arg(f'_kin_dim({{}}, {i})', 'INTEGER', gpu=key)} AS {key}_{axis}"
+        for key in ("grid", "block")
         for i, axis in enumerate("xyz")
     )
+    collective = _arg("{} IS NOT NULL", gpu="Collective name", host="Collective name")
     return f"""
-SELECT kind, CASE WHEN kind = 'flow' THEN coalesce(cat, 'None') ELSE category END AS category,
-    CASE WHEN kind = 'meta' THEN coalesce(name, 'None') ELSE coalesce(name, '') END AS name,
-    ph, _kin_int(pid) AS pid, _kin_int(tid) AS tid, _kin_ns(ts) AS ts, _kin_ns(dur) AS dur,
+SELECT CAST(kind AS {_enum(KINDS)}) AS kind,
+    CAST(CASE WHEN kind IN ('gpu', 'host') THEN category END AS {_enum(CATEGORIES.values())}) AS category,
+    CASE WHEN kind = 'flow' THEN coalesce(cat, 'None') WHEN kind = 'meta' THEN coalesce(name, 'None')
+        ELSE coalesce(name, '') END AS name,
+    CAST(CASE WHEN kind = 'flow' THEN ph END AS {_enum(FLOW_PHASES)}) AS ph,
+    _kin_int(pid) AS pid, _kin_int(tid) AS tid, _kin_ns(ts) AS ts, _kin_ns(dur) AS dur,
     _kin_inexact(ts) OR _kin_inexact(dur) AS inexact,
-    _kin_int(id) AS flow_id,
-    CAST(_kin_int({_a("device")}) AS INTEGER) AS device, _kin_int({_a("context")}) AS context,
-    _kin_int({_a("stream")}) AS stream, _kin_int({_a("correlation")}) AS correlation,
-    _kin_int({_a("External id", "external id")}) AS external_id,
+    CASE WHEN kind = 'flow' THEN _kin_int(id) ELSE {_arg(integer, gpu="correlation", host="correlation")} END
+        AS correlation,
+    {_arg(integer, "INTEGER", gpu="device", mem="Device Id")} AS device,
+    {_arg(integer, gpu="context")} AS context, {_arg(integer, gpu="stream")} AS stream,
+    {_arg(integer, gpu=ext, host=ext)} AS external_id,
     {dims},
-    CAST(_kin_int({_a("registers per thread")}) AS INTEGER) AS registers,
-    _kin_int({_a("shared memory")}) AS smem, _kin_int({_a("bytes")}) AS bytes,
-    _kin_int({_a("Sequence number", "Sequence Number", "seq")}) AS seq,
-    _kin_int({_a("Fwd thread id", "Fwd Thread Id")}) AS fwd_tid,
-    _kin_int({_a("Record function id")}) AS rf_id,
-    CAST({_a("Input Dims", "Input dims")} AS VARCHAR) AS input_dims_json,
-    CAST({_a("Input type", "Input types")} AS VARCHAR) AS input_types_json,
-    _kin_int({_a("flops", "Flops")}) AS flops, _kin_text({_a("Call stack")}) AS call_stack,
-    {_a("Collective name")} IS NOT NULL AS has_comm,
-    _kin_text({_a("Collective name")}) AS collective,
-    _kin_int({_a("In msg nelems")}) AS in_nelems, _kin_int({_a("Out msg nelems")}) AS out_nelems,
-    _kin_int({_a("Group size")}) AS group_size, _kin_text({_a("dtype")}) AS dtype,
-    _kin_text({_a("Process Group Name")}) AS process_group,
-    _kin_int({_a("Bytes")}) AS mem_bytes, _kin_int({_a("Total Allocated")}) AS allocated,
-    _kin_int({_a("Total Reserved")}) AS reserved,
-    CAST(_kin_int({_a("Device Id")}) AS INTEGER) AS device_id,
-    CAST(_kin_int({_a("Device Type")}) AS INTEGER) AS device_type, _kin_int({_a("Addr")}) AS addr,
-    _kin_text({_a("name", "labels")}) AS meta_value
+    {_arg(integer, "INTEGER", gpu="registers per thread")} AS registers,
+    {_arg(integer, gpu="shared memory")} AS smem, {_arg(integer, gpu="bytes", mem="Bytes")} AS bytes,
+    {_arg(integer, host=("Sequence number", "Sequence Number", "seq"))} AS seq,
+    {_arg(integer, host=("Fwd thread id", "Fwd Thread Id"))} AS fwd_tid,
+    {_arg(integer, host="Record function id")} AS rf_id,
+    {_arg("{}", "VARCHAR", host=("Input Dims", "Input dims"))} AS input_dims_json,
+    {_arg("{}", "VARCHAR", host=("Input type", "Input types"))} AS input_types_json,
+    {_arg(integer, host=("flops", "Flops"))} AS flops,
+    {_arg("_kin_text({})", host="Call stack", meta=("name", "labels"))} AS text,
+    CASE WHEN {collective} THEN args END AS comm_args,
+    {_arg(integer, mem="Total Allocated")} AS allocated, {_arg(integer, mem="Total Reserved")} AS reserved,
+    {_arg(integer, "INTEGER", mem="Device Type")} AS device_type, {_arg(integer, mem="Addr")} AS addr
 FROM (
-    SELECT *, {kind} AS kind
+    SELECT *, CASE WHEN json_type(args) = 'OBJECT' THEN CASE kind {extract} END END AS a
     FROM (
-        SELECT *, {_category_case()} AS category,
-            CASE WHEN json_type(args) = 'OBJECT' THEN json_extract(args, [{paths}]) END AS a
-        FROM read_json({params.literal(source)}, format = 'array', columns = {COLUMNS})
+        SELECT *, {kind} AS kind
+        FROM (
+            SELECT *, {_category_case()} AS category
+            FROM read_json({params.literal(source)}, format = 'array', columns = {COLUMNS})
+        )
     )
 )
 """
 
 
 # The staging tables of kineto_events.STAGING: views of `_kin_ev` (rowid: the event's index).
+# A flow's category is in `name`, its id in `correlation`; a memory event's device in `device`;
+# the Call stack of an op and the value of a metadata event in `text`.
 TABLES = {
-    "_kin_gpu": "SELECT rowid AS idx, category, name, pid, tid, ts, dur, device, context, stream, correlation, "
-    "external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, smem, bytes "
-    "FROM _kin_ev WHERE kind = 'gpu'",
-    "_kin_host": "SELECT e.rowid AS idx, category, name, pid, tid, ts, dur, correlation, external_id, seq, "
-    "fwd_tid, rf_id, d.text AS input_dims, t.text AS input_types, flops, call_stack FROM _kin_ev AS e "
+    "_kin_gpu": "SELECT rowid AS idx, CAST(category AS VARCHAR) AS category, name, pid, tid, ts, dur, device, "
+    "context, stream, correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, "
+    "smem, bytes FROM _kin_ev WHERE kind = 'gpu'",
+    "_kin_host": "SELECT e.rowid AS idx, CAST(category AS VARCHAR) AS category, name, pid, tid, ts, dur, "
+    "correlation, external_id, seq, fwd_tid, rf_id, d.text AS input_dims, t.text AS input_types, flops, "
+    "e.text AS call_stack FROM _kin_ev AS e "
     "LEFT JOIN _kin_json AS d ON d.raw = e.input_dims_json LEFT JOIN _kin_json AS t ON t.raw = e.input_types_json "
     "WHERE kind = 'host'",
-    "_kin_mem": "SELECT rowid AS idx, pid, tid, ts, mem_bytes AS bytes, allocated, reserved, device_id, "
+    "_kin_mem": "SELECT rowid AS idx, pid, tid, ts, bytes, allocated, reserved, device AS device_id, "
     "device_type, addr FROM _kin_ev WHERE kind = 'mem'",
-    "_kin_flow": "SELECT category, flow_id, ph, pid, tid, ts FROM _kin_ev WHERE kind = 'flow'",
-    "_kin_meta": "SELECT pid, tid, name AS key, meta_value AS value FROM _kin_ev WHERE kind = 'meta'",
-    "_kin_comm": "SELECT rowid AS idx, category, external_id, collective, in_nelems, out_nelems, group_size, "
-    "dtype, process_group FROM _kin_ev WHERE kind IN ('gpu', 'host') AND has_comm",
+    "_kin_flow": "SELECT name AS category, correlation AS flow_id, CAST(ph AS VARCHAR) AS ph, pid, tid, ts "
+    "FROM _kin_ev WHERE kind = 'flow'",
+    "_kin_meta": "SELECT pid, tid, name AS key, text AS value FROM _kin_ev WHERE kind = 'meta'",
+    "_kin_comm": "SELECT idx, category, external_id, _kin_text(c[1]) AS collective, _kin_int(c[2]) AS in_nelems, "
+    "_kin_int(c[3]) AS out_nelems, _kin_int(c[4]) AS group_size, _kin_text(c[5]) AS dtype, "
+    "_kin_text(c[6]) AS process_group FROM (SELECT rowid AS idx, CAST(category AS VARCHAR) AS category, "
+    f"external_id, json_extract(comm_args, {_paths(COMM_KEYS)}) AS c FROM _kin_ev WHERE comm_args IS NOT NULL)",
 }
+
 # What `stage` leaves in the connection besides the views.
 _STORED = ("_kin_ev", "_kin_json")
 _MACROS = re.findall(r"MACRO (_kin_\w+)", MACROS)
@@ -358,15 +411,8 @@ def _json_texts(con: duckdb.DuckDBPyConnection) -> None:
             "SELECT input_types_json FROM _kin_ev WHERE kind = 'host' AND input_types_json IS NOT NULL"
         ).fetchall()
     ]
-    import pyarrow as pa  # type: ignore[import-untyped]  # imported here: ~0.1 s every CLI command paid
-
-    texts = pa.table(  # noqa: F841  # read by name below
-        {
-            "raw": pa.array(raws, pa.string()),
-            "text": pa.array([_json_text(json.loads(r, parse_float=Decimal)) for r in raws], pa.string()),
-        }
-    )
-    con.execute("CREATE OR REPLACE TEMP TABLE _kin_json AS SELECT * FROM texts")
+    con.execute("CREATE OR REPLACE TEMP TABLE _kin_json (raw VARCHAR, text VARCHAR)")
+    params.insert_rows(con, "_kin_json", [(r, _json_text(json.loads(r, parse_float=Decimal))) for r in raws])
 
 
 def stage(

@@ -36,9 +36,12 @@ KINDS = {
     "memory_events": "memory",
     "comm_ops": "comm",
 }
-# DuckDB's memory while a trace is staged (see _limit_memory): half the trace's size, within these.
+# DuckDB's memory while a trace is staged (see _limit_memory): a quarter of the trace's size,
+# within these. The floor grows with DuckDB's threads, each filling its own row groups: below
+# ~64 MiB a thread the staging thrashes, spending more CPU and memory, not less.
 MEMORY_LIMIT_BYTES = 1 << 30
-MEMORY_FLOOR_BYTES = 256 << 20
+MEMORY_FLOOR_BYTES = 128 << 20
+MEMORY_PER_THREAD_BYTES = 64 << 20
 # the rows `nsa ingest` reports, in this order
 SHOWN = (
     "kernels", "comm_ops", "memcpy", "memset", "cuda_api", "cpu_ops", "nvtx_ranges", "memory_events", "steps"
@@ -74,7 +77,7 @@ class KinetoReader(Reader[Trace]):
             meta = kineto_events.read_meta(path)
         except kineto_events.ijson.JSONError as exc:
             raise kineto_events.json_error(path, exc) from exc
-        previous = _limit_memory(con, path.stat().st_size // 2)
+        previous = _limit_memory(con, path.stat().st_size // 4)
         scanned = None
         try:
             # Before the pipeline's transaction: an event DuckDB's reader rejects fails its own
@@ -127,10 +130,12 @@ class KinetoReader(Reader[Trace]):
 
 
 def _limit_memory(con: duckdb.DuckDBPyConnection, wanted: int) -> str:
-    """Cap DuckDB's memory while a trace is staged (at `wanted` bytes, within MEMORY_FLOOR_BYTES
-    and MEMORY_LIMIT_BYTES), so that the staged events spill to the workspace's temporary folder
+    """Cap DuckDB's memory while a trace is staged (at `wanted` bytes, within the floor and
+    MEMORY_LIMIT_BYTES), so that the staged events spill to the workspace's temporary folder
     instead of growing with the file; returns the setting to restore."""
-    cap = min(MEMORY_LIMIT_BYTES, max(MEMORY_FLOOR_BYTES, wanted))
+    threads = int(params.first_row(con.execute("SELECT current_setting('threads')"))[0])
+    floor = max(MEMORY_FLOOR_BYTES, MEMORY_PER_THREAD_BYTES * threads)
+    cap = min(MEMORY_LIMIT_BYTES, max(floor, wanted))
     previous = str(params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0])
     m = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B|bytes)", previous)
     scale = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
