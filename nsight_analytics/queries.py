@@ -574,7 +574,11 @@ def run(
     if "gpu_timeline" in q.reads and not materialised:
         from .ingest import timeline
 
-        timeline.ensure(con, None if bound.get("report_id") is None else [bound["report_id"]])
+        timeline.ensure(
+            con,
+            None if bound.get("report_id") is None else [bound["report_id"]],
+            launches=timeline.LAUNCHES in q.reads,
+        )
     try:
         return params_sql(con, q.sql, bound)
     except duckdb.Error as exc:

@@ -372,6 +372,23 @@ TABLES: tuple[Table, ...] = (
                 "The last row of the device starting at start_ns: its busy_through_ns and "
                 "end_through_ns count every activity starting by then.",
             ),
+            _c(
+                "api_calls",
+                "BIGINT",
+                "",
+                "CUDA API calls that launched it: cuda_api rows with the same report_id, pid and "
+                "correlation_id (0: none in the trace). The api_ columns aggregate them. "
+                "Worked out for what reads them (`-- reads gpu_timeline, gpu_launches`); NULL "
+                "until then, and while the report's cuda_api rows are still in its export.",
+            ),
+            _c("api_start_ns", "BIGINT", "ns", "Earliest start of its launch calls."),
+            _c("api_end_ns", "BIGINT", "ns", "Latest end of its launch calls."),
+            _c(
+                "api_global_tid",
+                "BIGINT",
+                "",
+                "Host thread (global_tid) of its earliest launch call that has one.",
+            ),
         ),
         "workspace",
     ),
@@ -1445,6 +1462,10 @@ BY_NAME: dict[str, Table] = {t.name: t for t in TABLES}
 # step that computes them (`reports.deferred_steps`).
 COMPUTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "nvtx_kernels": ("nvtx_ranges", ("kernels", "kernel_ns", "process_kernels", "process_kernel_ns")),
+    "gpu_launches": (
+        "gpu_timeline",
+        ("api_calls", "api_start_ns", "api_end_ns", "api_global_tid"),
+    ),
 }
 
 STORED: tuple[Table, ...] = tuple(t for t in TABLES if not t.view)

@@ -281,3 +281,69 @@ def test_storm_top_name_ties_go_to_the_first_seen_and_pauses_to_their_storm(work
         (0, 8, 2, 6, "b", 2),  # busy: 3 + 3; idle: the pause (3, 5) only
         (12, 15, 2, 2, "c", 0),  # busy: 'c' 2, 'a' adds nothing past the big kernel's end (100)
     ]
+
+
+def test_launch_calls_match_the_exports_own_join(tmp_path: Path) -> None:
+    # The launch columns (worked out only for what reads them) against nsys' own tables: each
+    # kernel's CUDA API call with the same correlation id in the same process (pid = bits 24-47
+    # of globalTid / globalPid), summed in SQLite.
+    import sqlite3
+
+    export = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    src = sqlite3.connect(export)
+    try:
+        want = src.execute(
+            'SELECT count(*), sum(r.start), sum(r."end"), sum(r.globalTid) '
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r "
+            "ON r.correlationId = k.correlationId "
+            "AND (r.globalTid >> 24) & 16777215 = (k.globalPid >> 24) & 16777215"
+        ).fetchone()
+        kernels = src.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    finally:
+        src.close()
+    con = api.connect(tmp_path / "w.duckdb", load_deferred=False)
+    api.ingest(con, export)  # cuda_api left in the export
+    linked = (
+        "SELECT count(*) FILTER (WHERE api_calls > 0), sum(api_start_ns), sum(api_end_ns), "
+        "sum(api_global_tid), count(api_calls) FROM gpu_timeline WHERE kind = 'kernel'"
+    )
+    nsa.query(con, "utilization").fetchall()  # the timeline alone: no launch calls, cuda_api not loaded
+    assert con.execute(linked).fetchone() == (0, None, None, None, 0)
+    assert timeline.stale(con) == [] and timeline.stale(con, launches=True) == []  # calls still in the export
+    rows = nsa.query(con, "launch_delay").fetchall()  # loads cuda_api, works the launch calls out
+    assert con.execute(linked).fetchone() == (*want, kernels)
+    assert sum(r[2] for r in rows) == want[0]  # launches
+    assert timeline.stale(con, launches=True) == []
+
+
+def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -> None:
+    # kernel 1 launched by two calls, kernel 2 by none, kernel 3 in another process than its call
+    k = dict(report_id=1, device_id=0, duration_ns=10, name="a")
+    insert(
+        workspace,
+        "kernels",
+        [
+            dict(k, pid=5, correlation_id=1, start_ns=100, end_ns=110),
+            dict(k, pid=5, correlation_id=2, start_ns=200, end_ns=210),
+            dict(k, pid=6, correlation_id=3, start_ns=300, end_ns=310),
+        ],
+    )
+    c = dict(report_id=1, pid=5, name="cudaLaunchKernel")
+    insert(
+        workspace,
+        "cuda_api",
+        [
+            dict(c, correlation_id=1, start_ns=10, end_ns=20, global_tid=None),
+            dict(c, correlation_id=1, start_ns=30, end_ns=60, global_tid=77),
+            dict(c, correlation_id=3, start_ns=40, end_ns=50, global_tid=78),
+        ],
+    )
+    nsa.query(workspace, "utilization").fetchall()
+    workspace.execute("UPDATE gpu_timeline SET api_calls = NULL")  # as an nsa before the columns left it
+    assert timeline.stale(workspace) == [] and timeline.stale(workspace, launches=True) == [1]
+    # launches 1, avg_cpu_ns 50 (10 to 60), delay 100 - 60
+    assert [r[2:6] for r in nsa.query(workspace, "launch_delay").fetchall()] == [(1, 50.0, 10.0, 40.0)]
+    assert workspace.execute(
+        "SELECT correlation_id, api_calls, api_start_ns, api_end_ns, api_global_tid "
+        "FROM gpu_timeline ORDER BY start_ns"
+    ).fetchall() == [(1, 2, 10, 60, 77), (2, 0, None, None, None), (3, 0, None, None, None)]

@@ -12,6 +12,13 @@ its rows are counted and their start and end times summed per report on both sid
 ingested, replaced or written by hand (tests, plugins) is worked out again on its next use,
 whatever reader wrote it. A read-only connection (or a Parquet dataset) works it out into a TEMP
 table for itself.
+
+Each row's launch calls (api_calls, api_start_ns, api_end_ns, api_global_tid: the cuda_api rows
+with its report, pid and correlation id) are worked out only for a query that reads them (its
+contract reads `gpu_launches`, schema.COMPUTED): grouping the calls by key and joining them costs
+about as much again as the sorts, and the rules never read them. Until then api_calls is NULL; a
+report whose rows lack them (an older nsa's timeline too) is worked out again, with them, when
+they are read and its CUDA API calls are in the workspace.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import duckdb
 
 from .. import params
 from ..timing import timed
-from .pipeline import memory_cap, rollback
+from .pipeline import deferred_for, memory_cap, rollback
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +76,40 @@ m AS (
         ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
         prev AS (ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
-p AS (SELECT *, greatest(prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns) AS prev_end_ns FROM m)
+p AS (SELECT *, greatest(prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns) AS prev_end_ns FROM m),
+t AS (
+    SELECT
+        report_id, device_id, kind, start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, name_id, label,
+        prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns,
+        CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) OVER (
+            PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
+        ) AS BIGINT) AS busy_through_ns,
+        greatest(end_ns, prev_end_ns) AS end_through_ns,
+        last_at_start
+    FROM p
+)
+{select}
+"""
+
+# The rows as they are, or (LAUNCHES) with their launch calls: those of the same report, pid and
+# correlation id, grouped by key after the sorts (which carry none of it), in a hash table probed
+# by the activities. Reports whose calls are still in their export get none (api_calls NULL).
+_PLAIN = "SELECT * FROM t"
+_LINKED = """,
+calls AS (
+    SELECT report_id, pid, correlation_id, count(*) AS api_calls, min(start_ns) AS api_start_ns,
+           max(end_ns) AS api_end_ns, arg_min(global_tid, start_ns) AS api_global_tid
+    FROM cuda_api
+    WHERE correlation_id IS NOT NULL {only}
+    GROUP BY ALL
+)
 SELECT
-    report_id, device_id, kind, start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, name_id, label,
-    prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns,
-    CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) OVER (
-        PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
-    ) AS BIGINT) AS busy_through_ns,
-    greatest(end_ns, prev_end_ns) AS end_through_ns,
-    last_at_start
-FROM p
+    t.*,
+    CASE WHEN {linked} THEN coalesce(c.api_calls, 0) END AS api_calls,
+    c.api_start_ns, c.api_end_ns, c.api_global_tid
+FROM t
+LEFT JOIN calls AS c
+    ON c.report_id = t.report_id AND c.pid = t.pid AND c.correlation_id = t.correlation_id
 """
 
 # Per report: how many activities, and the sum of their start and end times, in the GPU tables
@@ -102,11 +133,11 @@ GROUP BY report_id
 _STALE = """
 WITH src AS ({source}),
 have AS (
-    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t
+    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked
     FROM gpu_timeline WHERE true {only} GROUP BY report_id
 )
 SELECT report_id FROM src FULL JOIN have USING (report_id)
-WHERE src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t
+WHERE src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t OR (have.unlinked > 0 AND NOT {pending})
 ORDER BY report_id
 """
 
@@ -119,6 +150,10 @@ def _only(report_ids: list[int] | None) -> str:
 
 # The GPU tables the timeline is worked out from.
 _SOURCES = ("kernel_rows", "memcpy", "memset", "graph_executions")
+# Each activity's launch calls (schema.COMPUTED): worked out only for what reads them, from the
+# CUDA API calls (loaded first by api.materialise where the export still has them).
+LAUNCHES = "gpu_launches"
+LAUNCH_READS = ("cuda_api",)
 
 # A read-only connection remembers the reports it found up to date (a DuckDB variable: one per
 # connection, gone with it), so that a query checks once, not in the reader, in materialise and
@@ -155,18 +190,31 @@ def _remember(con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None) 
     con.execute(f"SET VARIABLE {_FRESH} = '{value}'")  # digits and commas only
 
 
-def stale(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> list[int]:
-    """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date."""
+def stale(
+    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None, launches: bool = False
+) -> list[int]:
+    """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date;
+    with `launches`, also those whose rows lack their launch calls (LAUNCHES) though the calls are
+    in the workspace."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
     frozen, seen = _frozen(con)
-    if frozen and _known_fresh(seen, ids):
+    if frozen and not launches and _known_fresh(seen, ids):
         return []
     only = _only(ids)
-    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only)
+    pending = _calls_pending(con, "report_id") if launches else "true"
+    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only, pending=pending)
     todo = [int(r) for (r,) in con.execute(sql).fetchall()]
-    if frozen and not todo:
+    if frozen and not launches and not todo:
         _remember(con, seen, ids)
     return todo
+
+
+def _calls_pending(con: duckdb.DuckDBPyConnection, column: str) -> str:
+    """SQL: is the report in `column` one whose CUDA API calls are still in its export (a deferred
+    step)? Its timeline is worked out without launch calls (api_calls NULL) and again once they
+    are loaded."""
+    pending = sorted({int(rid) for rid, _, _ in deferred_for(con, {"cuda_api"})})
+    return f"{column} IN ({', '.join(map(str, pending))})" if pending else "false"
 
 
 def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
@@ -187,11 +235,14 @@ def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
     return (False, "table") in kinds and not read_only
 
 
-def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None) -> int:
+def ensure(
+    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None, launches: bool = False
+) -> int:
     """Work out the timeline of every report (of `report_ids`, default all) whose stored one is
-    missing or out of date; returns how many reports were worked out."""
+    missing or out of date, with `launches` its rows' launch calls too (LAUNCHES); returns how
+    many reports were worked out."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    todo = stale(con, ids)
+    todo = stale(con, ids, launches)
     if not todo:
         return 0
     if not _stored_table(con):  # read-only file or dataset: this connection's own copy
@@ -212,7 +263,11 @@ def ensure(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = No
             own = False
         try:
             con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
-            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only)))
+            if launches:
+                select = _LINKED.format(only=only, linked=f"NOT {_calls_pending(con, 't.report_id')}")
+            else:
+                select = _PLAIN
+            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
             if own:
                 con.execute("COMMIT")
         except BaseException:

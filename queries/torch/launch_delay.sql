@@ -4,8 +4,10 @@
 -- and the launch delay is kernel start - launch call end, 0 when negative: how long the work
 -- waited in the stream's queue after the host issued it. Short kernels (gpu_ns < cpu_ns) are
 -- launch-bound: the host spends longer issuing them than the GPU running them. Kernels whose
--- launch call is not in the trace are left out.
--- reads cuda_api, kernel_names, kernel_rows
+-- launch call is not in the trace, or that cannot be placed on a timeline (no start, or an end
+-- before it), are left out. The launch calls are those the stored timeline (gpu_timeline) keeps
+-- with each kernel: the earliest start and latest end of the calls with its key.
+-- reads gpu_timeline, gpu_launches, kernel_names
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param delay_cutoff_ns BIGINT = 100000: launch delays longer than this are outliers (HTA's launch_delay_cutoff, 100 us) (ns).
 -- col report_id INTEGER: workspace report id.
@@ -18,22 +20,11 @@
 -- col max_delay_ns BIGINT: longest launch delay (ns).
 -- col short_kernels BIGINT: kernels shorter than their launch call (launch-bound).
 -- col delay_outliers BIGINT: kernels whose launch delay exceeds delay_cutoff_ns.
-WITH calls AS (
-    SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS start_ns, max(c.end_ns) AS end_ns
-    FROM cuda_api AS c
-    -- the calls that launched a kernel only, found with a hash table of the kernels: most other
-    -- calls (copies, syncs, event records) launch none
-    SEMI JOIN kernel_rows AS k
-        ON k.report_id = c.report_id AND k.pid = c.pid AND k.correlation_id = c.correlation_id
-        AND ($report_id IS NULL OR k.report_id = $report_id)
-    WHERE ($report_id IS NULL OR c.report_id = $report_id)
-    GROUP BY ALL
-),
-k AS (
-    SELECT k.report_id, k.name_id, c.end_ns - c.start_ns AS cpu_ns, k.duration_ns AS gpu_ns,
-           greatest(k.start_ns - c.end_ns, 0) AS delay_ns
-    FROM kernel_rows AS k JOIN calls AS c USING (report_id, pid, correlation_id)
-    WHERE $report_id IS NULL OR k.report_id = $report_id
+WITH k AS (
+    SELECT report_id, name_id, api_end_ns - api_start_ns AS cpu_ns, duration_ns AS gpu_ns,
+           greatest(start_ns - api_end_ns, 0) AS delay_ns
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND kind = 'kernel' AND api_calls > 0
 )
 SELECT
     k.report_id,
