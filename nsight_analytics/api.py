@@ -823,7 +823,21 @@ def report_data(
     materialise(con, report_reads())
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
     with report.capped_memory(con, [report_id]):  # the rules and the page scan most of the workspace
-        return report.gather(con, report_id, findings(con, report_id, config=config), max_events=limit)
+        # as `findings`, keeping the rules' Context: the page reuses the query results it holds
+        from .rules import run_rules
+        from .rules.context import Context
+
+        made: list[Context] = []
+        cannot = _materialise_for_rules(con, report_id, None)
+        found = run_rules(
+            con, report_id=report_id, config=config, skip=cannot, context=lambda *a: _keep(made, Context(*a))
+        )
+        return report.gather(con, report_id, found, max_events=limit, context=made[0] if made else None)
+
+
+def _keep(made: list[Any], item: Any) -> Any:
+    made.append(item)
+    return item
 
 
 def run_findings(

@@ -211,6 +211,60 @@ def test_level_of_detail_ranks_only_the_longest_durations_and_keeps_ties_by_star
     assert [lane["quota"] for lane in lanes] == [400 * 100 // 705, 300 * 100 // 705, 1]
 
 
+def test_nvtx_lanes_keep_the_longest_ranges_with_ties_by_thread_and_start() -> None:
+    """The NVTX lanes keep the `limit` longest ranges (ties: pid, tid, start), also where many
+    share the durations around the cut, a range ends before it starts, or all fit."""
+    from nsight_analytics.report import timeline
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE nvtx_ranges (report_id INTEGER, pid INTEGER, tid INTEGER, start_ns BIGINT, end_ns BIGINT, "
+        "name VARCHAR)"
+    )
+    durations = [5, 5, 5, 7, 900, 901, 64, 65, 66, 0, -3, 1 << 40]
+    ranges = [(1 + i % 2, 10 + i % 3, i * 10, durations[i % len(durations)], f"r{i % 4}") for i in range(500)]
+    con.executemany(
+        "INSERT INTO nvtx_ranges VALUES (1, ?, ?, ?, ?, ?)", [(p, t, s, s + d, n) for p, t, s, d, n in ranges]
+    )
+    con.execute("INSERT INTO nvtx_ranges VALUES (2, 1, 10, 0, 999999, 'other report')")
+    for limit in (1, 37, 100, 500, 1000):
+        names: dict[str, int] = {}
+        lanes = timeline.nvtx_lanes(con, 1, 0, names, limit=limit)
+        got = set()
+        for lane in lanes:
+            pid, tid = (int(x) for x in lane["label"].split()[2::2])
+            starts = [sum(lane["s"][: i + 1]) for i in range(len(lane["s"]))]
+            got |= {
+                (pid, tid, s, d, list(names)[n]) for s, d, n in zip(starts, lane["d"], lane["n"], strict=True)
+            }
+        want = sorted(ranges, key=lambda r: (-r[3], r[0], r[1], r[2]))[:limit]
+        assert got == set(want), limit
+
+
+def test_page_reuses_the_rules_query_results(demo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's panels come from the rules' Context where a rule ran the same query with the
+    same parameters: each (query, parameters) runs once for the rules and the page together."""
+    from nsight_analytics import queries, report
+
+    con, rid = demo
+    api.report_data(con, rid)  # deferred data loaded before counting
+    ran: list[tuple[str, str]] = []
+    real = queries.run
+
+    def counted(con: Any, name: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+        ran.append((name, json.dumps(params or {}, sort_keys=True, default=str)))
+        return real(con, name, params, **kw)
+
+    monkeypatch.setattr(queries, "run", counted)
+    data = api.report_data(con, rid)
+    assert sorted(set(ran)) == sorted(ran)
+    steady = json.dumps({"phase": "steady", "report_id": rid}, sort_keys=True)
+    assert ("utilization", steady) in ran and ("graph_launches", json.dumps({"report_id": rid})) in ran
+    monkeypatch.undo()
+    # the same page as each query run on its own
+    assert data == report.gather(con, rid, api.findings(con, rid))
+
+
 def test_ncu_report_draws_the_ncu_panels_and_no_timeline(tmp_path: Path) -> None:
     # `ncu -i REPORT --csv --page details` of a `--set full` report, committed with the tests
     # (tests/data/ncu/variants/manifest.tsv); its launches counted here with the csv module

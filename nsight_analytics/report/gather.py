@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -15,6 +15,9 @@ from .flame import flames
 from .pins import pin_findings
 from .timeline import DEFAULT_MAX_EVENTS, gather_timeline
 from .timeline import READS as TIMELINE_READS
+
+if TYPE_CHECKING:
+    from ..rules.context import Context
 
 TOP_KERNELS = 25
 TOP_NVTX = 30
@@ -56,8 +59,11 @@ def gather(
     report_id: int,
     findings: Iterable[Any] = (),
     max_events: int = DEFAULT_MAX_EVENTS,
+    context: Context | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows for one report, JSON-able; `findings` are `Finding`s."""
+    """Everything the page shows for one report, JSON-able; `findings` are `Finding`s.
+    `context`: the rules' Context that found them (on this report), whose query results the
+    page reuses instead of running those queries again (utilization, graph_launches...)."""
     fmt, file = params.first_row(
         params.execute(
             con,
@@ -66,7 +72,7 @@ def gather(
         )
     )
     panels: dict[str, Any] = {
-        key: rows(con, name, report_id) for key, name in PANEL_QUERIES.items() if _known(name)
+        key: rows(con, name, report_id, context) for key, name in PANEL_QUERIES.items() if _known(name)
     }
     panels["top_kernels"] = sorted(panels.get("top_kernels", []), key=lambda r: -r["total_ns"])[:TOP_KERNELS]
     panels["nvtx"] = sorted(panels.get("nvtx", []), key=lambda r: -(r["total_ns"] or 0))[:TOP_NVTX]
@@ -74,8 +80,8 @@ def gather(
         panels[key] = _top_launches(panels.get(key, []))
     panels["energy"] = [r for r in panels.get("energy", []) if r.get("scope") == "run"]
     panels["utilization_steady"] = [
-        *rows(con, "utilization", report_id, phase="startup"),
-        *rows(con, "utilization", report_id, phase="steady"),
+        *rows(con, "utilization", report_id, context, phase="startup"),
+        *rows(con, "utilization", report_id, context, phase="steady"),
     ]
     timeline = gather_timeline(con, report_id, max_events)
     span = (timeline["t1"] - timeline["t0"]) if timeline else 0
@@ -83,7 +89,7 @@ def gather(
     panels["memory"] = _memory(con, report_id)
     panels["power"] = _power(con, report_id, timeline)
     panels["idle_stacks"] = (
-        flames(rows(con, "gap_stacks", report_id, top_n=None)) if _known("gap_stacks") else {}
+        flames(rows(con, "gap_stacks", report_id, context, top_n=None)) if _known("gap_stacks") else {}
     )
     found = [f.to_dict() for f in findings]
     if timeline:
@@ -92,10 +98,18 @@ def gather(
             "findings": found, "panels": panels}  # fmt: skip
 
 
-def rows(con: duckdb.DuckDBPyConnection, name: str, report_id: int, **extra: Any) -> list[dict[str, Any]]:
-    """A library query's rows as dicts with JSON-safe values (NaN and inf become None)."""
-    rel = queries.run(con, name, {"report_id": report_id, **extra})
-    return [{c: _safe(v) for c, v in zip(rel.columns, r, strict=True)} for r in rel.fetchall()]
+def rows(
+    con: duckdb.DuckDBPyConnection, name: str, report_id: int, context: Context | None = None, **extra: Any
+) -> list[dict[str, Any]]:
+    """A library query's rows as dicts with JSON-safe values (NaN and inf become None); through
+    `context` (the rules' Context of this report), computed once for the rules and the page."""
+    if context is not None and context.report_id == report_id:
+        got = context.query(name, report_id, **extra)
+        columns, records = got.columns, list(got)
+    else:
+        rel = queries.run(con, name, {"report_id": report_id, **extra})
+        columns, records = tuple(rel.columns), rel.fetchall()
+    return [{c: _safe(v) for c, v in zip(columns, r, strict=True)} for r in records]
 
 
 def _known(name: str) -> bool:

@@ -318,15 +318,21 @@ def nvtx_lanes(
     """NVTX ranges per host thread (of process `pid` when given), with their nesting depth
     (`l`); the longest `limit`. Starts are from `t0` on the report's clock."""
     only = "" if pid is None else " AND pid = $pid"
-    # the shortest duration kept is found on the durations alone (a top-N of one column), so only
-    # the ranges at least that long are read with their names
+    # only the ranges in the longest durations' buckets are read with their names and sorted: a
+    # histogram of the durations (1/32 of an octave a bucket, as the GPU lanes') gives the shortest
+    # bucket that with the longer ones holds `limit` ranges, and every range shorter than it ranks
+    # after all of those
     ranges = f"FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL{only}"
     rows = params.execute(
         con,
-        f"WITH cut AS (SELECT min(d) AS d FROM (SELECT end_ns - start_ns AS d {ranges} ORDER BY d DESC LIMIT $lim))"
+        "WITH hist AS (SELECT floor(log2(greatest(d, 0) + 1) * 32) AS b, count(*) AS n, min(d) AS shortest"
+        f"  FROM (SELECT end_ns - start_ns AS d {ranges}) GROUP BY 1),"
+        " cut AS (SELECT arg_max(shortest, b) AS d FROM"
+        "  (SELECT b, shortest, sum(n) OVER (ORDER BY b DESC) AS above FROM hist) WHERE above >= $lim)"
         f" SELECT pid, tid, start_ns, d, name FROM ("
         f"  SELECT pid, tid, start_ns, end_ns - start_ns AS d, coalesce(name, '?') AS name {ranges}"
-        "   AND end_ns - start_ns >= (SELECT d FROM cut) ORDER BY d DESC, pid, tid, start_ns LIMIT $lim"
+        "   AND end_ns - start_ns >= coalesce((SELECT d FROM cut), -9223372036854775807)"
+        "   ORDER BY d DESC, pid, tid, start_ns LIMIT $lim"
         ") ORDER BY pid, tid, start_ns, d DESC",
         {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})},
     ).fetchall()

@@ -16,7 +16,8 @@
 -- any source on its launching threads, one row with source NULL says why in `note` and which
 -- capture option records them. Linear: the gaps in one sorted pass, samples and frame boundaries
 -- placed in them by ASOF joins per thread, the idle time before a moment by a running sum of gap
--- time (no join of gaps against samples by range).
+-- time (no join of gaps against samples by range). Only the gaps ended by a call of a thread that
+-- has stacks are matched to their launch calls: a capture without stacks costs its gaps' totals.
 -- reads cuda_api, gpu_timeline, kernel_rows, reports, stack_events, stack_frames, stacks, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
@@ -46,10 +47,38 @@ step_window AS (
     WHERE $step IS NOT NULL AND step = $step AND ($report_id IS NULL OR report_id = $report_id)
     GROUP BY ALL
 ),
+ev AS (
+    SELECT * FROM stack_events
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+        AND source IN ('python_sample', 'cpu_sample', 'kineto_python') AND stack_id IS NOT NULL
+),
+-- the window's gaps, a row per activity ending one (several activities may end the same gap)
+ends AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
+-- a gap's thread is the earliest call among all that end it, looked up only in the processes of
+-- the threads with stacks (a gap of another process is never joined to a stack)
+-- (joins with distinct key sets rather than tuple IN lists: the same semi join, and Spark reads it)
+stacked AS MATERIALIZED (
+    SELECT DISTINCT c.report_id, c.pid
+    FROM cuda_api AS c
+    JOIN (SELECT DISTINCT report_id, global_tid FROM ev) AS t USING (report_id, global_tid)
+    WHERE ($report_id IS NULL OR c.report_id = $report_id)
+),
+launcher AS (
+    SELECT e.report_id, e.dev, e.gap_start_ns, arg_min(c.global_tid, c.start_ns) AS global_tid
+    FROM (SELECT e.* FROM ends AS e JOIN stacked USING (report_id, pid)) AS e
+    JOIN (
+        SELECT c.report_id, c.pid, c.correlation_id, c.global_tid, c.start_ns
+        FROM cuda_api AS c
+        JOIN stacked USING (report_id, pid)
+        WHERE c.global_tid IS NOT NULL AND ($report_id IS NULL OR c.report_id = $report_id)
+    ) AS c USING (report_id, pid, correlation_id)
+    GROUP BY ALL
+),
 gap AS (
     SELECT g.report_id, g.dev, greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns,
-           g.global_tid
-    FROM nsa_gap_launches($report_id, $min_gap_ns) AS g
+           l.global_tid
+    FROM (SELECT report_id, dev, gap_start_ns, any_value(gap_end_ns) AS gap_end_ns FROM ends GROUP BY ALL) AS g
+    LEFT JOIN launcher AS l USING (report_id, dev, gap_start_ns)
     LEFT JOIN step_window AS w USING (report_id)
     WHERE $step IS NULL OR (w.steady AND g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
 ),
@@ -68,11 +97,6 @@ cum AS (
     FROM launch
 ),
 threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
-ev AS (
-    SELECT * FROM stack_events
-    WHERE ($report_id IS NULL OR report_id = $report_id)
-        AND source IN ('python_sample', 'cpu_sample', 'kineto_python') AND stack_id IS NOT NULL
-),
 -- samples inside the gaps of their thread, each worth its gap's time over the gap's samples
 sampled AS (
     SELECT x.report_id, t.dev, x.source, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
