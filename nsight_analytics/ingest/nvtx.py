@@ -203,12 +203,17 @@ def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int
         )
         total = params.first_row(con.execute(f"SELECT count(*) FROM nvtx_ranges WHERE report_id = {rid}"))
     finally:
-        for table in NVTX_TEMP:
-            try:
-                con.execute(f"DROP TABLE IF EXISTS {table}")
-            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
-                break
+        _drop_temp(con)
     return int(total[0])
+
+
+def _drop_temp(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the passes' TEMP tables (NVTX_TEMP)."""
+    for table in NVTX_TEMP:
+        try:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+        except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
+            break
 
 
 def calls_of(report_id: int) -> str:
@@ -327,11 +332,7 @@ def fill_nvtx_totals(
             f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_TOTALS.format(rid=rid, ranges=ranges)}"
         ).fetchone()
     finally:
-        for table in NVTX_TEMP:
-            try:
-                con.execute(f"DROP TABLE IF EXISTS {table}")
-            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
-                break
+        _drop_temp(con)
     return int(row[0]) if row else 0
 
 
