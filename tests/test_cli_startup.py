@@ -131,11 +131,17 @@ def test_ingest_and_kernel_summary_import_no_arrow_numpy_or_pandas(tmp_path: Pat
         assert [m for m in json.loads(out.read_text()) if m in ("numpy", "pandas", "pyarrow")] == [], args
 
 
-def test_a_kineto_ingest_imports_no_arrow_numpy_or_pandas(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "trace",
+    [
+        "kineto/h100_torch2.11_train_fused_rerun.json.gz",
+        "ddp/kineto/ddp_w2/rank0.json.gz",  # NCCL collectives: their names parsed in Python too
+    ],
+)
+def test_a_kineto_ingest_imports_no_arrow_numpy_or_pandas(tmp_path: Path, trace: str) -> None:
     # DuckDB's JSON reader stages the events; rows Python works out go to DuckDB as SQL literals
-    trace = ROOT / "tests" / "data" / "kineto" / "h100_torch2.11_train_fused_rerun.json.gz"
     out, db = tmp_path / "loaded.json", str(tmp_path / "w.duckdb")
-    res = python("-c", PROBE, str(out), "ingest", "-q", str(trace), "--db", db)
+    res = python("-c", PROBE, str(out), "ingest", "-q", str(ROOT / "tests" / "data" / trace), "--db", db)
     assert res.returncode == 0, res.stderr
     assert [m for m in json.loads(out.read_text()) if m in ("numpy", "pandas", "pyarrow")] == []
     assert "duckdb" in json.loads(out.read_text())  # the probe saw the ingest's imports

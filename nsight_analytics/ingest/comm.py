@@ -371,21 +371,19 @@ def load(con: duckdb.DuckDBPyConnection, report_id: int, args: str = NO_ARGS) ->
             "CREATE OR REPLACE TEMP TABLE _nsa_comm_names (name_id BIGINT, name VARCHAR, library VARCHAR, "
             "op VARCHAR, reduce_op VARCHAR, dtype VARCHAR, algorithm VARCHAR, protocol VARCHAR)"
         )
-        con.executemany(f"INSERT INTO _nsa_comm_names VALUES ({', '.join('?' * 8)})", parsed)
+        params.insert_rows(con, "_nsa_comm_names", parsed)  # as literals: binding would import pandas
         con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_comm_args AS {args}")
         collectives = con.execute(
             "SELECT DISTINCT collective FROM _nsa_comm_args WHERE collective IS NOT NULL"
         ).fetchall()
         con.execute("CREATE OR REPLACE TEMP TABLE _nsa_comm_ops (collective VARCHAR, op VARCHAR)")
         ops = [(c, collective_op(c)) for (c,) in collectives]
-        if ops:
-            con.executemany("INSERT INTO _nsa_comm_ops VALUES (?, ?)", ops)
+        params.insert_rows(con, "_nsa_comm_ops", ops)
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _nsa_comm_dtypes (kineto VARCHAR, dtype VARCHAR, element_bytes INTEGER)"
         )
-        con.executemany(
-            "INSERT INTO _nsa_comm_dtypes VALUES (?, ?, ?)",
-            [(k, code, ELEMENT_BYTES[code]) for k, code in KINETO_DTYPES.items()],
+        params.insert_rows(
+            con, "_nsa_comm_dtypes", [(k, code, ELEMENT_BYTES[code]) for k, code in KINETO_DTYPES.items()]
         )
         cols = schema.BY_NAME["comm_ops"].col_names
         select = INSERT.format(
