@@ -25,6 +25,7 @@ from .errors import QueryError, SourceGoneError, WorkspaceError
 from .ingest import IngestResult, all_readers, deferred_for, ensure_loaded, ingest_file
 from .ingest import runs as _runs
 from .ingest import timeline as _timeline
+from .ingest.pipeline import memory_cap
 from .statements import canonical_writes, refuse_extensions
 from .workspace import ENV_DB, open_workspace, resolve_db_path
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .diff import Diff, Gate
     from .rules import Finding, Rule
     from .rules.config import Threshold
+    from .rules.context import Context
 
 __all__ = [
     "ENV_DB",
@@ -678,10 +680,15 @@ def findings(
     config: dict[str, Any] | None = None,
     only: list[str] | None = None,
     run: str | int | None = None,
+    context: Callable[..., Context] | None = None,
 ) -> list[Finding]:
     """Ranked findings for one report (or all), or for one run (`run`: id or name: the rules on
-    each of its reports and the run rules on the run), after materialising what the rules read."""
+    each of its reports and the run rules on the run), after materialising what the rules read.
+    `context`: what makes the rules' Context (rules.run_rules), the library's by default."""
     from .rules import run_rules
+    from .rules.context import Context
+
+    make = Context if context is None else context
 
     if run is not None:
         if report_id is not None:
@@ -690,10 +697,10 @@ def findings(
         cannot: set[tuple[int, str]] = set()
         for rid in _runs.run_reports(con, run_id):
             cannot |= _materialise_for_rules(con, rid, only)
-        return run_rules(con, config=config, only=only, skip=cannot, run_id=run_id)
+        return run_rules(con, config=config, only=only, skip=cannot, run_id=run_id, context=make)
     require_reports(con, [report_id])
     cannot = _materialise_for_rules(con, report_id, only)
-    return run_rules(con, report_id=report_id, config=config, only=only, skip=cannot)
+    return run_rules(con, report_id=report_id, config=config, only=only, skip=cannot, context=make)
 
 
 def summary(
@@ -805,7 +812,9 @@ def report_data(
     if run is not None:
         run_id = resolve_run(con, run)
         limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-        with report.capped_memory(con, run_reports(con, run_id)):
+        # a page reads most of the workspace: under the drawn inputs' size DuckDB evicts what it
+        # scanned and spills its large intermediates instead of growing to several times that
+        with memory_cap(con, run_reports(con, run_id)):
             return report.gather_run(con, run_id, run_findings(con, run_id, config), max_events=limit)
     if diff_sides is not None:
         result = diff(con, diff_sides[0], diff_sides[1], config=config)
@@ -822,16 +831,12 @@ def report_data(
     require_reports(con, [report_id])
     materialise(con, report_reads())
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
-    with report.capped_memory(con, [report_id]):  # the rules and the page scan most of the workspace
-        # as `findings`, keeping the rules' Context: the page reuses the query results it holds
-        from .rules import run_rules
+    with memory_cap(con, [report_id]):  # the rules and the page scan most of the workspace
+        # the rules' Context is kept: the page reuses the query results it holds
         from .rules.context import Context
 
         made: list[Context] = []
-        cannot = _materialise_for_rules(con, report_id, None)
-        found = run_rules(
-            con, report_id=report_id, config=config, skip=cannot, context=lambda *a: _keep(made, Context(*a))
-        )
+        found = findings(con, report_id, config=config, context=lambda *a: _keep(made, Context(*a)))
         return report.gather(con, report_id, found, max_events=limit, context=made[0] if made else None)
 
 

@@ -336,12 +336,19 @@ def fill_nvtx_totals(
     return int(row[0]) if row else 0
 
 
+def ranges_of(report_id: int) -> tuple[str, str, str]:
+    """fill_nvtx_totals' `ranges`, `spans` and `threads` from the report's nvtx_ranges."""
+    of = f"FROM nvtx_ranges WHERE report_id = {int(report_id)}"
+    return (
+        f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}",
+        f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}",
+        f"SELECT DISTINCT pid, global_tid {of}",
+    )
+
+
 def fill_nvtx_totals_of_ranges(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
     """fill_nvtx_totals from the report's nvtx_ranges and cuda_api in the workspace, whether or
     not the ranges' kernels are worked out."""
     rid = int(report_id)
-    of = f"FROM nvtx_ranges WHERE report_id = {rid}"
-    ranges = f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}"
-    spans = f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}"
-    threads = f"SELECT DISTINCT pid, global_tid {of}"
+    ranges, spans, threads = ranges_of(rid)
     return fill_nvtx_totals(con, rid, ranges, spans, calls_of(rid), threads)

@@ -10,8 +10,7 @@ query itself, so a notebook can inspect or trim the data before rendering it.
 from __future__ import annotations
 
 from .gather import READS, gather
-from .memory import capped_memory
 from .run import gather_run
 from .timeline import DEFAULT_MAX_EVENTS
 
-__all__ = ["DEFAULT_MAX_EVENTS", "READS", "capped_memory", "gather", "gather_run"]
+__all__ = ["DEFAULT_MAX_EVENTS", "READS", "gather", "gather_run"]

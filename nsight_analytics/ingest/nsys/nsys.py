@@ -16,7 +16,7 @@ import duckdb
 from ... import params, schema
 from ...errors import InputError
 from .. import stacks
-from ..nvtx import WAIT_RANGES, calls_of, fill_nvtx_kernels, sum_nvtx_totals
+from ..nvtx import WAIT_RANGES, calls_of, fill_nvtx_kernels, ranges_of, sum_nvtx_totals
 from ..nvtx import fill_nvtx_totals as nvtx_totals
 from ..sqlite_source import EXPORT_HINT
 from ..steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
@@ -309,17 +309,20 @@ def graph_launches_sql(src: Source) -> str | None:
 # same thread with the same correlation id (`cudaMemcpy` around `cudaMemcpy_v3020`): joined to
 # the GPU work they issued, every copy or kernel would count twice. The inner row goes; rows with
 # the same interval keep the first. Only (thread, correlation id) pairs seen twice are examined.
-NESTED_DUPLICATES = """
-DELETE FROM cuda_api WHERE report_id = $rid AND rowid IN (
+def _nested_duplicates(table: str, rows: str) -> str:
+    """The DELETE of the inner rows of calls recorded twice (see above) from `table`'s `rows` (a
+    condition on its columns): it looks at one thread and correlation id at a time."""
+    return f"""
+DELETE FROM {table} WHERE {rows} AND rowid IN (
     WITH dup AS (
-        SELECT global_tid, correlation_id FROM cuda_api
-        WHERE report_id = $rid AND correlation_id IS NOT NULL AND correlation_id <> 0
+        SELECT global_tid, correlation_id FROM {table}
+        WHERE {rows} AND correlation_id IS NOT NULL AND correlation_id <> 0
         GROUP BY ALL HAVING count(*) > 1
     ),
     c AS (
         SELECT a.rowid AS rid_, a.global_tid, a.correlation_id, a.start_ns, a.end_ns
-        FROM cuda_api AS a SEMI JOIN dup USING (global_tid, correlation_id)
-        WHERE a.report_id = $rid
+        FROM {table} AS a SEMI JOIN dup USING (global_tid, correlation_id)
+        WHERE {rows}
     )
     SELECT i.rid_ FROM c AS i JOIN c AS o
         ON o.global_tid = i.global_tid AND o.correlation_id = i.correlation_id AND o.rid_ <> i.rid_
@@ -327,6 +330,9 @@ DELETE FROM cuda_api WHERE report_id = $rid AND rowid IN (
         AND (o.start_ns < i.start_ns OR o.end_ns > i.end_ns OR o.rid_ < i.rid_)
 )
 """
+
+
+NESTED_DUPLICATES = _nested_duplicates("cuda_api", "report_id = $rid")
 
 
 def graph_executions_sql(src: Source) -> str | None:
@@ -449,24 +455,9 @@ def nvtx_ranges_sql(src: Source) -> str | None:
 
 # The export's kernel launch calls for the nvtx_totals step while cuda_api is still deferred:
 # the runtime calls whose correlation id one of the report's kernels has, less the inner row of
-# a call recorded twice (NESTED_DUPLICATES, on these rows only: it looks at one thread and
-# correlation id at a time).
+# a call recorded twice (as NESTED_DUPLICATES does to cuda_api, on these rows only).
 LAUNCH_CALLS = "_nsa_launch_calls"
-NESTED_LAUNCHES = f"""
-DELETE FROM {LAUNCH_CALLS} WHERE rowid IN (
-    WITH c AS (
-        SELECT a.rowid AS rid_, a.global_tid, a.correlation_id, a.start_ns, a.end_ns
-        FROM {LAUNCH_CALLS} AS a SEMI JOIN (
-            SELECT global_tid, correlation_id FROM {LAUNCH_CALLS}
-            WHERE correlation_id <> 0 GROUP BY ALL HAVING count(*) > 1
-        ) AS dup USING (global_tid, correlation_id)
-    )
-    SELECT i.rid_ FROM c AS i JOIN c AS o
-        ON o.global_tid = i.global_tid AND o.correlation_id = i.correlation_id AND o.rid_ <> i.rid_
-        AND o.start_ns <= i.start_ns AND o.end_ns >= i.end_ns
-        AND (o.start_ns < i.start_ns OR o.end_ns > i.end_ns OR o.rid_ < i.rid_)
-)
-"""
+NESTED_LAUNCHES = _nested_duplicates(LAUNCH_CALLS, "true")
 
 
 def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
@@ -480,10 +471,7 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
     pending = set(row[0] or ()) if row else {"nvtx_kernels"}
     if not pending & {"nvtx_ranges", "nvtx_kernels"}:
         return sum_nvtx_totals(con, rid)
-    of = f"FROM nvtx_ranges WHERE report_id = {rid}"
-    ranges = f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}"
-    spans = f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}"
-    threads = f"SELECT DISTINCT pid, global_tid {of}"
+    ranges, spans, threads = ranges_of(rid)
     if "nvtx_ranges" in pending:
         cols, frm = _nvtx_parts(src)
         ranges = (
