@@ -19,24 +19,27 @@
 -- col average DOUBLE: mean of the samples weighted by kernel time inside each, in `unit`.
 -- col peak DOUBLE: highest sample a kernel of the name touched, in `unit`.
 WITH steady AS (SELECT report_id, start_ns FROM nsa_steady($report_id)),
+g AS (
+    SELECT report_id, device_id, metric, unit, ts_ns, ts_ns + period_ns AS te, period_ns, value
+    FROM gpu_metrics
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND period_ns > 0
+        AND ($metrics IS NULL OR list_contains(list_transform(string_split($metrics, ','), x -> trim(x)), metric))
+),
+-- only the devices with samples: a workspace of kernels without GPU metrics costs nothing
+sampled AS (SELECT DISTINCT report_id, device_id FROM g),
 k AS (
     SELECT k.report_id, k.device_id, coalesce(n.name, n.short_name, '(unnamed kernel)') AS name,
            k.start_ns, k.end_ns
     FROM kernel_rows AS k
-    LEFT JOIN kernel_names AS n USING (report_id, name_id)
-    LEFT JOIN steady AS st USING (report_id)
+    JOIN sampled AS s ON s.report_id = k.report_id AND s.device_id = k.device_id
+    LEFT JOIN kernel_names AS n ON n.report_id = k.report_id AND n.name_id = k.name_id
+    LEFT JOIN steady AS st ON st.report_id = k.report_id
     WHERE ($report_id IS NULL OR k.report_id = $report_id) AND k.end_ns >= k.start_ns
         AND ($phase IS NULL OR st.start_ns IS NULL OR k.start_ns >= st.start_ns)
 ),
 counts AS (
     SELECT report_id, device_id, name, count(*) AS kernels, sum(end_ns - start_ns) AS kernel_ns
     FROM k GROUP BY ALL
-),
-g AS (
-    SELECT report_id, device_id, metric, unit, ts_ns, ts_ns + period_ns AS te, period_ns, value
-    FROM gpu_metrics
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND period_ns > 0
-        AND ($metrics IS NULL OR list_contains(list_transform(string_split($metrics, ','), x -> trim(x)), metric))
 ),
 -- Kernels and samples meet in time buckets of a device's median sample period: each is listed in
 -- every bucket it touches, and a (kernel, sample) pair is kept in the one bucket holding the start
