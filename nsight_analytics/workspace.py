@@ -8,6 +8,7 @@ turns DuckDB's lock and I/O errors into sentences that say what to do.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -251,7 +252,11 @@ MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create missing tables, columns and views, and run the migrations a workspace of an older
-    version needs, all in one transaction (a failed upgrade leaves the workspace as it was)."""
+    version needs, all in one transaction (a failed upgrade leaves the workspace as it was).
+    A workspace already up to date is only read: no transaction to commit on every open."""
+    have = _columns(con)
+    if stored_version(con, have) == SCHEMA_VERSION and not _missing(have) and not _stale_views(con):
+        return
     con.execute("BEGIN TRANSACTION")
     try:
         version = stored_version(con)
@@ -260,20 +265,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         for step in range(version + 1, SCHEMA_VERSION + 1):
             if version and step in MIGRATIONS:
                 MIGRATIONS[step](con)
-        have = _columns(con)
-        for table in schema.STORED:
-            for col in table.cols:
-                if (table.name, col.name) not in have:
-                    con.execute(f'ALTER TABLE "{table.name}" ADD COLUMN "{col.name}" {col.type}')
-        views = dict(
-            con.execute(
-                "SELECT view_name, sql FROM duckdb_views() WHERE database_name = current_database() "
-                "AND schema_name = 'main' AND NOT internal"
-            ).fetchall()
-        )
-        for view in schema.VIEWS:
-            if _bare(view.view) not in _bare(views.get(view.name) or ""):  # missing, or older
-                con.execute(view.ddl())
+        for name, col in _missing(_columns(con)):
+            con.execute(f'ALTER TABLE "{name}" ADD COLUMN "{col.name}" {col.type}')
+        for view in _stale_views(con):
+            _create_view(con, view)
         con.execute("DELETE FROM nsa_workspace")
         con.execute(
             f"INSERT INTO nsa_workspace VALUES ({int(SCHEMA_VERSION)})"
@@ -284,11 +279,45 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("COMMIT")
 
 
-def stored_version(con: duckdb.DuckDBPyConnection) -> int:
+def _missing(have: set[tuple[str, str]]) -> list[tuple[str, schema.Col]]:
+    """(table, column) that schema.py declares and the workspace lacks, of the stored tables."""
+    return [(t.name, c) for t in schema.STORED for c in t.cols if (t.name, c.name) not in have]
+
+
+def _stale_views(con: duckdb.DuckDBPyConnection) -> list[schema.Table]:
+    """The views that are missing or older than schema.py's: DuckDB stores a view's SQL
+    rewritten (parentheses added, functions in capitals), so each view nsa creates carries the
+    hash of the text it was made from as its comment (_create_view); a view from before that is
+    compared by its text."""
+    views = {
+        name: (sql, comment)
+        for name, sql, comment in con.execute(
+            "SELECT view_name, sql, comment FROM duckdb_views() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND NOT internal"
+        ).fetchall()
+    }
+    stale = []
+    for view in schema.VIEWS:
+        sql, comment = views.get(view.name, ("", None))
+        if comment != _view_stamp(view) and _bare(view.view) not in _bare(sql or ""):
+            stale.append(view)
+    return stale
+
+
+def _view_stamp(view: schema.Table) -> str:
+    return "nsa:" + hashlib.sha256(view.ddl().encode()).hexdigest()[:16]
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, view: schema.Table) -> None:
+    con.execute(view.ddl())
+    con.execute(f"COMMENT ON VIEW \"{view.name}\" IS '{_view_stamp(view)}'")
+
+
+def stored_version(con: duckdb.DuckDBPyConnection, have: set[tuple[str, str]] | None = None) -> int:
     """The workspace's layout version: 0 for a new (empty) one. Raises WorkspaceError for one
     this nsa cannot bring up to date: made by a newer nsa, or by a pre-release nsa (reports
-    but no version)."""
-    tables = {t for t, _ in _columns(con)}
+    but no version). `have`: the workspace's (table, column) pairs, when the caller read them."""
+    tables = {t for t, _ in (_columns(con) if have is None else have)}
     if "nsa_workspace" in tables:
         row = con.execute("SELECT max(schema_version) FROM nsa_workspace").fetchone()
         version = int(row[0]) if row and row[0] is not None else 0
@@ -296,15 +325,14 @@ def stored_version(con: duckdb.DuckDBPyConnection) -> int:
         version = -1
     else:
         return 0
-    path = _path(con)
     if version < 0:
         raise WorkspaceError(
-            f"workspace {path} was made by a pre-release nsa (it has no layout version); ingest the "
+            f"workspace {_path(con)} was made by a pre-release nsa (it has no layout version); ingest the "
             "reports again into a new workspace (another --db path)."
         )
     if version > SCHEMA_VERSION:
         raise WorkspaceError(
-            f"workspace {path} has layout version {version}, newer than this nsa's {SCHEMA_VERSION}; "
+            f"workspace {_path(con)} has layout version {version}, newer than this nsa's {SCHEMA_VERSION}; "
             "upgrade nsa (pip install -U nsight-analytics) to open it."
         )
     return version
@@ -321,9 +349,9 @@ def _out_of_date(con: duckdb.DuckDBPyConnection) -> bool:
     """Something this nsa declares is missing, or the layout version is older: read only,
     queries would fail on it. ensure_schema brings it up to date."""
     have = _columns(con)
-    if any((t.name, c.name) not in have for t in schema.STORED for c in t.cols):
+    if _missing(have):
         return True
-    return stored_version(con) < SCHEMA_VERSION
+    return stored_version(con, have) < SCHEMA_VERSION
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
