@@ -33,9 +33,10 @@ WAIT_RANGES = r"^(P?MPI_|nccl|ucp_|ucx_|UCX|shmem_|nvshmem|gloo|c10d::)"
 # start_ns, correlation_id) becomes the temp table _nsa_running, NVTX_PROCESS
 # _nsa_running_process; NVTX_PASS then gives (src_row, kernels, kernel_ns) for the ranges of
 # one chunk that launched any kernel, by `{key}` (PASSES: global_tid for the same-thread share,
-# pid for the process-wide one), from `{keys}` (src_row, report_id, pid, global_tid, start_ns,
-# end_ns per closed range of the chunk) and `{running}` (the running totals of the chunk's
-# threads or processes: one row per key and start_ns, its launches and the totals up to them).
+# pid for the process-wide one), from `{keys}` (src_row, pid, global_tid, start_ns, end_ns per
+# closed range of the chunk) and `{running}` (the running totals of the chunk's threads or
+# processes, all of one report: one row per key and start_ns, its launches and the totals up to
+# them).
 NVTX_RUNNING = """
 WITH launches AS (
     SELECT k.report_id, c.pid, c.global_tid, c.start_ns, count(*) AS kernels, sum(k.duration_ns) AS kernel_ns
@@ -65,18 +66,18 @@ NVTX_PASS = """
 WITH r AS ({keys}), running AS ({running}),
 launching AS (
     SELECT
-        r.src_row, r.report_id, r.{key}, r.end_ns,
+        r.src_row, r.{key}, r.end_ns,
         n.cum_kernels - n.kernels AS pre_kernels,
         coalesce(n.cum_kernel_ns, 0) - coalesce(n.kernel_ns, 0) AS pre_kernel_ns
     FROM r
-    ASOF JOIN running AS n ON n.report_id = r.report_id AND n.{key} = r.{key} AND n.start_ns >= r.start_ns
+    ASOF JOIN running AS n ON n.{key} = r.{key} AND n.start_ns >= r.start_ns
     WHERE n.start_ns <= r.end_ns
 )
 SELECT l.src_row, e.cum_kernels - l.pre_kernels AS kernels, coalesce(e.cum_kernel_ns, 0) - l.pre_kernel_ns AS kernel_ns
 FROM launching AS l
-ASOF JOIN running AS e ON e.report_id = l.report_id AND e.{key} = l.{key} AND l.end_ns >= e.start_ns
+ASOF JOIN running AS e ON e.{key} = l.{key} AND l.end_ns >= e.start_ns
 """
-NVTX_TEMP = ("_nsa_running", "_nsa_running_process", "_nsa_nvtx", "_nsa_nvtx_process")
+NVTX_TEMP = ("_nsa_running", "_nsa_running_process", "_nsa_nvtx", "_nsa_nvtx_process", "_nsa_nvtx_keys")
 # Closed ranges per ASOF pass: the passes sort their ranges, so the memory they take grows with
 # this, not with the report (at 5M ranges in one pass: ~1.5 GB).
 NVTX_CHUNK = 1_000_000
@@ -223,34 +224,57 @@ def calls_of(report_id: int) -> str:
     )
 
 
-# nvtx_totals: the nvtx_summary columns per domain and base name, from `{ranges}` (src_row,
-# domain, name, base_name, end_ns and duration_ns of each of the report's ranges) and the
-# kernels of the ranges that launched any (_nsa_nvtx, _nsa_nvtx_process by src_row): a range
-# that launched nothing adds nothing, one outside the process pass counts its own thread's
-# kernels process-wide too (see fill_nvtx_kernels). One aggregation over the ranges: summing
-# per full name first and folding the names after (the look-ups and the base-name regex once
-# per name) took more memory (lists of durations for the median) and no less CPU at 5M ranges.
-NVTX_TOTALS = """
+# nvtx_totals: the nvtx_summary columns per domain and base name, in two aggregations. The first
+# (NVTX_KEYS) goes over every range of `{ranges}` (src_row, the raw name columns `{keys}`, end_ns
+# and duration_ns) with the kernels of the ranges that launched any (_nsa_nvtx, _nsa_nvtx_process
+# by src_row), grouped by the raw name columns as they are (a domain id and a text, or a string
+# id, per thread): no name is looked up there. A range that launched nothing adds nothing, one
+# outside the process pass counts its own thread's kernels process-wide too (see
+# fill_nvtx_kernels). The second (NVTX_FOLD) resolves the names, domains and base names of those
+# few keys (16,782 for 5.03M ranges at x300) and folds them per domain and base name; the median
+# and the mean come from the keys' lists of durations, so they are those of the ranges themselves.
+NVTX_KEYS = """
 SELECT
-    {rid} AS report_id,
-    r.domain,
-    coalesce(r.base_name, r.name) AS name,
-    count(DISTINCT r.name) AS names,
+    {keys},
     count(r.end_ns) AS ranges,
     count(*) - count(r.end_ns) AS open_ranges,
     sum(r.duration_ns) AS total_ns,
-    avg(r.duration_ns) AS avg_ns,
-    median(r.duration_ns) AS median_ns,
     min(r.duration_ns) AS min_ns,
     max(r.duration_ns) AS max_ns,
-    coalesce(sum(t.kernels), 0) AS kernels,
-    coalesce(sum(t.kernel_ns), 0) AS kernel_ns,
-    coalesce(sum(coalesce(p.kernels, t.kernels)), 0) AS process_kernels,
-    coalesce(sum(coalesce(p.kernel_ns, t.kernel_ns)), 0) AS process_kernel_ns
+    list(r.duration_ns) FILTER (WHERE r.duration_ns IS NOT NULL) AS durations,
+    sum(t.kernels) AS kernels,
+    sum(t.kernel_ns) AS kernel_ns,
+    sum(coalesce(p.kernels, t.kernels)) AS process_kernels,
+    sum(coalesce(p.kernel_ns, t.kernel_ns)) AS process_kernel_ns
 FROM ({ranges}) AS r
 LEFT JOIN _nsa_nvtx AS t ON t.src_row = r.src_row
 LEFT JOIN _nsa_nvtx_process AS p ON p.src_row = r.src_row
-GROUP BY r.domain, coalesce(r.base_name, r.name)
+GROUP BY {keys}
+"""
+# `{named}`: the rows of _nsa_nvtx_keys with their domain, name and base_name.
+NVTX_FOLD = """
+SELECT
+    report_id, domain, name, names, ranges, open_ranges, total_ns, list_avg(durations) AS avg_ns,
+    list_median(durations) AS median_ns, min_ns, max_ns, kernels, kernel_ns, process_kernels, process_kernel_ns
+FROM (
+    SELECT
+        {rid} AS report_id,
+        k.domain,
+        coalesce(k.base_name, k.name) AS name,
+        count(DISTINCT k.name) AS names,
+        sum(k.ranges) AS ranges,
+        sum(k.open_ranges) AS open_ranges,
+        sum(k.total_ns) AS total_ns,
+        flatten(list(k.durations)) AS durations,
+        min(k.min_ns) AS min_ns,
+        max(k.max_ns) AS max_ns,
+        coalesce(sum(k.kernels), 0) AS kernels,
+        coalesce(sum(k.kernel_ns), 0) AS kernel_ns,
+        coalesce(sum(k.process_kernels), 0) AS process_kernels,
+        coalesce(sum(k.process_kernel_ns), 0) AS process_kernel_ns
+    FROM ({named}) AS k
+    GROUP BY k.domain, coalesce(k.base_name, k.name)
+)
 """
 # The same from nvtx_ranges whose kernels are worked out already (Kineto traces, or an nsys
 # report after the nvtx_kernels step).
@@ -280,23 +304,33 @@ def sum_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
     return int(row[0]) if row else 0
 
 
-def fill_nvtx_totals(
-    con: duckdb.DuckDBPyConnection, report_id: int, ranges: str, spans: str, calls: str, threads: str
-) -> int:
-    """Fill nvtx_totals of a report without writing its ranges anywhere: `ranges` (src_row,
-    domain, name, base_name, end_ns, duration_ns of each range) and `spans` (src_row, pid,
-    global_tid, start_ns, end_ns of each, the same src_row) may read the export itself; the
+@dataclass(frozen=True)
+class NvtxSource:
+    """Where fill_nvtx_totals reads a report's ranges. `ranges`: src_row, the raw name columns
+    `keys`, end_ns and duration_ns of each range; `named`: the rows of _nsa_nvtx_keys (one per
+    distinct `keys`, NVTX_KEYS) with their domain, name and base_name added; `spans`: src_row,
+    pid, global_tid, start_ns, end_ns of each range (the same src_row); `threads`: pid and
+    global_tid of every thread with a range. Each may read the export itself."""
+
+    ranges: str
+    keys: tuple[str, ...]
+    named: str
+    spans: str
+    threads: str
+
+
+def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: NvtxSource, calls: str) -> int:
+    """Fill nvtx_totals of a report without writing its ranges anywhere (`source`); the
     kernels come from `calls` (the report's CUDA API calls: pid, global_tid, start_ns,
     correlation_id) and the workspace's kernel_rows, by the same running totals and ASOF
     passes as fill_nvtx_kernels (NVTX_PASS) but in one pass each, keyed by src_row, and summed
     per name rather than written back. `spans` is read once per pass and `ranges` once, so a
-    range costs one row of each pass's sort and one of the aggregation, nothing stored. The
-    process pass runs only when `threads` (pid and global_tid of every thread with a range)
-    holds one it can change: a thread of a launching process other than its one launching
-    thread (a single-threaded launcher's ranges count the same both ways).
-    Returns the rows written."""
+    range costs one row of each pass's sort and one of the first aggregation, nothing stored.
+    The process pass runs only when `threads` holds one it can change: a thread of a launching
+    process other than its one launching thread (a single-threaded launcher's ranges count the
+    same both ways). Returns the rows written."""
     rid = int(report_id)
-    closed = f"SELECT * FROM ({spans}) AS s WHERE s.end_ns IS NOT NULL"
+    closed = f"SELECT * FROM ({source.spans}) AS s WHERE s.end_ns IS NOT NULL"
     same = f"{closed} AND s.global_tid IN (SELECT global_tid FROM _nsa_running)"
     # the process pass: ranges of processes where a thread other than the range's launches
     launchers = (
@@ -311,7 +345,7 @@ def fill_nvtx_totals(
         )
         other = params.first_row(
             con.execute(
-                f"SELECT count(*) FROM ({threads}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
+                f"SELECT count(*) FROM ({source.threads}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
             )
         )[0]
         passes = [("_nsa_nvtx", same, "_nsa_running", "global_tid")]
@@ -327,22 +361,28 @@ def fill_nvtx_totals(
                 f"CREATE OR REPLACE TEMP TABLE {table} AS "
                 f"{NVTX_PASS.format(keys=keys, running=f'SELECT * FROM {running}', key=key)}"
             )
+        keys = ", ".join(source.keys)
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx_keys AS {NVTX_KEYS.format(keys=keys, ranges=source.ranges)}"
+        )
         con.execute(f"DELETE FROM nvtx_totals WHERE report_id = {rid}")
         row = con.execute(
-            f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_TOTALS.format(rid=rid, ranges=ranges)}"
+            f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_FOLD.format(rid=rid, named=source.named)}"
         ).fetchone()
     finally:
         _drop_temp(con)
     return int(row[0]) if row else 0
 
 
-def ranges_of(report_id: int) -> tuple[str, str, str]:
-    """fill_nvtx_totals' `ranges`, `spans` and `threads` from the report's nvtx_ranges."""
+def ranges_of(report_id: int) -> NvtxSource:
+    """fill_nvtx_totals' source: the report's nvtx_ranges, their names as they are."""
     of = f"FROM nvtx_ranges WHERE report_id = {int(report_id)}"
-    return (
-        f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}",
-        f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}",
-        f"SELECT DISTINCT pid, global_tid {of}",
+    return NvtxSource(
+        ranges=f"SELECT rowid AS src_row, domain, name, base_name, end_ns, duration_ns {of}",
+        keys=("domain", "name", "base_name"),
+        named="SELECT * FROM _nsa_nvtx_keys",
+        spans=f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}",
+        threads=f"SELECT DISTINCT pid, global_tid {of}",
     )
 
 
@@ -350,5 +390,4 @@ def fill_nvtx_totals_of_ranges(con: duckdb.DuckDBPyConnection, report_id: int) -
     """fill_nvtx_totals from the report's nvtx_ranges and cuda_api in the workspace, whether or
     not the ranges' kernels are worked out."""
     rid = int(report_id)
-    ranges, spans, threads = ranges_of(rid)
-    return fill_nvtx_totals(con, rid, ranges, spans, calls_of(rid), threads)
+    return fill_nvtx_totals(con, rid, ranges_of(rid), calls_of(rid))

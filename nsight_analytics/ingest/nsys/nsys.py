@@ -16,7 +16,7 @@ import duckdb
 from ... import params, schema
 from ...errors import InputError
 from .. import stacks
-from ..nvtx import WAIT_RANGES, calls_of, fill_nvtx_kernels, ranges_of, sum_nvtx_totals
+from ..nvtx import WAIT_RANGES, NvtxSource, calls_of, fill_nvtx_kernels, ranges_of, sum_nvtx_totals
 from ..nvtx import fill_nvtx_totals as nvtx_totals
 from ..sqlite_source import EXPORT_HINT
 from ..steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
@@ -420,8 +420,9 @@ def _nvtx_domains_sql(src: Source) -> str:
     )
 
 
-def _nvtx_parts(src: Source) -> tuple[dict[str, str], str]:
-    """The nvtx_ranges columns of NVTX_EVENTS as SQL (the kernels aside) and their FROM."""
+def _nvtx_parts(src: Source, keys: str | None = None) -> tuple[dict[str, str], str]:
+    """The nvtx_ranges columns of NVTX_EVENTS as SQL (the kernels aside) and their FROM; with
+    `keys`, from that table of NVTX_EVENTS' name columns (NVTX_KEYS) instead of the ranges."""
     t, a = NVTX, "n"
     text_id, join = _name(src, t, "textId", a, "s")
     text = src.col(t, "text", a)
@@ -441,6 +442,8 @@ def _nvtx_parts(src: Source) -> tuple[dict[str, str], str]:
         "range_api": _case(f"{a}.eventType", NVTX_RANGE_TYPES),
         "category": src.col(t, "category", a),
     }
+    if keys is not None:
+        return cols, f"FROM {keys} {a}{join}{djoin}"
     return cols, f"FROM {src.ref(t)} {a}{join}{djoin} WHERE {a}.eventType IN ({types})"
 
 
@@ -471,31 +474,9 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
     pending = set(row[0] or ()) if row else {"nvtx_kernels"}
     if not pending & {"nvtx_ranges", "nvtx_kernels"}:
         return sum_nvtx_totals(con, rid)
-    ranges, spans, threads = ranges_of(rid)
+    source = ranges_of(rid)
     if "nvtx_ranges" in pending:
-        cols, frm = _nvtx_parts(src)
-        ranges = (
-            f"SELECT n.rowid AS src_row, {cols['domain']} AS domain, {cols['name']} AS name, "
-            f"{cols['base_name']} AS base_name, {cols['end_ns']} AS end_ns, "
-            f"{cols['duration_ns']} AS duration_ns {frm}"
-        )
-        host = _host_side(src, NVTX, "n")
-        types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
-        spans = (
-            f"SELECT n.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
-            f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns "
-            f"FROM {src.ref(NVTX)} n WHERE n.eventType IN ({types})"
-        )
-        # SQLite lists the threads itself: through DuckDB every row would cross over once more
-        if "globalTid" in src.tables[NVTX]:
-            distinct = f'SELECT DISTINCT globalTid FROM "{NVTX}" WHERE eventType IN ({types})'
-            tid = "CAST(t0.g AS BIGINT)"
-            threads = (
-                f"SELECT {PID_OF.format(tid)} AS pid, {tid} AS global_tid "
-                f"FROM sqlite_query('{src.alias}', {params.literal(distinct)}) AS t0(g)"
-            )
-        else:
-            threads = "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS global_tid"
+        source = _export_ranges(src)
     calls = calls_of(rid)
     try:
         if "cuda_api" in pending:
@@ -512,9 +493,48 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
                 )
                 con.execute(NESTED_LAUNCHES)
             calls = f"SELECT pid, global_tid, start_ns, correlation_id FROM {LAUNCH_CALLS}"
-        return nvtx_totals(con, rid, ranges, spans, calls, threads)
+        return nvtx_totals(con, rid, source, calls)
     finally:
         con.execute(f"DROP TABLE IF EXISTS {LAUNCH_CALLS}")
+
+
+# NVTX_EVENTS' columns that name a range (with its thread's pid, its domain): nvtx_totals groups
+# the export's ranges by them as they are and looks names up once per distinct key.
+NVTX_KEY_COLUMNS = ("globalTid", "domainId", "textId", "text")
+
+
+def _export_ranges(src: Source) -> NvtxSource:
+    """fill_nvtx_totals' source: the export's NVTX_EVENTS, read where they are."""
+    t, a = NVTX, "n"
+    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
+    of = f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})"
+    present = [c for c in NVTX_KEY_COLUMNS if c in src.tables[t]]
+    keys = [f'{a}."{c}"' for c in present] or ["NULL AS no_key"]
+    cols, frm = _nvtx_parts(src, "_nsa_nvtx_keys")
+    host = _host_side(src, t, a)
+    names = ", ".join(f"{cols[c]} AS {c}" for c in ("domain", "name", "base_name"))
+    # SQLite lists the threads itself: through DuckDB every row would cross over once more
+    threads = "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS global_tid"
+    if "globalTid" in src.tables[t]:
+        distinct = f'SELECT DISTINCT globalTid FROM "{t}" WHERE eventType IN ({types})'
+        tid = "CAST(t0.g AS BIGINT)"
+        threads = (
+            f"SELECT {PID_OF.format(tid)} AS pid, {tid} AS global_tid "
+            f"FROM sqlite_query('{src.alias}', {params.literal(distinct)}) AS t0(g)"
+        )
+    return NvtxSource(
+        ranges=(
+            f"SELECT {a}.rowid AS src_row, {', '.join(keys)}, {host['end_ns']} AS end_ns, "
+            f"{host['duration_ns']} AS duration_ns {of}"
+        ),
+        keys=tuple(f'"{c}"' for c in present) or ("no_key",),
+        named=f"SELECT {names}, {a}.* {frm}",
+        spans=(
+            f"SELECT {a}.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
+            f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns {of}"
+        ),
+        threads=threads,
+    )
 
 
 def osrt_api_sql(src: Source) -> str | None:
