@@ -25,11 +25,18 @@
 -- col average DOUBLE: time-weighted mean over the windows, in `unit`.
 -- col peak DOUBLE: highest sample touching a window, in `unit`.
 WITH steady AS (SELECT report_id, start_ns FROM nsa_steady($report_id)),
-gpu AS (SELECT * FROM nsa_gpu_activity($report_id)),
 samples AS (
     SELECT report_id, device_id, metric, unit, value, ts_ns, coalesce(period_ns, 0) AS p
     FROM gpu_metrics
     WHERE ($report_id IS NULL OR report_id = $report_id) AND ($metrics IS NULL OR list_contains(list_transform(string_split($metrics, ','), x -> trim(x)), metric))
+),
+-- the GPU work of the devices with samples (the others have no row to show: a report without
+-- samples reads no further)
+gpu AS (
+    SELECT g.report_id, g.device_id, g.pid, g.correlation_id, g.start_ns, g.end_ns
+    FROM nsa_gpu_activity($report_id) AS g
+    SEMI JOIN (SELECT DISTINCT report_id, device_id FROM samples) AS m
+        ON m.report_id = g.report_id AND m.device_id = g.device_id
 ),
 host AS (
     SELECT report_id, pid, 'nvtx' AS range_type, coalesce(base_name, name) AS name, start_ns, end_ns,
@@ -41,14 +48,11 @@ host AS (
     FROM steps
     WHERE ($report_id IS NULL OR report_id = $report_id) AND source <> 'kernels' AND end_ns >= start_ns
 ),
--- the GPU work of every CUDA API call, at the call's start, on the devices with samples (the
--- others have no row to show)
+-- the GPU work of every CUDA API call, at the call's start
 launched AS (
     SELECT a.report_id, a.pid, g.device_id, a.start_ns AS t, g.start_ns AS s, g.end_ns AS e
     FROM cuda_api AS a
     JOIN gpu AS g ON g.report_id = a.report_id AND g.pid = a.pid AND g.correlation_id = a.correlation_id
-    SEMI JOIN (SELECT DISTINCT report_id, device_id FROM samples) AS m
-        ON m.report_id = g.report_id AND m.device_id = g.device_id
     WHERE ($report_id IS NULL OR a.report_id = $report_id) AND a.start_ns IS NOT NULL
 ),
 -- each range projected onto each device its process launched work on: one sorted pass per

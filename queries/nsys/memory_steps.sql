@@ -23,39 +23,18 @@
 -- col allocated_bytes BIGINT: bytes allocated during the step (byte).
 -- col freed_bytes BIGINT: bytes freed during the step (byte).
 -- col total_memory_bytes BIGINT: the device's memory (gpus) for device memory kinds; NULL for host memory or when unknown (byte).
--- the events with held_bytes as nsa_memory_held() computes it, and the running counts of events,
--- allocations and frees and their bytes up to each (one sort for all)
-WITH held AS (
-    SELECT *,
-           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER w) AS BIGINT) AS held_bytes,
-           count(*) OVER w AS events,
-           sum(CASE WHEN operation = 'alloc' THEN 1 ELSE 0 END) OVER w AS allocs,
-           sum(CASE WHEN operation = 'free' THEN 1 ELSE 0 END) OVER w AS frees,
-           sum(CASE WHEN operation = 'alloc' THEN bytes ELSE 0 END) OVER w AS alloc_bytes,
-           sum(CASE WHEN operation = 'free' THEN bytes ELSE 0 END) OVER w AS free_bytes,
-           lead(ts_ns) OVER (PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq) AS next_ns
-    FROM (
-        SELECT m.*, m.rowid AS seq
-        FROM memory_events AS m
-        WHERE m.ts_ns IS NOT NULL AND ($report_id IS NULL OR m.report_id = $report_id)
-    )
-    WINDOW w AS (
-        PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, seq
-        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-    )
-),
--- the last event at each time: what is held from then on, and the counts so far
-settled AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, held_bytes, events, allocs, frees, alloc_bytes, free_bytes
-    FROM held
-    WHERE next_ns IS DISTINCT FROM ts_ns
-),
 -- what each series held before its first event: 0 for a running sum, the stated count less the
--- first event's own bytes where the source states one
+-- first event's own bytes where the source states one (held_bytes as nsa_memory_held() computes it)
+WITH events AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, rowid AS seq, operation, bytes, delta_bytes, allocated_bytes
+    FROM memory_events
+    WHERE ts_ns IS NOT NULL AND ($report_id IS NULL OR report_id = $report_id)
+),
 series AS (
     SELECT report_id, device_id, pid, memory,
-           arg_min(held_bytes - coalesce(delta_bytes, 0), (ts_ns, seq)) AS initial_bytes
-    FROM held GROUP BY ALL
+           arg_min(coalesce(allocated_bytes, coalesce(delta_bytes, 0)) - coalesce(delta_bytes, 0), (ts_ns, seq))
+               AS initial_bytes
+    FROM events GROUP BY ALL
 ),
 -- the steps of each report in (start_ns, rowid) order: rank, and how many start by its end
 ranked AS (
@@ -77,6 +56,44 @@ grid AS (
     FROM series AS se
     JOIN step_list AS s ON s.report_id = se.report_id
 ),
+-- the events and, in the same ordered pass, a probe for each step of each series where it starts
+-- (before the events at that time: what was held and counted just before the step) and where it
+-- ends (after them): each row carries held_bytes as nsa_memory_held() computes it and the running
+-- counts of events, allocations and frees and their bytes; a probe adds nothing to them
+stream AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, 1 AS ord, seq, NULL::BIGINT AS row,
+           operation, bytes, delta_bytes, allocated_bytes
+    FROM events
+    UNION ALL
+    SELECT report_id, device_id, pid, memory, start_ns, 0, NULL, row, NULL, NULL, NULL, NULL
+    FROM grid WHERE start_ns IS NOT NULL
+    UNION ALL
+    SELECT report_id, device_id, pid, memory, end_ns, 2, NULL, row, NULL, NULL, NULL, NULL
+    FROM grid WHERE end_ns IS NOT NULL
+),
+passed AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, ord, seq, row,
+           CAST(CASE WHEN events > 0 THEN coalesce(last_event.allocated_bytes, delta_sum) END AS BIGINT) AS held_bytes,
+           events, allocs, frees, alloc_bytes, free_bytes
+    FROM (
+        SELECT report_id, device_id, pid, memory, ts_ns, ord, seq, row,
+               last_value(CASE WHEN seq IS NOT NULL THEN {'allocated_bytes': allocated_bytes} END IGNORE NULLS) OVER w
+                   AS last_event,
+               sum(coalesce(delta_bytes, 0)) OVER w AS delta_sum,
+               count(seq) OVER w AS events,
+               sum(CASE WHEN operation = 'alloc' THEN 1 ELSE 0 END) OVER w AS allocs,
+               sum(CASE WHEN operation = 'free' THEN 1 ELSE 0 END) OVER w AS frees,
+               sum(CASE WHEN operation = 'alloc' THEN bytes ELSE 0 END) OVER w AS alloc_bytes,
+               sum(CASE WHEN operation = 'free' THEN bytes ELSE 0 END) OVER w AS free_bytes
+        FROM stream
+        WINDOW w AS (
+            PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, ord, seq
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        )
+    )
+),
+held AS (SELECT report_id, device_id, pid, memory, ts_ns, held_bytes FROM passed WHERE ord = 1),
+probed AS (SELECT * FROM passed WHERE ord <> 1),
 -- what was held and counted just before each step starts and when it ends: the events in the
 -- step, [start_ns, end_ns], are the difference
 bounds AS (
@@ -88,14 +105,12 @@ bounds AS (
            coalesce(e.alloc_bytes, 0) - coalesce(b.alloc_bytes, 0) AS allocated_bytes,
            coalesce(e.free_bytes, 0) - coalesce(b.free_bytes, 0) AS freed_bytes
     FROM grid AS g
-    ASOF LEFT JOIN settled AS b
-        ON b.report_id = g.report_id AND b.device_id IS NOT DISTINCT FROM g.device_id
+    LEFT JOIN probed AS b
+        ON b.ord = 0 AND b.row = g.row AND b.report_id = g.report_id AND b.device_id IS NOT DISTINCT FROM g.device_id
         AND b.pid IS NOT DISTINCT FROM g.pid AND b.memory IS NOT DISTINCT FROM g.memory
-        AND g.start_ns > b.ts_ns
-    ASOF LEFT JOIN settled AS e
-        ON e.report_id = g.report_id AND e.device_id IS NOT DISTINCT FROM g.device_id
+    LEFT JOIN probed AS e
+        ON e.ord = 2 AND e.row = g.row AND e.report_id = g.report_id AND e.device_id IS NOT DISTINCT FROM g.device_id
         AND e.pid IS NOT DISTINCT FROM g.pid AND e.memory IS NOT DISTINCT FROM g.memory
-        AND g.end_ns >= e.ts_ns
 ),
 -- the most held during each step: the steps join their series' events as rows in (time, steps
 -- first, rank) order, each with a window frame from itself to the last row at or before its
