@@ -15,6 +15,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ __all__ = [
     "findings",
     "ingest",
     "materialise",
+    "memory_limit",
     "query",
     "reader",
     "report_data",
@@ -330,6 +332,20 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
     q.bind(params)  # a rejected parameter must not copy deferred tables first
     materialise(con, q.tables())
     return queries.run(con, name, params, materialised=True)
+
+
+def memory_limit(
+    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int | None] = (None,)
+) -> AbstractContextManager[None]:
+    """Hold DuckDB's memory to the inputs' size while the block runs, as the rules and the
+    deferred steps are held (ingest.pipeline.memory_cap: the exports' bytes less what nsa holds
+    outside DuckDB); past it DuckDB spills to the workspace's temporary folder. `report_ids`:
+    the reports a query reads (None among them: every report). `query` returns a lazy relation,
+    so the caller holds the limit while the rows are fetched or written (`nsa query` does)."""
+    ids = list(report_ids)
+    if not ids or None in ids:
+        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports").fetchall()]
+    return memory_cap(con, [int(r) for r in ids if r is not None])
 
 
 def spark_query(

@@ -869,9 +869,11 @@ def query(
                 api.resolve_run(c, run)
 
         con = api.reader(db, needs=q.tables(), check=check)
-        with timed(log, f"query {q.name}"):
+        read = api.run_reports(con, run) if run is not None else reports
+        # the relation is lazy: its rows are computed while they are written, under the limit
+        with api.memory_limit(con, read), timed(log, f"query {q.name}"):
             rel = api.query(con, name, **values) if run is None else api.query_run(con, name, run, **values)
-        emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
+            emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
 
 
 @main.command(short_help="Serve the workspace to AI assistants (MCP).")

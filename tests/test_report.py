@@ -241,6 +241,56 @@ def test_nvtx_lanes_keep_the_longest_ranges_with_ties_by_thread_and_start() -> N
         assert got == set(want), limit
 
 
+def test_memory_panel_keeps_each_stretchs_first_largest_value(tmp_path: Path) -> None:
+    """The memory chart's lines (device and memory kind; a line's processes one after the
+    other) thinned to about LINE_POINTS points each: every stretch of ceil(events / LINE_POINTS)
+    events keeps its largest held value, the first where several tie, so the peak survives."""
+    from importlib import import_module
+
+    gather = import_module("nsight_analytics.report.gather")
+    con = nsa.connect(tmp_path / "w.duckdb")
+    # (device, pid, memory, events): 1,500 events of two processes on one line, a line of 601
+    # (stretches of 2, the last alone), one of 40 (not thinned), host memory (no device)
+    lines = [(0, 7, "device", 1000), (0, 8, "device", 500), (0, 7, "pinned", 601), (1, 7, "device", 40),
+             (None, 7, "host", 700)]  # fmt: skip
+    events, sizes = [], [4096, 4096, 512, 65536, 4096, 0, 300]  # allocs and frees of equal sizes tie
+    for device, pid, memory, n in lines:
+        for i in range(n):
+            size = sizes[(i * 5 + pid) % len(sizes)]
+            op = "free" if i % 3 == 2 else "alloc"
+            events.append(
+                (device, pid, memory, 1_000 + i * 10 + pid, op, size, size if op == "alloc" else -size)
+            )
+    con.executemany(
+        "INSERT INTO memory_events (report_id, device_id, pid, memory, ts_ns, operation, bytes, delta_bytes) "
+        "VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+        events,
+    )
+    # expected, from the rows above: held = running sum of delta_bytes per device, process and memory
+    series: dict[tuple[Any, Any], list[tuple[int, int]]] = {}
+    order = sorted({(d, p, m) for d, p, m, *_ in events}, key=lambda k: (k[0] is None, k[0] or 0, k[1], k[2]))
+    for device, pid, memory in order:
+        held, line = 0, series.setdefault((device, memory), [])
+        for d, p, m, ts, _, _, delta in events:
+            if (d, p, m) == (device, pid, memory):
+                held += delta
+                line.append((ts, held))
+    want = []
+    for (device, memory), pts in series.items():
+        step = -(-len(pts) // gather.LINE_POINTS)
+        for i in range(0, len(pts), step):
+            stretch = pts[i : i + step]
+            ts, held = next(p for p in stretch if p[1] == max(h for _, h in stretch))
+            want.append({"device_id": device, "memory": memory, "ts_ns": ts, "held_bytes": held})
+    got = gather._memory(con, 1)
+    con.close()
+    assert [(w["device_id"], w["memory"]) for w in want][:: gather.LINE_POINTS // 2] == [
+        (g["device_id"], g["memory"]) for g in got
+    ][:: gather.LINE_POINTS // 2]
+    assert len(got) == 500 + 301 + 40 + 350
+    assert got == want
+
+
 def test_page_reuses_the_rules_query_results(demo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's panels come from the rules' Context where a rule ran the same query with the
     same parameters: each (query, parameters) runs once for the rules and the page together."""

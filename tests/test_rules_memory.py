@@ -131,6 +131,40 @@ def test_the_report_page_is_gathered_under_the_inputs_size(con, monkeypatch: pyt
     assert before is not None and after is not None and abs(after - before) <= 0.01 * before
 
 
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_nsa_query_writes_its_rows_under_the_inputs_size(
+    con, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """`nsa query` returns a lazy relation whose rows DuckDB computes while they are written: the
+    limit holds until the last row is out, for every output format."""
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from nsight_analytics.cli import main
+
+    con.close()
+    real = api.query
+
+    def probe(c: duckdb.DuckDBPyConnection, name: str, **params) -> duckdb.DuckDBPyRelation:
+        real(c, name, **params)  # its checks and loads, then a relation that reads the limit when run
+        return c.sql("SELECT current_setting('memory_limit') AS memory_limit FROM range(3)")
+
+    monkeypatch.setattr(api, "query", probe)
+    res = CliRunner().invoke(
+        main, ["query", "kernel_summary", "--db", str(tmp_path / "w.duckdb"), "--format", fmt]
+    )
+    assert res.exit_code == 0, res.output
+    if fmt == "json":
+        shown = [r["memory_limit"] for r in json.loads(res.output)]
+    else:
+        shown = re.findall(r"[0-9.]+ [KMGT]?i?B", res.output)
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    limits = [pipeline._limit_bytes(s) for s in shown]
+    assert len(limits) == 3 and all(x is not None and x <= cap * 1.01 for x in limits), res.output
+
+
 def test_idle_gaps_too_many_for_the_limit_fall_back_to_the_long_ones(
     con, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -147,19 +147,22 @@ def _memory(con: duckdb.DuckDBPyConnection, report_id: int) -> list[dict[str, An
     (the largest value of each stretch is kept, so the peak survives)."""
     if not _known("memory_timeline"):
         return []
-    out: list[dict[str, Any]] = []
-    # the four columns drawn, column-wise: a report's events can number in the millions
-    table = queries.run(con, "memory_timeline", {"report_id": report_id}).to_arrow_table()
-    columns = [table.column(c).to_pylist() for c in ("device_id", "memory", "ts_ns", "held_bytes")]
-    lines: dict[tuple[Any, Any], list[tuple[Any, Any]]] = {}
-    for device, kind, ts, held in zip(*columns, strict=True):
-        lines.setdefault((device, kind), []).append((ts, held))
-    for (device, kind), pts in lines.items():
-        step = max(1, math.ceil(len(pts) / LINE_POINTS))
-        for i in range(0, len(pts), step):
-            ts, held = max(pts[i : i + step], key=lambda p: p[1] or 0)
-            out.append({"device_id": device, "memory": kind, "ts_ns": ts, "held_bytes": held})
-    return out
+    # Thinned in SQL: a report's events can number in the millions, and only ~LINE_POINTS a line
+    # reach Python. A line's points are its events in the query's order (`n`: their position in
+    # it), cut into stretches of ceil(events / LINE_POINTS); each stretch keeps its first largest.
+    rel = queries.run(con, "memory_timeline", {"report_id": report_id})
+    rows = rel.query(
+        "m",
+        "WITH e AS (SELECT device_id, memory, ts_ns, held_bytes, row_number() OVER () AS n FROM m),"
+        " s AS (SELECT *, min(n) OVER line AS line,"
+        f"  (row_number() OVER (line ORDER BY n) - 1) // ((count(*) OVER line + {LINE_POINTS - 1}) // {LINE_POINTS})"
+        "  AS stretch FROM e WINDOW line AS (PARTITION BY device_id, memory))"
+        " SELECT device_id, memory, ts_ns, held_bytes FROM s"
+        " QUALIFY row_number() OVER (PARTITION BY line, stretch ORDER BY coalesce(held_bytes, 0) DESC, n) = 1"
+        " ORDER BY line, stretch",
+    ).fetchall()
+    keys = ("device_id", "memory", "ts_ns", "held_bytes")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 def _power(

@@ -35,8 +35,18 @@ MAX_GAPS = 2000
 GAP_ROWS = 200_000  # the most idle gaps matched to host calls for one page
 PHASE_GAPS = 50
 MAX_STEPS = 5000
-READS = {"kernels", "kernel_rows", "kernel_names", "memcpy", "memset", "graph_executions", "cuda_api"}
-READS |= {"nvtx_ranges", "steps"}
+# What the SQL below reads: the kernel rows without their launch configuration (the view
+# `kernels` would wait for it, a deferred step the page never draws)
+READS = {
+    "kernel_rows",
+    "kernel_names",
+    "memcpy",
+    "memset",
+    "graph_executions",
+    "cuda_api",
+    "nvtx_ranges",
+    "steps",
+}
 
 _ACTIVITY = """
     WITH act AS (
@@ -224,19 +234,21 @@ def _bins(
 ) -> dict[int, dict[str, Any]]:
     """Per lane of `which`, the count and summed duration of its events by the bin their start falls in."""
     width = max(1, -(-(t1 - t0) // BINS))
-    table = params.execute(
+    rows = params.execute(
         con,
         sql + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*) AS c, sum(duration_ns) AS d "
         "FROM laned WHERE list_contains($which, lane) GROUP BY ALL ORDER BY lane, b",
         {**args, "t0": t0, "w": width, "last": BINS - 1, "which": which},
-    ).to_arrow_table()
+    ).fetchall()
     out: dict[int, dict[str, Any]] = {}
-    for lane, (a, n) in _runs(table.column("lane").to_pylist()).items():
+    for lane, (a, n) in _runs([r[0] for r in rows]).items():
+        part = rows[a : a + n]
         out[lane] = {
             "w": width,
-            **{k: table.column(c).slice(a, n).to_pylist() for k, c in (("i", "b"), ("c", "c"), ("d", "d"))},
+            "i": [r[1] for r in part],
+            "c": [r[2] for r in part],
+            "d": [int(r[3]) for r in part],
         }
-        out[lane]["d"] = [int(x) for x in out[lane]["d"]]
     return out
 
 
@@ -251,19 +263,16 @@ def _runs(values: list[Any]) -> dict[Any, tuple[int, int]]:
     return out
 
 
-def _codes(column: Any, table: dict[str, int]) -> list[int | None]:
-    """The column's values as indexes into `table` (added to it in order of first use); None stays None."""
-    out: list[int | None] = []
-    for chunk in column.dictionary_encode().chunks:
-        index = [table.setdefault(v, len(table)) for v in chunk.dictionary.to_pylist()]
-        out.extend(None if i is None else index[i] for i in chunk.indices.to_pylist())
-    return out
+def _codes(values: list[Any], table: dict[str, int]) -> list[int | None]:
+    """The values as indexes into `table` (added to it in order of first use); None stays None."""
+    return [None if v is None else table.setdefault(v, len(table)) for v in values]
 
 
-def _kernel_names(con: duckdb.DuckDBPyConnection, table: Any) -> dict[tuple[int, int], str]:
+def _kernel_names(
+    con: duckdb.DuckDBPyConnection, report_ids: list[Any], name_ids: list[Any]
+) -> dict[tuple[int, int], str]:
     """{(report_id, name_id): name} of the kernels among the events."""
-    ids = sorted({r for r, n in zip(table.column("report_id").to_pylist(), table.column("name_id").to_pylist(),
-                                    strict=True) if n is not None})  # fmt: skip
+    ids = sorted({r for r, n in zip(report_ids, name_ids, strict=True) if n is not None})
     rows = params.execute(
         con,
         "SELECT report_id, name_id, coalesce(name, short_name, '?') FROM kernel_names "
@@ -284,25 +293,27 @@ def _events(
 ) -> dict[int, dict[str, list[int]]]:
     """Exact events per lane (`s` delta-encoded): all of them, or each lane's longest `quota`."""
     kept = _LONGEST if keep else ", kept AS (SELECT * FROM laned)"
-    table = params.execute(con, sql + kept + _EVENTS, {**args, "t0": t0}).to_arrow_table()
-    kernels = _kernel_names(con, table)
-    labels = _codes(table.column("label"), names)
+    rows = params.execute(con, sql + kept + _EVENTS, {**args, "t0": t0}).fetchall()
+    # column-wise: lane, s, d, label, report_id, name_id, bytes, api
+    lane_col, start, dur, label_col, rid_col, name_col, bytes_col, api_col = (
+        list(c) for c in (zip(*rows, strict=True) if rows else [()] * 8)
+    )
+    del rows
+    kernels = _kernel_names(con, rid_col, name_col)
+    labels = _codes(label_col, names)
     label = [
         names.setdefault(kernels.get((r, k), "?"), len(names)) if code is None else code
-        for code, r, k in zip(
-            labels, table.column("report_id").to_pylist(), table.column("name_id").to_pylist(), strict=True
-        )
+        for code, r, k in zip(labels, rid_col, name_col, strict=True)
     ]
-    api = [-1 if a is None else a for a in _codes(table.column("api"), apis)]
-    start = table.column("s").to_pylist()
+    api = [-1 if a is None else a for a in _codes(api_col, apis)]
     out: dict[int, dict[str, list[int]]] = {}
-    for lane, (a, n) in _runs(table.column("lane").to_pylist()).items():
+    for lane, (a, n) in _runs(lane_col).items():
         s = start[a : a + n]
         col = {"s": [x - y for x, y in zip(s, [0, *s[:-1]], strict=True)],
-               "d": table.column("d").slice(a, n).to_pylist(), "n": label[a : a + n], "a": api[a : a + n]}  # fmt: skip
-        nbytes = table.column("bytes").slice(a, n)
-        if n and nbytes.null_count == 0:
-            col["b"] = nbytes.to_pylist()
+               "d": dur[a : a + n], "n": label[a : a + n], "a": api[a : a + n]}  # fmt: skip
+        nbytes = bytes_col[a : a + n]
+        if n and None not in nbytes:
+            col["b"] = nbytes
         out[int(lane)] = col
     return out
 
