@@ -532,3 +532,47 @@ def test_a_call_partly_inside_a_range_is_placed_in_it() -> None:
         "sleeps (clock_nanosleep) 10 ms of each 20 ms step (50 ms, 50% of the idle time), inside NVTX range "
         "`wait_for_batch`"
     )
+
+
+def test_traced_time_is_the_union_of_the_threads_activities_in_its_gaps(unpack, tmp_path: Path) -> None:
+    """traced_ns: the part of the gaps the launching thread spent in any OS runtime call, CUDA API
+    call or NVTX range (the steps and the ranges enclosing two or more launches left out), each
+    moment once however many activities overlap it (a sleep inside a range)."""
+    db, path = unpack(DATA / "h100_nsys2025.3_idle_gaps.sqlite")
+    start, _ = steady_start(nvtx_steps(db, "step_"))
+    gaps = idle_gaps(nsys_activity(db), start)
+    thread_of = nsys_threads(db)
+    steps = set(nvtx_steps(db, "step_"))
+    calls = db.execute(
+        'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+        "JOIN StringIds s ON s.id = r.nameId"
+    ).fetchall()
+    launches: dict[int, list[int]] = {}
+    for tid, s, _e, name in calls:
+        if any(k in name for k in ("Launch", "Memcpy", "Memset")) and "HostFunc" not in name:
+            launches.setdefault(tid, []).append(s)
+    acts: dict[int, list[tuple[int, int]]] = {}
+    for tid, s, e, _name in calls:
+        acts.setdefault(tid, []).append((s, e))
+    for tid, s, e in db.execute('SELECT globalTid, start, "end" FROM OSRT_API'):
+        acts.setdefault(tid, []).append((s, e))
+    for tid, s, e in db.execute('SELECT globalTid, start, "end" FROM NVTX_EVENTS WHERE eventType = 59'):
+        if e is not None and (s, e) not in steps and sum(s <= t <= e for t in launches.get(tid, [])) < 2:
+            acts.setdefault(tid, []).append((s, e))
+    per_thread: dict[int, list[tuple[int, int]]] = {}
+    for s, e, key in gaps:
+        tid = thread_of.get(key)
+        if tid is not None:
+            per_thread.setdefault(tid, []).append((s, e))
+    expected = sum(overlap(acts.get(tid, []), mine) for tid, mine in per_thread.items())
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        rows = nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
+        cols = [d[0] for d in nsa.api.query(con, "gap_host", report_id=rid, top_n=1).description]
+    finally:
+        con.close()
+    traced = {r[cols.index("device_id")]: r[cols.index("traced_ns")] for r in rows}
+    assert len(traced) == 1
+    assert expected > 0
+    assert next(iter(traced.values())) == expected

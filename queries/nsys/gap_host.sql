@@ -30,9 +30,11 @@
 -- innermost, another name), the one that holds most of its time. Linear: the gaps in one sorted
 -- pass, the clipping by ASOF joins against the running total of gap time per thread (a second
 -- only for activities that span a gap's start), the nesting by one sorted sweep per thread and
--- source over the activities that overlap the gaps. The sorts carry numbers only: one key per
--- launching thread and device, an activity's source with its name id (calls) or row (ranges, ops
--- and frames, whose names are looked up for those that overlap the gaps only).
+-- source over the activities that overlap the gaps, the union, the parents and the calls' totals
+-- by one sorted pass per thread, summed per name and parent before any join. The sorts carry
+-- numbers only: one key per launching thread and device, an activity's source with its name id
+-- (calls) or row (ranges, ops and frames, whose names are looked up for those that overlap the
+-- gaps only).
 -- reads cpu_ops, cpu_samples, cuda_api, gpu_timeline, host_waits, kernel_rows, nvtx_ranges, osrt_api, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
@@ -280,29 +282,6 @@ innermost AS (
     ASOF LEFT JOIN starts AS o
         ON o.tk = s.tk AND o.src = s.src AND o.depth = s.open_after - 1 AND s.seq >= o.seq
 ),
-self AS (
-    SELECT t.report_id, t.dev, i.src, i.nid, sum(i.g_next - i.g) AS self_ns
-    FROM innermost AS i
-    JOIN threads AS t USING (tk)
-    WHERE i.nid IS NOT NULL AND i.g_next > i.g
-    GROUP BY ALL
-    UNION ALL
-    SELECT t.report_id, t.dev, f.src, f.nid, sum(f.g_end - f.g_start)
-    FROM flat AS f
-    JOIN threads AS t USING (tk)
-    GROUP BY ALL
-),
-shape AS (
-    SELECT t.report_id, t.dev, s.src, s.nid, count(*) AS instances, min(s.depth) AS depth
-    FROM starts AS s
-    JOIN threads AS t USING (tk)
-    GROUP BY ALL
-    UNION ALL
-    SELECT t.report_id, t.dev, f.src, f.nid, count(*), 0
-    FROM flat AS f
-    JOIN threads AS t USING (tk)
-    GROUP BY ALL
-),
 -- the parent: the innermost NVTX range or profiler op open just before an activity starts (its own
 -- source's parent for a range or op), summed over the instances in in_gaps_ns; named_open is
 -- what is innermost after each time, numbered in time per thread
@@ -335,21 +314,54 @@ cover AS (
     )
     QUALIFY kind = 0
 ),
--- the union of those activities: the part of the gaps the thread spent in one of them, each
--- adding what it reaches past the earlier ones
+-- per thread, name and parent (parent_seq): the activities' time in the gaps (ns), how many
+-- (n), and the part of it past the earlier activities' reach (new_ns: summed, the union of them,
+-- the part of the gaps the thread spent in one of them)
+cover_sums AS (
+    SELECT tk, src, nid, parent_seq, sum(g_end - g_start) AS ns, count(*) AS n,
+           sum(greatest(g_end - greatest(g_start, coalesce(g_reach, g_start)), 0)) AS new_ns
+    FROM cover
+    GROUP BY ALL
+),
 covered AS (
-    SELECT t.report_id, t.dev, sum(greatest(c.g_end - greatest(c.g_start, coalesce(c.g_reach, c.g_start)), 0)) AS traced_ns
-    FROM cover AS c
+    SELECT t.report_id, t.dev, sum(c.new_ns) AS traced_ns
+    FROM cover_sums AS c
     JOIN threads AS t USING (tk)
     GROUP BY ALL
 ),
 parents AS (
     SELECT t.report_id, t.dev, k.src, k.nid, o.src AS parent_src, o.nid AS parent_nid,
-           sum(k.g_end - k.g_start) AS parent_ns
-    FROM cover AS k
+           sum(k.ns) AS parent_ns
+    FROM cover_sums AS k
     JOIN named_open AS o ON o.tk = k.tk AND o.open_seq = k.parent_seq
     JOIN threads AS t ON t.tk = k.tk
     WHERE o.nid IS NOT NULL AND (o.src <> k.src OR o.nid <> k.nid)
+    GROUP BY ALL
+),
+-- self_ns and instances: the nesting's for ranges, ops and frames; cover_sums' for the calls
+self AS (
+    SELECT t.report_id, t.dev, i.src, i.nid, sum(i.g_next - i.g) AS self_ns
+    FROM innermost AS i
+    JOIN threads AS t USING (tk)
+    WHERE i.nid IS NOT NULL AND i.g_next > i.g
+    GROUP BY ALL
+    UNION ALL
+    SELECT t.report_id, t.dev, f.src, f.nid, sum(f.ns)
+    FROM cover_sums AS f
+    JOIN threads AS t USING (tk)
+    WHERE f.src IN (0, 1, 5)
+    GROUP BY ALL
+),
+shape AS (
+    SELECT t.report_id, t.dev, s.src, s.nid, count(*) AS instances, min(s.depth) AS depth
+    FROM starts AS s
+    JOIN threads AS t USING (tk)
+    GROUP BY ALL
+    UNION ALL
+    SELECT t.report_id, t.dev, f.src, f.nid, sum(f.n), 0
+    FROM cover_sums AS f
+    JOIN threads AS t USING (tk)
+    WHERE f.src IN (0, 1, 5)
     GROUP BY ALL
 ),
 top_parent AS (
