@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import nsight_analytics as nsa
@@ -217,6 +218,34 @@ def test_worked_out_under_the_inputs_size_as_the_deferred_steps(tmp_path: Path, 
     after = pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
     restored = pipeline._limit_bytes(before)
     assert after is not None and restored is not None and abs(after - restored) <= 0.01 * restored  # as shown
+
+
+def test_a_build_out_of_memory_under_the_cap_runs_again_without_it(workspace, monkeypatch) -> None:
+    # DuckDB spills most of the build past the cap, but an allocation at its edge can still fail
+    # (seen once in eight launch-call builds of a 596 MB export, not reproducible on demand): the
+    # first build here fails as that one did, rolled back; the second, outside the cap, gives the
+    # rows an undisturbed build gives
+    tries: list[str | None] = []
+    build = timeline._build
+
+    def failing_once(con, todo, launches):
+        if not tries:
+            tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+            raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
+        tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        return build(con, todo, launches)
+
+    _fill(workspace)
+    workspace.execute("SET memory_limit = '2GB'")
+    with monkeypatch.context() as m:
+        m.setattr(timeline, "_build", failing_once)
+        assert timeline.ensure(workspace) == 1
+    capped, uncapped = tries
+    assert capped != uncapped == workspace.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    got = _timeline(workspace)
+    workspace.execute("DELETE FROM gpu_timeline")
+    assert timeline.ensure(workspace) == 1
+    assert _timeline(workspace) == got
 
 
 class _Counted(str):

@@ -249,35 +249,60 @@ def ensure(
         stored = params.first_row(con.execute("SELECT current_database()"))[0]
         cols = "* EXCLUDE (rowid)" if _has_rowid(con, stored) else "*"
         con.execute(f'CREATE TEMP TABLE {TABLE} AS SELECT {cols} FROM "{stored}".main.{TABLE}')
-    only = _only(todo)
     which = ", ".join(str(r) for r in todo)
-    # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
-    with (
-        memory_cap(con, todo),
-        timed(log, f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"),
-    ):
-        try:
-            con.execute("BEGIN TRANSACTION")
-            own = True
-        except duckdb.TransactionException:  # the caller's transaction: its commit keeps the rows
-            own = False
-        try:
-            con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
-            if launches:
-                select = _LINKED.format(only=only, linked=f"NOT {_calls_pending(con, 't.report_id')}")
-            else:
-                select = _PLAIN
-            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
-            if own:
-                con.execute("COMMIT")
-        except BaseException:
-            if own:
-                rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
+    done = f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"
+    try:
+        # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
+        with memory_cap(con, todo), timed(log, done):
+            own = _build(con, todo, launches)
+    except duckdb.OutOfMemoryException:
+        # DuckDB spills most of the build past the cap, but at its edge an allocation can still
+        # fail (seen once in eight launch-call builds of a 596 MB export): the build is rolled
+        # back, so it runs once more under DuckDB's own limit rather than fail the query
+        if not _own_transaction(con):
             raise
+        log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
+        with timed(log, done):
+            own = _build(con, todo, launches)
     frozen, seen = _frozen(con)
     if frozen and own:  # this connection's TEMP copy, now up to date
         _remember(con, seen, ids)
     return len(todo)
+
+
+def _own_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Can this connection open a transaction of its own (none of the caller's is open)?"""
+    try:
+        con.execute("BEGIN TRANSACTION")
+    except duckdb.TransactionException:
+        return False
+    con.execute("ROLLBACK")
+    return True
+
+
+def _build(con: duckdb.DuckDBPyConnection, todo: list[int], launches: bool) -> bool:
+    """Replace the timeline rows of the reports `todo`, in a transaction of its own when the
+    caller has none (returns whether it had one; a failure rolls it back)."""
+    only = _only(todo)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        own = True
+    except duckdb.TransactionException:  # the caller's transaction: its commit keeps the rows
+        own = False
+    try:
+        con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
+        if launches:
+            select = _LINKED.format(only=only, linked=f"NOT {_calls_pending(con, 't.report_id')}")
+        else:
+            select = _PLAIN
+        con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
+        if own:
+            con.execute("COMMIT")
+    except BaseException:
+        if own:
+            rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
+        raise
+    return own
 
 
 def _has_rowid(con: duckdb.DuckDBPyConnection, database: str) -> bool:
