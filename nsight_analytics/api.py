@@ -137,6 +137,30 @@ def reader(
     )
 
 
+def report_reader(
+    db: str | os.PathLike[str] | None = None, report_id: int | None = None, run: str | int | None = None
+) -> duckdb.DuckDBPyConnection:
+    """`reader` for `report_data`: what the page reads is loaded for the report drawn only (the
+    run's reports with `run`; the workspace's one report without either), not for every report
+    of the workspace."""
+    wanted = report_reads()
+
+    def drawn(con: duckdb.DuckDBPyConnection) -> list[int]:
+        if run is not None:
+            return run_reports(con, run)
+        if report_id is not None:
+            return [int(report_id)]
+        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports").fetchall()]
+        return ids if len(ids) == 1 else []  # several: report_data asks which, nothing loaded
+
+    return _loaded_reader(
+        db,
+        lambda con: None,
+        lambda con: _pending(con, wanted, drawn(con)),
+        lambda con: materialise(con, wanted, drawn(con)),
+    )
+
+
 def _loaded_reader(
     db: str | os.PathLike[str] | None,
     check: Callable[[duckdb.DuckDBPyConnection], None],
@@ -633,13 +657,15 @@ def _materialise_for_rules(
     where their source is still there; where not, a warning says so and the rules run without."""
     cannot: set[tuple[int, str]] = set()
     for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
+        # the optional tables first: a needed step may read what they copy instead of the source
+        # (the steps read the copied NVTX ranges rather than scan the export's again)
+        if wanted - needed:
+            _materialise_optional(con, wanted - needed, rids)
         try:
             materialise(con, needed, rids)
         except SourceGoneError:
             for rid in rids:
                 cannot |= _rules_one_by_one(con, rid, only)
-        if wanted - needed:
-            _materialise_optional(con, wanted - needed, rids)
     return cannot
 
 
@@ -845,7 +871,7 @@ def report_data(
             )
         report_id = ids[0]
     require_reports(con, [report_id])
-    materialise(con, report_reads())
+    materialise(con, report_reads(), [report_id])
     limit = report.DEFAULT_MAX_EVENTS if max_events is None else max_events
     with memory_cap(con, [report_id]):  # the rules and the page scan most of the workspace
         # the rules' Context is kept: the page reuses the query results it holds

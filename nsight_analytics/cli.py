@@ -1006,7 +1006,7 @@ def report(
         if sum(x is not None for x in (report_id, diff_sides, run)) > 1:
             raise NsaClickError("give one of --report, --diff and --run.")
         _extend()
-        con = api.connect(db, load_deferred=False) if diff_sides else api.reader(db, needs=api.report_reads())
+        con = api.connect(db, load_deferred=False) if diff_sides else api.report_reader(db, report_id, run)
         try:
             with timed(log, "report data"):
                 data = api.report_data(con, report_id, diff_sides=diff_sides, max_events=max_events, run=run)

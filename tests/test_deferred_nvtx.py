@@ -229,3 +229,43 @@ def test_a_workspace_from_before_nvtx_totals_gets_them(tmp_path: Path, export: P
     assert "nvtx_totals" in _deferred(con, rid) and not _deferred(con, kid)
     assert {r: nsa.query(con, "nvtx_summary", report_id=r).fetchall() for r in (rid, kid)} == want
     con.close()
+
+
+# The export's closed `step N` ranges (the fused loop's steps), by plain SQL.
+STEP_RANGES_SQL = """
+    SELECT coalesce(e.text, s.value) AS name, e.start, e."end"
+    FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+    WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL AND coalesce(e.text, s.value) GLOB 'step [0-9]*'
+    ORDER BY e.start"""
+
+
+def _steps_and_waits(con, rid: int) -> tuple[list, list]:
+    steps = con.execute("SELECT * FROM steps WHERE report_id = ? ORDER BY series, step", [rid]).fetchall()
+    waits = sorted(con.execute("SELECT * FROM host_waits WHERE report_id = ?", [rid]).fetchall(), key=repr)
+    return steps, waits
+
+
+def test_steps_read_the_copied_ranges_once_copied(tmp_path: Path, export: Path) -> None:
+    """The steps come from the export's NVTX ranges while those are deferred and from the
+    workspace's once copied (`nsa findings` copies them first): the same steps and host waits
+    either way, the export's `step N` ranges; and once copied, a range dropped from the
+    workspace is a step fewer (the export is not read again)."""
+    with sqlite3.connect(export) as db:
+        want = [(name, start, end, "nvtx") for name, start, end in db.execute(STEP_RANGES_SQL)]
+    assert len(want) >= 5
+    found = {}
+    for how in ("export", "copied", "dropped"):
+        (tmp_path / how).mkdir()
+        con, rid, _ = _ingest(tmp_path / how, export)
+        if how != "export":
+            api.materialise(con, {"nvtx_ranges"})
+            assert "steps" in _deferred(con, rid)
+        if how == "dropped":
+            con.execute("DELETE FROM nvtx_ranges WHERE report_id = ? AND name = ?", [rid, want[2][0]])
+        api.materialise(con, {"steps"})
+        assert ("nvtx_ranges" in _deferred(con, rid)) == (how == "export")
+        found[how] = _steps_and_waits(con, rid)
+        con.close()
+    assert [(s[2], s[8], s[9], s[4]) for s in found["export"][0]] == want
+    assert found["copied"] == found["export"]
+    assert [s[2] for s in found["dropped"][0]] == [w[0] for w in want if w != want[2]]

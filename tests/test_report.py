@@ -364,6 +364,28 @@ def test_cli_report_asks_which_report(tmp_path: Path) -> None:
     )
 
 
+def test_cli_report_loads_only_the_drawn_reports_tables(tmp_path: Path) -> None:
+    """`nsa report --report N` loads what the page reads for report N only: the workspace's other
+    reports keep their deferred steps (a multi-report workspace does not pay for all of them)."""
+    db = tmp_path / "w.duckdb"
+    con = nsa.connect(db)
+    first = nsa.ingest(con, DEMO).report_id
+    other = nsa.ingest(con, Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite").report_id
+    sql = "SELECT report_id, deferred_steps FROM reports ORDER BY report_id"
+    before = dict(con.execute(sql).fetchall())
+    con.close()
+    read = api.report_reads()
+    assert all(set(steps) & read for steps in before.values())  # both have steps the page needs
+    res = CliRunner().invoke(
+        main, ["report", "--db", str(db), "--report", str(first), "-o", str(tmp_path / "r.html")]
+    )
+    assert res.exit_code == 0, res.output
+    with duckdb.connect(str(db), read_only=True) as con:
+        after = dict(con.execute(sql).fetchall())
+    assert after[other] == before[other]
+    assert not set(after[first]) & read
+
+
 def test_demo_writes_its_report(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["demo", "--db", str(tmp_path / "demo.duckdb")])
     assert res.exit_code == 0, res.output

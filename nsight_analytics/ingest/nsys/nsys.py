@@ -705,12 +705,37 @@ def marker_ranges_sql(src: Source) -> str | None:
     )
 
 
+# The same ranges from the workspace's nvtx_ranges, once copied (the copy has the same rows:
+# NVTX_RANGE_TYPES, their names resolved the same way): `nsa findings` after `nsa ingest` copies
+# the ranges first, and the steps then read them there rather than scan the export again.
+WORKSPACE_MARKS = f"""
+SELECT report_id, pid, tid, global_tid, start_ns, end_ns, duration_ns, name
+FROM nvtx_ranges
+WHERE report_id = {{rid}} AND end_ns IS NOT NULL AND regexp_matches(name, {params.literal(MARK_WORDS)})
+"""
+
+
+def _ranges_copied(con: duckdb.DuckDBPyConnection, report_id: int) -> bool:
+    """Are the report's NVTX ranges in the workspace already (its nvtx_ranges step has run)? At
+    ingest, where the report's row is not written yet: when it holds any of them."""
+    rid = int(report_id)
+    row = con.execute(f"SELECT deferred_steps FROM reports WHERE report_id = {rid}").fetchone()
+    if row is None:
+        return bool(
+            params.first_row(con.execute(f"SELECT EXISTS (FROM nvtx_ranges WHERE report_id = {rid})"))[0]
+        )
+    return "nvtx_ranges" not in set(row[0] or ())
+
+
 def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
     """The `steps` step: one scan of the NVTX ranges fills `host_waits` (communication ranges, and
-    the blocking MPI and OS runtime calls) and `steps`; returns the steps found."""
+    the blocking MPI and OS runtime calls) and `steps`; returns the steps found. The ranges come
+    from the workspace when copied already (WORKSPACE_MARKS), else from the export."""
     marks = marker_ranges_sql(src)
     if marks is None:
         return 0
+    if src.has(NVTX) and _ranges_copied(con, report_id):
+        marks = WORKSPACE_MARKS.format(rid=int(report_id))
     rid = {"rid": report_id}
     # CREATE TABLE AS cannot be prepared: the report id goes in as a literal
     con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_marks AS {marks.replace('$rid', str(int(report_id)))}")
