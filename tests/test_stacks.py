@@ -637,3 +637,41 @@ def test_python_payload_shorter_than_its_frames(ws, tmp_path: Path) -> None:
     before, after = python(_stacks_of_ws(con, ids["stacks"])), python(_stacks_of(path, tmp_path))
     assert 0 < n_cut < total and before[1] == after[1] == total
     assert after[0] == before[0] + n_cut
+
+
+def test_each_idle_gap_has_one_ending_activity(ws) -> None:
+    """gap_stacks reads the window's gaps a row each: in gpu_timeline's (start_ns, end_ns) order a
+    gap is ended by the first activity after it (a second one starting then has the first one's
+    end among the ends before it), so no two of a device's gaps start at one time. The gaps
+    counted from the exports' GPU activity by a sort (sqlite3) are the timeline's, one start each."""
+    con, ids, plain = ws
+    tables = (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    )
+    for name in ("stacks", "native", "nostacks"):
+        with sqlite3.connect(plain[name]) as db:
+            have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            acts: dict[int, list[tuple[int, int]]] = {}
+            for t in tables:
+                if t in have:
+                    for dev, s, e in db.execute(
+                        f'SELECT deviceId, start, "end" FROM {t} WHERE "end" >= start'
+                    ):
+                        acts.setdefault(dev, []).append((s, e))
+        expected = 0
+        for spans in acts.values():
+            end = None
+            for s, e in sorted(spans):
+                if end is not None and s > end:
+                    expected += 1
+                end = e if end is None else max(end, e)
+        gaps, starts = con.execute(
+            "SELECT count(*), count(DISTINCT (device_id, prev_end_ns)) FROM gpu_timeline "
+            "WHERE report_id = ? AND start_ns > prev_end_ns",
+            [ids[name]],
+        ).fetchone()
+        assert expected > 0
+        assert gaps == starts == expected, name

@@ -52,10 +52,13 @@ ev AS (
     WHERE ($report_id IS NULL OR report_id = $report_id)
         AND source IN ('python_sample', 'cpu_sample', 'kineto_python') AND stack_id IS NOT NULL
 ),
--- the window's gaps, a row per activity ending one (several activities may end the same gap)
+-- the window's gaps, a row each: the activity ending one is the first after it on its device, in
+-- gpu_timeline's (start_ns, end_ns) order (any later one has that one's end in prev_end_ns), so a
+-- gap's start is its own (tests/test_stacks.py checks it on every capture)
 ends AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
--- a gap's thread is the earliest call among all that end it, looked up only in the processes of
--- the threads with stacks (a gap of another process is never joined to a stack)
+-- a gap's thread is that of the earliest call with its ending activity's pid and correlation id,
+-- looked up only in the processes of the threads with stacks (a gap of another process is never
+-- joined to a stack)
 -- (joins with distinct key sets rather than tuple IN lists: the same semi join, and Spark reads it)
 stacked AS MATERIALIZED (
     SELECT DISTINCT c.report_id, c.pid
@@ -76,9 +79,17 @@ launcher AS (
 ),
 gap AS (
     SELECT g.report_id, g.dev, greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns,
-           l.global_tid
-    FROM (SELECT report_id, dev, gap_start_ns, any_value(gap_end_ns) AS gap_end_ns FROM ends GROUP BY ALL) AS g
-    LEFT JOIN launcher AS l USING (report_id, dev, gap_start_ns)
+           g.global_tid
+    FROM (
+        -- the launcher looked up for the gaps of processes with stacks only (no join of every gap)
+        SELECT e.report_id, e.dev, e.gap_start_ns, e.gap_end_ns, l.global_tid
+        FROM (SELECT e.* FROM ends AS e JOIN stacked USING (report_id, pid)) AS e
+        LEFT JOIN launcher AS l USING (report_id, dev, gap_start_ns)
+        UNION ALL
+        SELECT report_id, dev, gap_start_ns, gap_end_ns, CAST(NULL AS BIGINT) AS global_tid
+        FROM ends
+        ANTI JOIN stacked USING (report_id, pid)
+    ) AS g
     LEFT JOIN step_window AS w USING (report_id)
     WHERE $step IS NULL OR (w.steady AND g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
 ),
