@@ -265,3 +265,55 @@ def test_directions_already_side_by_side(tmp_path: Path) -> None:
     assert (d["both_busy_ns"], d["serialised_ns"], d["shared_streams"]) == (10 * 4 * MS, 0, 0)
     assert f.evidence["direction_savings_ns"] == 0
     assert "separate streams" not in f.message
+
+
+def _serialised_reference(rows: dict[str, list[dict]]) -> int:
+    """serialised_ns by its definition, in Python: each stream's copies and kernels in (start_ns,
+    end_ns) order; a copy whose predecessor is a copy the other way, issued (its call returned)
+    before that one ended, counts [max(prev start, issued), min(prev end, its start)]; the device's
+    union of those."""
+    issued: dict[int, int] = {}
+    for a in rows["cuda_api"]:
+        issued[a["correlation_id"]] = min(issued.get(a["correlation_id"], a["end_ns"]), a["end_ns"])
+    items = [(c["start_ns"], c["end_ns"], c["direction"], c["correlation_id"]) for c in rows["memcpy"]]
+    items += [(k["start_ns"], k["end_ns"], None, None) for k in rows["kernels"]]
+    items.sort(key=lambda x: (x[0], x[1]))
+    out = []
+    for (ps, pe, pdir, _), (s, _e, d, corr) in itertools.pairwise(items):
+        if d is None or pdir is None or pdir == d or corr not in issued:
+            continue
+        lo, hi = max(ps, issued[corr]), min(pe, s)
+        if hi > lo:
+            out.append((lo, hi))
+    return union_within(out)
+
+
+def test_serialised_pairs_with_kernels_at_the_copies_edges(tmp_path: Path) -> None:
+    # copies the other way back to back on one stream, all issued early: every pair would count,
+    # but a kernel that starts with a copy and ends after it comes after it in (start, end) order,
+    # and one that starts with a copy and ends before it (2 us, or nothing) comes before it: each
+    # breaks a pair the other way at the copy's edge (ties of start broken by end)
+    rows: dict[str, list[dict]] = {"memcpy": [], "kernels": [], "cuda_api": []}
+    t, corr = 0, 0
+    for i in range(12):
+        for kind in ("HtoD", "DtoH"):
+            corr += 1
+            c = copy(t, 1 * MS, 1_000_000, kind, corr=corr)
+            rows["memcpy"].append(c)
+            rows["cuda_api"].append(api(corr * US, 1 * US, "cudaMemcpyAsync", corr=corr))
+            if kind == "DtoH" and i % 4 == 1:
+                rows["kernels"].append(kernel(t, 1 * MS + 3 * US))  # after this DtoH, before the next HtoD
+            if kind == "DtoH" and i % 4 == 2:
+                rows["kernels"].append(kernel(t, 0))  # between the HtoD and this DtoH
+            if kind == "HtoD" and i % 4 == 3:
+                rows["kernels"].append(kernel(t, 2 * US))  # between the DtoH before and this HtoD
+            t += 1 * MS
+    want = _serialised_reference(rows)
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        load_case(con, rows)
+        (got,) = nsa.query(con, "copy_directions").fetchall()
+    finally:
+        con.close()
+    assert 0 < want < 23 * MS  # 23 pairs, 9 of them broken
+    assert got[6] == want

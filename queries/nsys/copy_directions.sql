@@ -62,35 +62,63 @@ other AS (
         ON u.report_id = o.report_id AND u.device_id = o.device_id AND u.pid = o.pid AND u.stream_id = o.stream_id
     WHERE NOT (o.kind = 'memcpy' AND o.label IN ('memcpy HtoD', 'memcpy DtoH'))
 ),
--- each copy with the activity before it on its stream, all of them in order (the first copy of
--- the window may have waited for one before it)
-seq AS (
+-- each copy with the copy before it on its stream in (start_ns, end_ns) order: a window over the
+-- copies only (not over the other work on their streams: millions of kernels)
+cs AS (
     SELECT
-        *,
-        lag(direction) OVER s AS prev_dir,
-        lag(start_ns) OVER s AS prev_start,
-        lag(end_ns) OVER s AS prev_end,
-        lag(in_win) OVER s AS prev_in
-    FROM (
-        SELECT c.report_id, c.device_id, c.pid, c.stream_id, c.direction, c.start_ns, c.end_ns, c.in_win, i.issued_ns
-        FROM c
-        LEFT JOIN issued AS i USING (report_id, pid, correlation_id)
-        UNION ALL
-        SELECT report_id, device_id, pid, stream_id, NULL, start_ns, end_ns, false, NULL
-        FROM other
-    )
-    WINDOW s AS (PARTITION BY report_id, device_id, pid, stream_id ORDER BY start_ns, end_ns)
+        c.report_id, c.device_id, c.pid, c.stream_id, c.direction, c.start_ns, c.end_ns, c.in_win, i.issued_ns,
+        row_number() OVER s AS rn,
+        lag(c.direction) OVER s AS prev_dir,
+        lag(c.start_ns) OVER s AS prev_start,
+        lag(c.end_ns) OVER s AS prev_end,
+        lag(c.in_win) OVER s AS prev_in
+    FROM c
+    LEFT JOIN issued AS i USING (report_id, pid, correlation_id)
+    WINDOW s AS (PARTITION BY c.report_id, c.device_id, c.pid, c.stream_id ORDER BY c.start_ns, c.end_ns)
 ),
 -- the earlier copy (one of the window's) ran while the later one, going the other way, was
--- issued and waiting
-ser AS (
-    SELECT report_id, device_id, pid, stream_id, lo, hi
+-- issued and waiting; unless other work on the stream comes between the two in (start_ns, end_ns)
+-- order (then that work, not the copy, is what the later one waited for)
+pairs AS (
+    SELECT *
     FROM (
         SELECT *, greatest(prev_start, issued_ns) AS lo, least(prev_end, start_ns) AS hi
-        FROM seq
+        FROM cs
         WHERE prev_dir <> direction AND prev_in AND issued_ns IS NOT NULL
     )
     WHERE hi > lo
+),
+-- that work is looked up without sorting it into the copies: the stretches from each pair's
+-- earlier start to its later start are cut into time buckets (about as wide as the average
+-- stretch), and each other activity looked up in the bucket of its start by a hash join. A
+-- stretch ends where the next of its stream begins, so an activity lands in one or two of them.
+-- (Work tied with a copy on both start and end is not between: a sort would place it either way.)
+width AS (
+    SELECT report_id, CAST(greatest(1, sum(start_ns - prev_start) // count(*)) AS BIGINT) AS w
+    FROM pairs
+    GROUP BY ALL
+),
+slots AS (
+    SELECT p.report_id, p.device_id, p.pid, p.stream_id, p.rn, p.prev_start, p.prev_end, p.start_ns, p.end_ns,
+           unnest(range(p.prev_start // w.w, p.start_ns // w.w + 1)) AS bucket
+    FROM pairs AS p JOIN width AS w USING (report_id)
+),
+broken AS (
+    SELECT DISTINCT s.report_id, s.device_id, s.pid, s.stream_id, s.rn
+    FROM (SELECT o.*, o.start_ns // w.w AS bucket FROM other AS o JOIN width AS w USING (report_id)) AS o
+    JOIN slots AS s
+        ON s.report_id = o.report_id AND s.device_id = o.device_id AND s.pid = o.pid AND s.stream_id = o.stream_id
+        AND s.bucket = o.bucket
+    WHERE (o.start_ns > s.prev_start OR (o.start_ns = s.prev_start AND o.end_ns > s.prev_end))
+        AND (o.start_ns < s.start_ns OR (o.start_ns = s.start_ns AND o.end_ns < s.end_ns))
+),
+ser AS (
+    SELECT p.report_id, p.device_id, p.pid, p.stream_id, p.lo, p.hi
+    FROM pairs AS p
+    LEFT JOIN broken AS b
+        ON b.report_id = p.report_id AND b.device_id = p.device_id AND b.pid = p.pid AND b.stream_id = p.stream_id
+        AND b.rn = p.rn
+    WHERE b.rn IS NULL
 ),
 ser_dev AS (
     SELECT
