@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     command does the same thing from any directory.
     """
     args = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("-") for a in args) or len(args) > 1:
+        # an option is no folder: `--help` would have written the pages under ./--help
+        print(
+            "usage: python -m nsight_analytics.docs [ROOT]  (rewrites docs/schema.md and docs/queries.md under ROOT)"
+        )
+        return 0 if args and args[0] in ("-h", "--help") else 2
     checkout = Path(__file__).resolve().parents[1]
     root = Path(args[0]) if args else checkout if (checkout / "pyproject.toml").is_file() else Path.cwd()
     for path in write(root):

@@ -93,3 +93,11 @@ def test_readme_links_the_reference_pages() -> None:
     readme = _readme()
     for rel in docs.pages():
         assert f"]({rel})" in readme, f"README.md should link {rel}"
+
+
+def test_an_option_is_not_taken_for_the_folder(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert docs.main(["--help"]) == 0
+    assert docs.main(["--frobnicate"]) == 2
+    assert "usage: python -m nsight_analytics.docs [ROOT]" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # nothing written under ./--help
