@@ -376,3 +376,84 @@ def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -
         "SELECT correlation_id, api_calls, api_start_ns, api_end_ns, api_global_tid "
         "FROM gpu_timeline ORDER BY start_ns"
     ).fetchall() == [(1, 2, 10, 60, 77), (2, 0, None, None, None), (3, 0, None, None, None)]
+
+
+class _Builds(str):
+    """timeline._BUILD, counting the timeline's sorts."""
+
+    runs = 0
+
+    def format(self, *args, **kwargs) -> str:  # type: ignore[override]
+        type(self).runs += 1
+        return str(self).format(*args, **kwargs)
+
+
+def test_launch_calls_are_added_to_a_stored_timeline_without_sorting_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # kernel 1 launched by two calls, kernel 2 by none, kernel 3 in another process than its call
+    con = nsa.connect(tmp_path / "w.duckdb")
+    k = dict(report_id=1, device_id=0, duration_ns=10, name="a")
+    insert(
+        con,
+        "kernels",
+        [
+            dict(k, pid=5, correlation_id=1, start_ns=100, end_ns=110),
+            dict(k, pid=5, correlation_id=2, start_ns=200, end_ns=210),
+            dict(k, pid=6, correlation_id=3, start_ns=300, end_ns=310),
+        ],
+    )
+    c = dict(report_id=1, pid=5, name="cudaLaunchKernel")
+    insert(
+        con,
+        "cuda_api",
+        [
+            dict(c, correlation_id=1, start_ns=10, end_ns=20, global_tid=None),
+            dict(c, correlation_id=1, start_ns=30, end_ns=60, global_tid=77),
+            dict(c, correlation_id=3, start_ns=40, end_ns=50, global_tid=78),
+        ],
+    )
+    monkeypatch.setattr(timeline, "_BUILD", _Builds(timeline._BUILD))
+    linked = "SELECT * FROM gpu_timeline ORDER BY start_ns"
+    nsa.query(con, "utilization").fetchall()  # the timeline alone
+    assert _Builds.runs == 1 and timeline.stale(con, launches=True) == [1]
+    want = [(1, 50.0, 10.0, 40.0)]  # launches 1, avg_cpu_ns 50 (10 to 60), delay 100 - 60
+    assert [r[2:6] for r in nsa.query(con, "launch_delay").fetchall()] == want
+    assert _Builds.runs == 1  # the launch calls added to the stored rows: no second sort
+    assert con.execute(
+        "SELECT correlation_id, api_calls, api_start_ns, api_end_ns, api_global_tid FROM gpu_timeline ORDER BY start_ns"
+    ).fetchall() == [(1, 2, 10, 60, 77), (2, 0, None, None, None), (3, 0, None, None, None)]
+    added = con.execute(linked).fetchall()
+    con.execute("DELETE FROM gpu_timeline")
+    assert timeline.ensure(con, launches=True) == 1 and _Builds.runs == 2
+    assert con.execute(linked).fetchall() == added  # as a build with them from the start
+    # a stored timeline without them, read through a read-only file: added to this connection's
+    # copy, then known to be there (no staleness scan per query)
+    con.execute(
+        "UPDATE gpu_timeline SET api_calls = NULL, api_start_ns = NULL, api_end_ns = NULL, api_global_tid = NULL"
+    )
+    con.close()
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    shutil.copy(tmp_path / "w.duckdb", folder / "w.duckdb")
+    if os.geteuid() == 0:  # root ignores the write bits: api.writable is told what a user would see
+        real = api.writable
+        monkeypatch.setattr(api, "writable", lambda db=None: real(db) and Path(db or "").parent != folder)
+    (folder / "w.duckdb").chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        ro = api.reader(folder / "w.duckdb", needs={"gpu_timeline", "gpu_launches"})
+        try:
+            monkeypatch.setattr(timeline, "_SIGNATURE", _Counted(timeline._SIGNATURE))
+            _Counted.scans = 0
+            assert [r[2:6] for r in api.query(ro, "launch_delay").fetchall()] == want
+            assert [r[2:6] for r in api.query(ro, "launch_delay").fetchall()] == want
+            assert _Counted.scans == 0  # the reader's materialise found them added: trusted since
+            assert ro.execute(linked).fetchall() == added and _Builds.runs == 2
+            assert ro.execute("SELECT count(api_calls) FROM w.main.gpu_timeline").fetchone() == (
+                0,
+            )  # the file
+        finally:
+            ro.close()
+    finally:
+        folder.chmod(0o755)

@@ -16,9 +16,10 @@ table for itself.
 Each row's launch calls (api_calls, api_start_ns, api_end_ns, api_global_tid: the cuda_api rows
 with its report, pid and correlation id) are worked out only for a query that reads them (its
 contract reads `gpu_launches`, schema.COMPUTED): grouping the calls by key and joining them costs
-about as much again as the sorts, and the rules never read them. Until then api_calls is NULL; a
-report whose rows lack them (an older nsa's timeline too) is worked out again, with them, when
-they are read and its CUDA API calls are in the workspace.
+a fraction of the sorts again, and the rules never read them. Until then api_calls is NULL; a
+report whose rows lack them (an older nsa's timeline too) has them added when they are read and
+its CUDA API calls are in the workspace: an UPDATE of those four columns from the grouped calls,
+no second sort (a report whose GPU rows changed is worked out again whole, with them).
 """
 
 from __future__ import annotations
@@ -136,9 +137,32 @@ have AS (
     SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked
     FROM gpu_timeline WHERE true {only} GROUP BY report_id
 )
-SELECT report_id FROM src FULL JOIN have USING (report_id)
+SELECT report_id, src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t AS changed
+FROM src FULL JOIN have USING (report_id)
 WHERE src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t OR (have.unlinked > 0 AND NOT {pending})
 ORDER BY report_id
+"""
+
+# The launch calls added to the stored rows of reports whose GPU rows have not changed: every row
+# unlinked (api_calls 0), then those with calls of their key linked (one group per key: a row
+# matches at most one). Only the calls of keys in the timeline are grouped: most calls launch
+# nothing (synchronisation, queries, allocations), and the UPDATE costs by the groups it joins.
+_UNLINK = """
+UPDATE gpu_timeline SET api_calls = 0, api_start_ns = NULL, api_end_ns = NULL, api_global_tid = NULL
+WHERE true {only}
+"""
+_LINK = """
+UPDATE gpu_timeline AS t
+SET api_calls = c.api_calls, api_start_ns = c.api_start_ns, api_end_ns = c.api_end_ns, api_global_tid = c.api_global_tid
+FROM (
+    SELECT report_id, pid, correlation_id, count(*) AS api_calls, min(start_ns) AS api_start_ns,
+           max(end_ns) AS api_end_ns, arg_min(global_tid, start_ns) AS api_global_tid
+    FROM cuda_api
+    WHERE correlation_id IS NOT NULL {only}
+        AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM gpu_timeline WHERE true {only})
+    GROUP BY ALL
+) AS c
+WHERE c.report_id = t.report_id AND c.pid = t.pid AND c.correlation_id = t.correlation_id
 """
 
 
@@ -159,18 +183,22 @@ LAUNCH_READS = ("cuda_api",)
 # connection, gone with it), so that a query checks once, not in the reader, in materialise and
 # again in queries.run. Sound only while nothing can change the rows: a read-only file locks
 # writers out (other processes; this process cannot open it writable beside it) and the GPU
-# tables are the stored ones (no TEMP copy of them, which this connection could write).
+# tables are the stored ones (no TEMP copy of them, which this connection could write). With
+# launch calls, a second variable: the reports whose rows have them (not those whose calls are
+# still in the export, which this connection may load into TEMP tables).
 _FRESH = "nsa_gpu_timeline_fresh"
+_FRESH_LINKED = "nsa_gpu_timeline_linked"
 _ALL = "*"
 
 
-def _frozen(con: duckdb.DuckDBPyConnection) -> tuple[bool, str]:
-    """(can the GPU rows not change while this connection is open, what it found up to date)."""
+def _frozen(con: duckdb.DuckDBPyConnection, launches: bool = False) -> tuple[bool, str]:
+    """(can the GPU rows not change while this connection is open, what it found up to date,
+    with `launches` with the launch calls)."""
     read_only, temp, seen = params.first_row(
         con.execute(
             "SELECT current_setting('access_mode') = 'read_only', "
             f"(SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}), "
-            f"coalesce(CAST(getvariable('{_FRESH}') AS VARCHAR), '')"
+            f"coalesce(CAST(getvariable('{_FRESH_LINKED if launches else _FRESH}') AS VARCHAR), '')"
         )
     )
     return bool(read_only) and not temp, str(seen)
@@ -182,12 +210,14 @@ def _known_fresh(seen: str, ids: list[int] | None) -> bool:
     return ids is not None and bool(seen) and set(ids) <= {int(r) for r in seen.split(",")}
 
 
-def _remember(con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None) -> None:
+def _remember(
+    con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None, launches: bool = False
+) -> None:
     if ids is None:
         value = _ALL
     else:
         value = ",".join(str(r) for r in sorted(set(ids) | {int(r) for r in seen.split(",") if r}))
-    con.execute(f"SET VARIABLE {_FRESH} = '{value}'")  # digits and commas only
+    con.execute(f"SET VARIABLE {_FRESH_LINKED if launches else _FRESH} = '{value}'")  # digits and commas only
 
 
 def stale(
@@ -196,25 +226,46 @@ def stale(
     """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date;
     with `launches`, also those whose rows lack their launch calls (LAUNCHES) though the calls are
     in the workspace."""
+    return sorted(_stale(con, report_ids, launches))
+
+
+def _stale(
+    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None, launches: bool
+) -> dict[int, bool]:
+    """stale's reports, each with whether its GPU rows changed (worked out again whole) or only
+    its launch calls are to be added."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    frozen, seen = _frozen(con)
-    if frozen and not launches and _known_fresh(seen, ids):
-        return []
+    frozen, seen = _frozen(con, launches)
+    if frozen and _known_fresh(seen, ids):
+        return {}
     only = _only(ids)
-    pending = _calls_pending(con, "report_id") if launches else "true"
-    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only, pending=pending)
-    todo = [int(r) for (r,) in con.execute(sql).fetchall()]
-    if frozen and not launches and not todo:
-        _remember(con, seen, ids)
+    pending = sorted(_reports_pending(con)) if launches else None
+    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only, pending=_in("report_id", pending))
+    todo = {int(r): bool(changed) for r, changed in con.execute(sql).fetchall()}
+    if frozen and not todo and (not launches or _all_linked(con, ids)):
+        _remember(con, seen, ids, launches)
     return todo
 
 
-def _calls_pending(con: duckdb.DuckDBPyConnection, column: str) -> str:
-    """SQL: is the report in `column` one whose CUDA API calls are still in its export (a deferred
-    step)? Its timeline is worked out without launch calls (api_calls NULL) and again once they
+def _all_linked(con: duckdb.DuckDBPyConnection, ids: list[int] | None) -> bool:
+    """Have the up-to-date timelines of the reports `ids` (None: all) their launch calls, for
+    good: none of them has its calls still in an export (which this connection may load)?"""
+    pending = _reports_pending(con)
+    return not pending or (ids is not None and not set(ids) & pending)
+
+
+def _reports_pending(con: duckdb.DuckDBPyConnection) -> set[int]:
+    """The reports whose CUDA API calls are still in their export (a deferred step): their
+    timeline is worked out without launch calls (api_calls NULL), which are added once the calls
     are loaded."""
-    pending = sorted({int(rid) for rid, _, _ in deferred_for(con, {"cuda_api"})})
-    return f"{column} IN ({', '.join(map(str, pending))})" if pending else "false"
+    return {int(rid) for rid, _, _ in deferred_for(con, {"cuda_api"})}
+
+
+def _in(column: str, ids: list[int] | None) -> str:
+    """SQL: is `column` one of `ids` (None: every report)?"""
+    if ids is None:
+        return "true"
+    return f"{column} IN ({', '.join(map(str, ids))})" if ids else "false"
 
 
 def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
@@ -240,17 +291,19 @@ def ensure(
 ) -> int:
     """Work out the timeline of every report (of `report_ids`, default all) whose stored one is
     missing or out of date, with `launches` its rows' launch calls too (LAUNCHES); returns how
-    many reports were worked out."""
+    many reports were worked out (or had their launch calls added)."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    todo = stale(con, ids, launches)
+    todo = _stale(con, ids, launches)
     if not todo:
         return 0
     if not _stored_table(con):  # read-only file or dataset: this connection's own copy
         stored = params.first_row(con.execute("SELECT current_database()"))[0]
         cols = "* EXCLUDE (rowid)" if _has_rowid(con, stored) else "*"
         con.execute(f'CREATE TEMP TABLE {TABLE} AS SELECT {cols} FROM "{stored}".main.{TABLE}')
-    which = ", ".join(str(r) for r in todo)
+    which = ", ".join(str(r) for r in sorted(todo))
     done = f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"
+    if not any(todo.values()):
+        done += "'s launch calls"
     try:
         # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
         with memory_cap(con, todo), timed(log, done):
@@ -267,6 +320,8 @@ def ensure(
     frozen, seen = _frozen(con)
     if frozen and own:  # this connection's TEMP copy, now up to date
         _remember(con, seen, ids)
+        if launches and _all_linked(con, ids):
+            _remember(con, _frozen(con, launches)[1], ids, launches)
     return len(todo)
 
 
@@ -280,22 +335,31 @@ def _own_transaction(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _build(con: duckdb.DuckDBPyConnection, todo: list[int], launches: bool) -> bool:
-    """Replace the timeline rows of the reports `todo`, in a transaction of its own when the
-    caller has none (returns whether it had one; a failure rolls it back)."""
-    only = _only(todo)
+def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool) -> bool:
+    """Replace the timeline rows of the reports `todo` whose GPU rows changed (True) and, with
+    `launches`, add the launch calls to the rows of the others, in a transaction of its own when
+    the caller has none (returns whether it had one; a failure rolls it back)."""
+    changed = sorted(r for r, whole in todo.items() if whole)
+    linked = sorted(r for r, whole in todo.items() if not whole) if launches else []
     try:
         con.execute("BEGIN TRANSACTION")
         own = True
     except duckdb.TransactionException:  # the caller's transaction: its commit keeps the rows
         own = False
     try:
-        con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
-        if launches:
-            select = _LINKED.format(only=only, linked=f"NOT {_calls_pending(con, 't.report_id')}")
-        else:
-            select = _PLAIN
-        con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
+        if changed:
+            only = _only(changed)
+            con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
+            if launches:
+                pending = sorted(_reports_pending(con))
+                select = _LINKED.format(only=only, linked=f"NOT {_in('t.report_id', pending)}")
+            else:
+                select = _PLAIN
+            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
+        if linked:  # stale only for want of their launch calls, which are in the workspace
+            only = _only(linked)
+            con.execute(_UNLINK.format(only=only))
+            con.execute(_LINK.format(only=only))
         if own:
             con.execute("COMMIT")
     except BaseException:
