@@ -11,7 +11,10 @@
 -- '(no launch call)'.
 -- host_ns is the ops' own CPU time: an op whose GPU time is below it is launch-bound (the GPU
 -- waits for the host). Reports without cpu_ops (nsys) have every row under '(no op)'.
--- reads cpu_ops, cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset
+-- The work and its launch calls come from the stored timeline (gpu_timeline, with the earliest
+-- start and latest end of the calls of each key); the calls' thread (the lowest tid of the key)
+-- is looked up in cuda_api only for reports that have ops to name.
+-- reads cpu_ops, cuda_api, gpu_timeline, gpu_launches
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param level VARCHAR = 'top' one of ('top', 'leaf', 'annotation'): which enclosing op to name: 'top', 'leaf' or 'annotation'.
 -- col report_id INTEGER: workspace report id.
@@ -24,19 +27,10 @@
 -- col gpu_pct DOUBLE: share of the report's GPU time (sum of all its kernels, copies and memsets) (%).
 -- col launch_bound BOOLEAN: gpu_ns < host_ns: the op keeps the host busier than the GPU.
 WITH act AS (
-    SELECT report_id, pid, correlation_id, kind, end_ns - start_ns AS gpu_ns,
-           row_number() OVER () AS id
-    FROM nsa_gpu_activity($report_id)
-),
-calls AS (
-    SELECT report_id, pid, correlation_id, min(tid) AS tid, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-    FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND correlation_id IS NOT NULL
-    GROUP BY ALL
-),
-launch AS (
-    SELECT a.*, c.tid, c.start_ns, c.end_ns
-    FROM act AS a LEFT JOIN calls AS c USING (report_id, pid, correlation_id)
+    SELECT report_id, pid, correlation_id, kind, end_ns - start_ns AS gpu_ns, rowid AS id,
+           api_calls > 0 AS called, api_start_ns, api_end_ns
+    FROM gpu_timeline
+    WHERE $report_id IS NULL OR report_id = $report_id
 ),
 -- the ops that can be named at this level
 ops AS (
@@ -46,6 +40,22 @@ ops AS (
         AND CASE WHEN $level IN ('top', 'leaf') THEN category = 'cpu_op'
                  ELSE category IN ('user_annotation', 'python_function') AND NOT starts_with(name, 'ProfilerStep#')
             END
+),
+-- the thread of each launch, for the reports with ops
+named AS (SELECT DISTINCT report_id FROM cpu_ops WHERE $report_id IS NULL OR report_id = $report_id),
+tids AS (
+    SELECT c.report_id, c.pid, c.correlation_id, min(c.tid) AS tid
+    FROM cuda_api AS c
+    SEMI JOIN named AS n ON n.report_id = c.report_id
+    WHERE ($report_id IS NULL OR c.report_id = $report_id) AND c.correlation_id IS NOT NULL
+    GROUP BY ALL
+),
+launch AS (
+    SELECT a.report_id, a.pid, a.id, a.kind, a.gpu_ns, c.tid, a.api_start_ns AS start_ns, a.api_end_ns AS end_ns,
+           CASE WHEN n.report_id IS NULL THEN NOT coalesce(a.called, false) ELSE c.tid IS NULL END AS uncalled
+    FROM act AS a
+    LEFT JOIN named AS n USING (report_id)
+    LEFT JOIN tids AS c USING (report_id, pid, correlation_id)
 ),
 -- 'top': in (start, longest first) order on a thread, the outermost op enclosing a launch is the
 -- first whose end reaches the launch's end, if it starts by the launch's start (every op
@@ -66,7 +76,7 @@ outer_ops AS (
 picked_top AS (
     SELECT l.report_id, l.id,
            {'name': o.name, 'tid': o.tid, 'start_ns': o.start_ns, 'dur': o.end_ns - o.start_ns} AS op
-    FROM launch AS l
+    FROM (SELECT * FROM launch WHERE $level = 'top' AND tid IS NOT NULL) AS l
     ASOF JOIN outer_ops AS o ON o.report_id = l.report_id AND o.pid = l.pid AND o.tid = l.tid AND l.end_ns <= o.end_ns
     WHERE o.start_ns <= l.start_ns
 ),
@@ -88,7 +98,7 @@ filed AS (
 ),
 probes AS (
     SELECT l.report_id, l.id, l.pid, l.tid, l.start_ns, l.end_ns, v.lvl, l.start_ns // v.width AS bucket
-    FROM launch AS l
+    FROM (SELECT * FROM launch WHERE tid IS NOT NULL) AS l
     JOIN (SELECT DISTINCT report_id, pid, tid, lvl, width FROM leveled) AS v
         ON v.report_id = l.report_id AND v.pid = l.pid AND v.tid = l.tid
 ),
@@ -109,26 +119,32 @@ picked AS (
 ),
 attributed AS (
     SELECT l.report_id, l.kind, l.gpu_ns, p.op,
-           CASE WHEN l.tid IS NULL THEN '(no launch call)' ELSE coalesce(p.op.name, '(no op)') END AS op_name
+           CASE WHEN l.uncalled THEN '(no launch call)' ELSE coalesce(p.op.name, '(no op)') END AS op_name
     FROM launch AS l LEFT JOIN picked AS p USING (report_id, id)
 ),
 host AS (
     SELECT report_id, op.name AS op_name, count(*) AS op_calls, sum(op.dur) AS host_ns
     FROM (SELECT DISTINCT report_id, op FROM attributed WHERE op IS NOT NULL)
     GROUP BY ALL
+),
+per_op AS (
+    SELECT report_id, op_name,
+           count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+           count(*) FILTER (WHERE kind IN ('memcpy', 'memset')) AS copies,
+           sum(gpu_ns) AS gpu_ns
+    FROM attributed
+    GROUP BY ALL
 )
 SELECT
     a.report_id,
     a.op_name,
-    coalesce(any_value(h.op_calls), 0) AS op_calls,
-    count(*) FILTER (WHERE a.kind = 'kernel') AS kernels,
-    count(*) FILTER (WHERE a.kind IN ('memcpy', 'memset')) AS copies,
-    CAST(sum(a.gpu_ns) AS BIGINT) AS gpu_ns,
-    CAST(any_value(h.host_ns) AS BIGINT) AS host_ns,
-    100.0 * sum(a.gpu_ns) / any_value(t.total) AS gpu_pct,
-    sum(a.gpu_ns) < any_value(h.host_ns) AS launch_bound
-FROM attributed AS a
+    coalesce(h.op_calls, 0) AS op_calls,
+    a.kernels,
+    a.copies,
+    CAST(a.gpu_ns AS BIGINT) AS gpu_ns,
+    CAST(h.host_ns AS BIGINT) AS host_ns,
+    100.0 * a.gpu_ns / nullif(sum(a.gpu_ns) OVER (PARTITION BY a.report_id), 0) AS gpu_pct,
+    a.gpu_ns < h.host_ns AS launch_bound
+FROM per_op AS a
 LEFT JOIN host AS h USING (report_id, op_name)
-JOIN (SELECT report_id, nullif(sum(gpu_ns), 0) AS total FROM act GROUP BY ALL) AS t USING (report_id)
-GROUP BY a.report_id, a.op_name
-ORDER BY a.report_id, gpu_ns DESC, a.op_name
+ORDER BY a.report_id, a.gpu_ns DESC, a.op_name
