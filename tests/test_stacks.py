@@ -573,6 +573,47 @@ def test_statically_linked_cuda_runtime_is_not_the_users_code(tmp_path: Path) ->
     con.close()
 
 
+def test_top_stacks_tied_on_calls_are_cut_by_function_too(tmp_path: Path) -> None:
+    """cloverleaf's native stacks share their binary, line (none) and library frame
+    (cudaDeviceSynchronize): groups with as many calls, told apart only by the user function,
+    tie at launch_stacks' top-10 cut, and which were kept varied from run to run. The top rows
+    are now those of the full list in (calls, gpu_ns, file, line, library frame, function) order."""
+    from conftest import realdata
+
+    path = realdata("nsys", "a100_nsys2024.5_perlmutter_cloverleaf.sqlite")
+    con = nsa.connect(tmp_path / "w.duckdb")
+    rid = nsa.ingest(con, path).report_id
+    cols = ["source", "kind", "user_function", "user_file", "user_line", "library_frame", "calls", "gpu_ns"]
+    rel = nsa.query(con, "launch_stacks", report_id=rid, top_n=None)
+    names = [d[0] for d in rel.description]
+    every = [dict(zip(names, r)) for r in rel.fetchall() if r[names.index("source")] is not None]
+
+    def key(r: dict) -> tuple:
+        last = "\U0010ffff"  # DuckDB puts NULLs last in either direction
+        return (
+            -r["calls"],
+            r["gpu_ns"] is None,
+            -(r["gpu_ns"] or 0),
+            r["user_file"] or last,
+            r["user_line"] is None,
+            r["user_line"] or 0,
+            r["library_frame"] or last,
+            r["user_function"] or last,
+        )
+
+    want = []
+    for group in sorted({(r["source"], r["kind"]) for r in every}):
+        want += sorted((r for r in every if (r["source"], r["kind"]) == group), key=key)[:10]
+    sync = sorted((r for r in every if (r["source"], r["kind"]) == ("cpu_sample", "sync")), key=key)
+    assert len(sync) > 10 and sync[9]["calls"] == sync[10]["calls"]  # the capture has the tie at the cut
+    rel = nsa.query(con, "launch_stacks", report_id=rid)
+    got = [dict(zip(names, r)) for r in rel.fetchall() if r[names.index("source")] is not None]
+    assert [tuple(r[c] for c in cols) for r in got] == [
+        tuple(r[c] for c in cols) for r in sorted(want, key=lambda r: (r["source"], r["kind"], key(r)))
+    ]
+    con.close()
+
+
 # --- Python payloads laid out by other nsys versions (fixtures built by code) ---------------------
 # Only nsys 2025.3 exports with Python frames exist here (tests/data/stacks); 2022.4 has no Python
 # options; the 2024.5 / 2024.6 exports in ../shared/realdata hold no Python frames. These fixtures

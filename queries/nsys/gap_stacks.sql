@@ -188,7 +188,7 @@ ranked AS (
     LEFT JOIN gap_idle AS gi USING (report_id, dev, gap_start_ns)
     QUALIFY $top_n IS NULL OR row_number() OVER (
         PARTITION BY g.report_id, g.dev, g.gap_start_ns, g.source
-        ORDER BY g.explained_ns DESC, g.user_file, g.user_line, g.library_frame
+        ORDER BY g.explained_ns DESC, g.user_file, g.user_line, g.library_frame, g.user_function
     ) <= $top_n
 ),
 -- windows with gaps but no stack on their launching threads: say which option records them
@@ -241,4 +241,4 @@ SELECT report_id, NULL::INTEGER, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NUL
        || 'startup rule); for its host time run hot_stacks with start_ns ' || s0 || ' and end_ns ' || s1 AS note
 FROM step_window
 WHERE NOT steady
-ORDER BY report_id, device_id, gap_start_ns NULLS FIRST, source NULLS FIRST, explained_ns DESC, user_file, user_line
+ORDER BY report_id, device_id, gap_start_ns NULLS FIRST, source NULLS FIRST, explained_ns DESC, user_file, user_line, library_frame, user_function

@@ -199,7 +199,7 @@ ranked AS (
     JOIN stacked_totals AS st USING (report_id, source, kind)
     QUALIFY $top_n IS NULL OR row_number() OVER (
         PARTITION BY g.report_id, g.source, g.kind
-        ORDER BY g.calls DESC, g.gpu_ns DESC, g.user_file, g.user_line, g.library_frame
+        ORDER BY g.calls DESC, g.gpu_ns DESC, g.user_file, g.user_line, g.library_frame, g.user_function
     ) <= $top_n
 ),
 -- reports with CUDA calls but no stack for the matching ones: say which option records them
@@ -251,4 +251,4 @@ SELECT report_id, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR, NU
        NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::DOUBLE,
        CAST(total_calls AS BIGINT), NULL::BIGINT, NULL::BIGINT, note
 FROM bare
-ORDER BY report_id, source NULLS FIRST, kind, calls DESC, gpu_ns DESC, user_file, user_line, library_frame
+ORDER BY report_id, source NULLS FIRST, kind, calls DESC, gpu_ns DESC, user_file, user_line, library_frame, user_function
