@@ -345,11 +345,11 @@ def test_launch_calls_match_the_exports_own_join(tmp_path: Path) -> None:
     assert timeline.stale(con, launches=True) == []
 
 
-def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -> None:
-    # kernel 1 launched by two calls, kernel 2 by none, kernel 3 in another process than its call
+def _three_launches(con) -> None:
+    """Kernel 1 launched by two calls, kernel 2 by none, kernel 3 in another process than its call."""
     k = dict(report_id=1, device_id=0, duration_ns=10, name="a")
     insert(
-        workspace,
+        con,
         "kernels",
         [
             dict(k, pid=5, correlation_id=1, start_ns=100, end_ns=110),
@@ -359,7 +359,7 @@ def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -
     )
     c = dict(report_id=1, pid=5, name="cudaLaunchKernel")
     insert(
-        workspace,
+        con,
         "cuda_api",
         [
             dict(c, correlation_id=1, start_ns=10, end_ns=20, global_tid=None),
@@ -367,6 +367,10 @@ def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -
             dict(c, correlation_id=3, start_ns=40, end_ns=50, global_tid=78),
         ],
     )
+
+
+def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -> None:
+    _three_launches(workspace)
     nsa.query(workspace, "utilization").fetchall()
     workspace.execute("UPDATE gpu_timeline SET api_calls = NULL")  # as an nsa before the columns left it
     assert timeline.stale(workspace) == [] and timeline.stale(workspace, launches=True) == [1]
@@ -391,28 +395,8 @@ class _Builds(str):
 def test_launch_calls_are_added_to_a_stored_timeline_without_sorting_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # kernel 1 launched by two calls, kernel 2 by none, kernel 3 in another process than its call
     con = nsa.connect(tmp_path / "w.duckdb")
-    k = dict(report_id=1, device_id=0, duration_ns=10, name="a")
-    insert(
-        con,
-        "kernels",
-        [
-            dict(k, pid=5, correlation_id=1, start_ns=100, end_ns=110),
-            dict(k, pid=5, correlation_id=2, start_ns=200, end_ns=210),
-            dict(k, pid=6, correlation_id=3, start_ns=300, end_ns=310),
-        ],
-    )
-    c = dict(report_id=1, pid=5, name="cudaLaunchKernel")
-    insert(
-        con,
-        "cuda_api",
-        [
-            dict(c, correlation_id=1, start_ns=10, end_ns=20, global_tid=None),
-            dict(c, correlation_id=1, start_ns=30, end_ns=60, global_tid=77),
-            dict(c, correlation_id=3, start_ns=40, end_ns=50, global_tid=78),
-        ],
-    )
+    _three_launches(con)
     monkeypatch.setattr(timeline, "_BUILD", _Builds(timeline._BUILD))
     linked = "SELECT * FROM gpu_timeline ORDER BY start_ns"
     nsa.query(con, "utilization").fetchall()  # the timeline alone
