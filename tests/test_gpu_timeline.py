@@ -248,13 +248,14 @@ def test_a_build_out_of_memory_under_the_cap_runs_again_without_it(workspace, mo
     assert _timeline(workspace) == got
 
 
-class _Counted(str):
-    """timeline._SIGNATURE, counting how often the GPU tables are scanned for staleness."""
+class _Formats(str):
+    """An SQL template of timeline.py (_SIGNATURE: a staleness scan of the GPU tables; _BUILD: a
+    sort of the timeline) counting how often it is formatted into a statement."""
 
-    scans = 0
+    calls = 0
 
     def format(self, *args, **kwargs) -> str:  # type: ignore[override]
-        type(self).scans += 1
+        self.calls += 1
         return str(self).format(*args, **kwargs)
 
 
@@ -263,24 +264,25 @@ def test_one_staleness_scan_per_query_and_none_on_a_frozen_connection(
 ) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
     _fill(con)
-    monkeypatch.setattr(timeline, "_SIGNATURE", _Counted(timeline._SIGNATURE))
+    scans = _Formats(timeline._SIGNATURE)
+    monkeypatch.setattr(timeline, "_SIGNATURE", scans)
     want = nsa.query(con, "utilization").fetchall()
-    assert _Counted.scans == 1  # materialise's, not again in queries.run
+    assert scans.calls == 1  # materialise's, not again in queries.run
     nsa.query(con, "utilization").fetchall()
-    assert _Counted.scans == 2  # a writable connection may have changed the rows: checked again
+    assert scans.calls == 2  # a writable connection may have changed the rows: checked again
     con.close()
-    _Counted.scans = 0
+    scans.calls = 0
     ro = api.reader(tmp_path / "w.duckdb", needs={"gpu_timeline"})  # as `nsa query` opens it
     try:
         assert api.query(ro, "utilization").fetchall() == want
-        assert _Counted.scans == 1  # the reader's check: materialise and queries.run trust it
+        assert scans.calls == 1  # the reader's check: materialise and queries.run trust it
         assert api.query(ro, "small_kernel_storms").fetchall() == []
-        assert _Counted.scans == 1  # nothing can write the file while it is open read-only
+        assert scans.calls == 1  # nothing can write the file while it is open read-only
         # a TEMP copy of a GPU table (this connection can write it): checked every time
         ro.execute("CREATE TEMP TABLE memset AS SELECT * FROM w.main.memset")
         ro.execute("UPDATE memset SET end_ns = end_ns + 1000")
         assert timeline.stale(ro) == [1]
-        assert _Counted.scans == 2
+        assert scans.calls == 2
     finally:
         ro.close()
 
@@ -382,34 +384,25 @@ def test_launch_calls_of_an_older_timeline_are_worked_out_when_read(workspace) -
     ).fetchall() == [(1, 2, 10, 60, 77), (2, 0, None, None, None), (3, 0, None, None, None)]
 
 
-class _Builds(str):
-    """timeline._BUILD, counting the timeline's sorts."""
-
-    runs = 0
-
-    def format(self, *args, **kwargs) -> str:  # type: ignore[override]
-        type(self).runs += 1
-        return str(self).format(*args, **kwargs)
-
-
 def test_launch_calls_are_added_to_a_stored_timeline_without_sorting_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     con = nsa.connect(tmp_path / "w.duckdb")
     _three_launches(con)
-    monkeypatch.setattr(timeline, "_BUILD", _Builds(timeline._BUILD))
+    builds = _Formats(timeline._BUILD)
+    monkeypatch.setattr(timeline, "_BUILD", builds)
     linked = "SELECT * FROM gpu_timeline ORDER BY start_ns"
     nsa.query(con, "utilization").fetchall()  # the timeline alone
-    assert _Builds.runs == 1 and timeline.stale(con, launches=True) == [1]
+    assert builds.calls == 1 and timeline.stale(con, launches=True) == [1]
     want = [(1, 50.0, 10.0, 40.0)]  # launches 1, avg_cpu_ns 50 (10 to 60), delay 100 - 60
     assert [r[2:6] for r in nsa.query(con, "launch_delay").fetchall()] == want
-    assert _Builds.runs == 1  # the launch calls added to the stored rows: no second sort
+    assert builds.calls == 1  # the launch calls added to the stored rows: no second sort
     assert con.execute(
         "SELECT correlation_id, api_calls, api_start_ns, api_end_ns, api_global_tid FROM gpu_timeline ORDER BY start_ns"
     ).fetchall() == [(1, 2, 10, 60, 77), (2, 0, None, None, None), (3, 0, None, None, None)]
     added = con.execute(linked).fetchall()
     con.execute("DELETE FROM gpu_timeline")
-    assert timeline.ensure(con, launches=True) == 1 and _Builds.runs == 2
+    assert timeline.ensure(con, launches=True) == 1 and builds.calls == 2
     assert con.execute(linked).fetchall() == added  # as a build with them from the start
     # a stored timeline without them, read through a read-only file: added to this connection's
     # copy, then known to be there (no staleness scan per query)
@@ -428,12 +421,12 @@ def test_launch_calls_are_added_to_a_stored_timeline_without_sorting_it_again(
     try:
         ro = api.reader(folder / "w.duckdb", needs={"gpu_timeline", "gpu_launches"})
         try:
-            monkeypatch.setattr(timeline, "_SIGNATURE", _Counted(timeline._SIGNATURE))
-            _Counted.scans = 0
+            scans = _Formats(timeline._SIGNATURE)
+            monkeypatch.setattr(timeline, "_SIGNATURE", scans)
             assert [r[2:6] for r in api.query(ro, "launch_delay").fetchall()] == want
             assert [r[2:6] for r in api.query(ro, "launch_delay").fetchall()] == want
-            assert _Counted.scans == 0  # the reader's materialise found them added: trusted since
-            assert ro.execute(linked).fetchall() == added and _Builds.runs == 2
+            assert scans.calls == 0  # the reader's materialise found them added: trusted since
+            assert ro.execute(linked).fetchall() == added and builds.calls == 2
             assert ro.execute("SELECT count(api_calls) FROM w.main.gpu_timeline").fetchone() == (
                 0,
             )  # the file
