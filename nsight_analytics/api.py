@@ -150,7 +150,7 @@ def report_reader(
             return run_reports(con, run)
         if report_id is not None:
             return [int(report_id)]
-        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports").fetchall()]
+        ids = _report_ids(con)
         return ids if len(ids) == 1 else []  # several: report_data asks which, nothing loaded
 
     return _loaded_reader(
@@ -368,7 +368,7 @@ def memory_limit(
     so the caller holds the limit while the rows are fetched or written (`nsa query` does)."""
     ids = list(report_ids)
     if not ids or None in ids:
-        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports").fetchall()]
+        return memory_cap(con, _report_ids(con))
     return memory_cap(con, [int(r) for r in ids if r is not None])
 
 
@@ -864,7 +864,7 @@ def report_data(
         sides = [report_data(con, rid, max_events=max_events, config=config) for rid in ids]
         return {"diff": result.to_dict(), "sides": sides}
     if report_id is None:
-        ids = [int(r[0]) for r in con.execute("SELECT report_id FROM reports ORDER BY 1").fetchall()]
+        ids = _report_ids(con)
         if len(ids) != 1:
             raise QueryError(
                 f"the workspace holds {len(ids)} reports; choose one with --report ID (`nsa reports` lists them)."
@@ -920,6 +920,11 @@ def severities() -> tuple[str, ...]:
 def schema_tables() -> list[schema.Table]:
     """The canonical tables and views, documented column by column."""
     return list(schema.TABLES)
+
+
+def _report_ids(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Every report id of the workspace, in order."""
+    return [int(r[0]) for r in con.execute("SELECT report_id FROM reports ORDER BY 1").fetchall()]
 
 
 def require_reports(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int | None]) -> None:
