@@ -96,14 +96,16 @@ t AS (
 # correlation id, grouped by key after the sorts (which carry none of it), in a hash table probed
 # by the activities. Reports whose calls are still in their export get none (api_calls NULL).
 _PLAIN = "SELECT * FROM t"
-_LINKED = """,
-calls AS (
+# The launch calls of each key (report, pid, correlation id): `{keys}` may narrow the calls further.
+_CALLS = """
     SELECT report_id, pid, correlation_id, count(*) AS api_calls, min(start_ns) AS api_start_ns,
            max(end_ns) AS api_end_ns, arg_min(global_tid, start_ns) AS api_global_tid
     FROM cuda_api
-    WHERE correlation_id IS NOT NULL {only}
+    WHERE correlation_id IS NOT NULL {only} {keys}
     GROUP BY ALL
-)
+"""
+_LINKED = """,
+calls AS ({calls})
 SELECT
     t.*,
     CASE WHEN {linked} THEN coalesce(c.api_calls, 0) END AS api_calls,
@@ -147,6 +149,7 @@ ORDER BY report_id
 # unlinked (api_calls 0), then those with calls of their key linked (one group per key: a row
 # matches at most one). Only the calls of keys in the timeline are grouped: most calls launch
 # nothing (synchronisation, queries, allocations), and the UPDATE costs by the groups it joins.
+_TIMELINE_KEYS = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM gpu_timeline WHERE true {only})"
 _UNLINK = """
 UPDATE gpu_timeline SET api_calls = 0, api_start_ns = NULL, api_end_ns = NULL, api_global_tid = NULL
 WHERE true {only}
@@ -154,14 +157,7 @@ WHERE true {only}
 _LINK = """
 UPDATE gpu_timeline AS t
 SET api_calls = c.api_calls, api_start_ns = c.api_start_ns, api_end_ns = c.api_end_ns, api_global_tid = c.api_global_tid
-FROM (
-    SELECT report_id, pid, correlation_id, count(*) AS api_calls, min(start_ns) AS api_start_ns,
-           max(end_ns) AS api_end_ns, arg_min(global_tid, start_ns) AS api_global_tid
-    FROM cuda_api
-    WHERE correlation_id IS NOT NULL {only}
-        AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM gpu_timeline WHERE true {only})
-    GROUP BY ALL
-) AS c
+FROM ({calls}) AS c
 WHERE c.report_id = t.report_id AND c.pid = t.pid AND c.correlation_id = t.correlation_id
 """
 
@@ -352,14 +348,15 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
             con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
             if launches:
                 pending = sorted(_reports_pending(con))
-                select = _LINKED.format(only=only, linked=f"NOT {_in('t.report_id', pending)}")
+                calls = _CALLS.format(only=only, keys="")
+                select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
             con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
         if linked:  # stale only for want of their launch calls, which are in the workspace
             only = _only(linked)
             con.execute(_UNLINK.format(only=only))
-            con.execute(_LINK.format(only=only))
+            con.execute(_LINK.format(calls=_CALLS.format(only=only, keys=_TIMELINE_KEYS.format(only=only))))
         if own:
             con.execute("COMMIT")
     except BaseException:
