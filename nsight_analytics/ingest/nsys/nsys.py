@@ -463,6 +463,12 @@ LAUNCH_CALLS = "_nsa_launch_calls"
 NESTED_LAUNCHES = _nested_duplicates(LAUNCH_CALLS, "true")
 
 
+def _deferred_steps(con: duckdb.DuckDBPyConnection, report_id: int) -> set[str] | None:
+    """The report's steps still deferred; None at ingest, before its reports row is written."""
+    row = con.execute(f"SELECT deferred_steps FROM reports WHERE report_id = {int(report_id)}").fetchone()
+    return None if row is None else set(row[0] or ())
+
+
 def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
     """The `nvtx_totals` step (nvtx.fill_nvtx_totals): the ranges from the export while
     nvtx_ranges is deferred, which then is never written; else from nvtx_ranges (summed when
@@ -470,8 +476,8 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
     else only the export's calls that launched a kernel. At ingest (--full: no reports row yet)
     the ranges and calls are copied, their kernels not (nvtx_kernels stays deferred)."""
     rid = int(report_id)
-    row = con.execute(f"SELECT deferred_steps FROM reports WHERE report_id = {rid}").fetchone()
-    pending = set(row[0] or ()) if row else {"nvtx_kernels"}
+    steps = _deferred_steps(con, rid)
+    pending = {"nvtx_kernels"} if steps is None else steps
     if not pending & {"nvtx_ranges", "nvtx_kernels"}:
         return sum_nvtx_totals(con, rid)
     source = ranges_of(rid)
@@ -719,12 +725,12 @@ def _ranges_copied(con: duckdb.DuckDBPyConnection, report_id: int) -> bool:
     """Are the report's NVTX ranges in the workspace already (its nvtx_ranges step has run)? At
     ingest, where the report's row is not written yet: when it holds any of them."""
     rid = int(report_id)
-    row = con.execute(f"SELECT deferred_steps FROM reports WHERE report_id = {rid}").fetchone()
-    if row is None:
+    steps = _deferred_steps(con, rid)
+    if steps is None:
         return bool(
             params.first_row(con.execute(f"SELECT EXISTS (FROM nvtx_ranges WHERE report_id = {rid})"))[0]
         )
-    return "nvtx_ranges" not in set(row[0] or ())
+    return "nvtx_ranges" not in steps
 
 
 def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
