@@ -66,6 +66,34 @@ def test_a_rule_out_of_memory_is_named_with_the_limit(con) -> None:
     assert _limit(con) is not None and _limit(con) > EXPORT.stat().st_size  # restored after the error
 
 
+def test_a_rule_out_of_memory_under_the_cap_runs_again_under_the_limit_it_lowered(con) -> None:
+    """DuckDB cannot spill everything past the cap: a rule that runs out under it runs once more
+    under the limit the cap lowered, gives its findings there, and the cap comes back for the
+    rules after it."""
+    before = _limit(con)
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    limits: list[float | None] = []
+
+    def edge(ctx, rid):
+        limits.append(_limit(ctx.con))
+        if limits[-1] is not None and limits[-1] <= cap * 1.01:
+            raise duckdb.OutOfMemoryException(
+                "Out of Memory Error: could not allocate block of size 256.0 KiB"
+            )
+        return []
+
+    after: list[float | None] = []
+    run_rules(
+        con,
+        ruleset=[_rule(edge, "edge"), _rule(lambda ctx, rid: after.append(_limit(ctx.con)) or [], "next")],
+    )
+    assert before is not None and len(limits) == 2
+    assert limits[0] is not None and limits[0] <= cap * 1.01
+    assert limits[1] is not None and abs(limits[1] - before) <= 0.01 * before  # the limit the cap lowered
+    assert after and after[0] is not None and after[0] <= cap * 1.01  # the next rule: under the cap again
+    assert _limit(con) is not None and abs(_limit(con) - before) <= 0.01 * before
+
+
 def test_other_query_errors_pass_through(con) -> None:
     def wrong(ctx, rid):
         raise QueryError("query gaps failed: Binder Error")

@@ -411,9 +411,10 @@ def spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
 
 
 @contextmanager
-def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[None]:
+def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[str | None]:
     """DuckDB's memory limit while work on `report_ids` runs: their files' size together, less
-    MEMORY_OUTSIDE (see above)."""
+    MEMORY_OUTSIDE (see above). Yields the limit it lowered (to go back to for work that does not
+    fit under the cap), None when it left the limit as it was."""
     size = params.first_row(
         params.execute(
             con,
@@ -432,11 +433,11 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
     now = _limit_bytes(previous)
     spill_folder(con)  # under the cap (this one or a lower one) DuckDB spills: somewhere it can write
     if on_disk is None or (now is not None and now <= cap):
-        yield
+        yield None
         return
     con.execute(f"SET memory_limit = '{cap}B'")
     try:
-        yield
+        yield previous
     finally:
         con.execute(f"SET memory_limit = {params.literal(previous)}")
 

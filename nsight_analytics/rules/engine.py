@@ -3,17 +3,21 @@ it needs, and rank what they find."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import duckdb
 
+from .. import params
 from ..errors import NsaError, QueryError
 from ..ingest.pipeline import memory_cap
 from .config import load_config
 from .context import Context
 from .discovery import registered
 from .model import SEVERITY_RANK, Finding, Rule
+
+log = logging.getLogger(__name__)
 
 
 def rules() -> list[Rule]:
@@ -70,40 +74,69 @@ def run_rules(
     # DuckDB's memory under the judged inputs' size, as while their deferred steps ran: past it
     # the rules' sorts and joins spill to the temporary folder beside the workspace, and the
     # blocks they scanned are evicted instead of kept (a 596 MB export: 0.8 GB -> 0.5 GB)
-    with memory_cap(con, [int(r.report_id) for r in ctx.reports()]):
+    with memory_cap(con, [int(r.report_id) for r in ctx.reports()]) as uncapped:
         if per_report:
             for report in ctx.reports():
                 kinds = report.activity_kinds or ()
                 for r in per_report:
                     if r.runs_on(kinds) and (int(report.report_id), r.id) not in skip:
-                        found.extend(_check(con, r, ctx, int(report.report_id)))
+                        found.extend(_check(con, r, ctx, int(report.report_id), uncapped))
         if per_run:  # table runs is read only when a run rule is selected
             for run in ctx.runs():
                 kinds = run.activity_kinds or ()
                 for r in per_run:
                     if r.runs_on(kinds) and not any((int(rid), r.id) in skip for rid in run.report_ids):
-                        found.extend(_check(con, r, ctx, int(run.run_id)))
+                        found.extend(_check(con, r, ctx, int(run.run_id), uncapped))
     return sorted(found, key=rank_key)
 
 
-def _check(con: duckdb.DuckDBPyConnection, rule: Rule, ctx: Context, target: int) -> list[Finding]:
-    """The rule's findings on a report (a run, for a run rule); running out of DuckDB's memory
-    limit is said as such, with the limit and the rule, not as an internal error."""
+def _check(
+    con: duckdb.DuckDBPyConnection, rule: Rule, ctx: Context, target: int, uncapped: str | None = None
+) -> list[Finding]:
+    """The rule's findings on a report (a run, for a run rule). A rule that runs out of the
+    inputs'-size cap runs once more under the limit the cap lowered (`uncapped`): DuckDB spills
+    most work past the cap, but not all of it (a window's partition, an allocation at the
+    edge); past that limit too, it is said as such, with the limit and the rule, not as an
+    internal error."""
     try:
         return list(rule.check(ctx, target))
     except (duckdb.OutOfMemoryException, QueryError) as exc:
-        # a library query's failure comes as a QueryError naming the query, the cause kept
-        if not isinstance(exc, duckdb.OutOfMemoryException) and not isinstance(
-            exc.__cause__, duckdb.OutOfMemoryException
-        ):
+        if not _out_of_memory(exc):
             raise
-        limit, folder = con.execute(
-            "SELECT current_setting('memory_limit'), current_setting('temp_directory')"
-        ).fetchone() or ("?", "?")
-        what = "run" if rule.scope == "run" else "report"
-        raise NsaError(
-            f"rule {rule.id} on {what} {target} needed more than DuckDB's memory limit of {limit} (while "
-            f"the rules run nsa holds it to the inputs' size); what does not fit is written to "
-            f"{folder or 'a temporary folder'}: free disk space there. With room there, the rule cannot "
-            f"judge a {what} this large yet: please report it. ({str(exc.__cause__ or exc).strip().splitlines()[0]})"
-        ) from exc
+        if uncapped is None:
+            raise _too_big(con, rule, target, exc) from exc
+    capped = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
+    log.info(
+        "rule %s on %s: out of memory under the inputs' size; run again under %s", rule.id, target, uncapped
+    )
+    con.execute(f"SET memory_limit = {params.literal(uncapped)}")
+    try:
+        return list(rule.check(ctx, target))
+    except (duckdb.OutOfMemoryException, QueryError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        raise _too_big(con, rule, target, exc) from exc
+    finally:
+        con.execute(f"SET memory_limit = {params.literal(str(capped))}")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """DuckDB's out-of-memory error, or a library query's failure (a QueryError naming the
+    query) caused by one."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or isinstance(
+        exc.__cause__, duckdb.OutOfMemoryException
+    )
+
+
+def _too_big(con: duckdb.DuckDBPyConnection, rule: Rule, target: int, exc: BaseException) -> NsaError:
+    """One sentence: the rule needed more than DuckDB's memory limit, which, and what to do."""
+    limit, folder = con.execute(
+        "SELECT current_setting('memory_limit'), current_setting('temp_directory')"
+    ).fetchone() or ("?", "?")
+    what = "run" if rule.scope == "run" else "report"
+    return NsaError(
+        f"rule {rule.id} on {what} {target} needed more than DuckDB's memory limit of {limit}; what does "
+        f"not fit is written to {folder or 'a temporary folder'}: free disk space there. With room there, "
+        f"the rule cannot judge a {what} this large yet: please report it. "
+        f"({str(exc.__cause__ or exc).strip().splitlines()[0]})"
+    )
