@@ -67,13 +67,16 @@ __all__ = [
 ]
 
 
-def _open(db: str | os.PathLike[str] | None, read_only: bool) -> duckdb.DuckDBPyConnection:
+def _open(
+    db: str | os.PathLike[str] | None, read_only: bool, standalone: bool = False
+) -> duckdb.DuckDBPyConnection:
     """The workspace with the query library's TEMP macros (they exist per connection). A folder
-    is a Parquet dataset (`nsa export`): opened read-only, whatever `read_only` says."""
+    is a Parquet dataset (`nsa export`): opened read-only, whatever `read_only` says.
+    `standalone`: see workspace.open_workspace."""
     if db is not None and Path(db).expanduser().is_dir():
         con = dataset.open_dataset(db)
     else:
-        con = open_workspace(db, read_only=read_only)
+        con = open_workspace(db, read_only=read_only, standalone=standalone)
     load_plugins()  # before the macros: a plugin's queries get theirs
     queries.install_macros(con)
     return con
@@ -88,7 +91,11 @@ def load_plugins() -> list[str]:
 
 
 def connect(
-    db: str | os.PathLike[str] | None = None, read_only: bool = False, load_deferred: bool = True
+    db: str | os.PathLike[str] | None = None,
+    read_only: bool = False,
+    load_deferred: bool = True,
+    *,
+    standalone: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection on the workspace with every canonical table and library query.
 
@@ -99,9 +106,9 @@ def connect(
     first NVTX use's, once), not memory; `load_deferred=False` leaves them for the first query
     that reads them. Read-only connections can run beside other readers but not beside a
     writer, and load deferred tables (into TEMP tables) only when `query`, `findings` or `sql`
-    need them.
+    need them. `standalone`: for nsa's own commands (workspace.STANDALONE); a notebook leaves it off.
     """
-    con = _open(db, read_only=read_only)
+    con = _open(db, read_only=read_only, standalone=standalone)
     if load_deferred and not read_only:
         materialise(con, ingest_deferrable())
     return con

@@ -583,7 +583,7 @@ def ingest(
             )
         target = api.resolve_db_path(db)
         fresh = not target.exists()  # a workspace this command creates goes again if nothing lands in it
-        con = api.connect(db, load_deferred=False)
+        con = api.connect(db, load_deferred=False, standalone=True)
         try:
             for f in map(str, paths):
                 try:

@@ -56,10 +56,13 @@ def literal(value: Any) -> str:
 OFFLINE = ("autoinstall_known_extensions", "autoload_known_extensions")
 
 
-def connect(database: str = ":memory:", read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    database: str = ":memory:", read_only: bool = False, config: dict[str, str] | None = None
+) -> duckdb.DuckDBPyConnection:
     """Every DuckDB connection nsa opens: `duckdb.connect` with extension autoload and
-    autoinstall off (OFFLINE)."""
-    con = duckdb.connect(database, read_only=read_only)
+    autoinstall off (OFFLINE). `config`: connect-time settings, for a caller that knows no other
+    connection to the file is open in the process (see OFFLINE)."""
+    con = duckdb.connect(database, read_only=read_only, config=config or {})
     for setting in OFFLINE:
         con.execute(f"SET {setting} = false")
     return con

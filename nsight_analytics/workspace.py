@@ -97,12 +97,14 @@ def _explain(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: f
 
 
 def open_workspace(
-    db: str | os.PathLike[str] | None = None, *, read_only: bool = False
+    db: str | os.PathLike[str] | None = None, *, read_only: bool = False, standalone: bool = False
 ) -> duckdb.DuckDBPyConnection:
     """Open (creating when writable) the workspace and make sure the canonical tables exist.
 
     The query library's macros are not installed here: the facade (api) does that, a layer up.
-    `:memory:` is a workspace in memory, as in DuckDB (not a file of that name)."""
+    `:memory:` is a workspace in memory, as in DuckDB (not a file of that name). `standalone`:
+    the caller is an nsa command, which runs no one else's SQL and opens the file nowhere else
+    in its process (see STANDALONE)."""
     if db is not None and os.fspath(db) == MEMORY:
         con = params.connect(MEMORY)
         con.execute("SET asof_loop_join_threshold = 0")
@@ -123,7 +125,7 @@ def open_workspace(
                 f"with --db or ${ENV_DB}."
             )
     _refuse_export(path)
-    con = _connect_waiting(path, read_only)  # extensions are never downloaded (params.connect)
+    con = _connect_waiting(path, read_only, standalone)  # extensions are never downloaded (params.connect)
     # DuckDB runs an ASOF join as a nested loop when it guesses the probing side has under 64
     # rows; its guesses for CTEs and macros are often that low while the real side has
     # thousands (step windows, collectives): a 104M-row loop in rank_balance at 1M kernels.
@@ -133,8 +135,8 @@ def open_workspace(
     elif _out_of_date(con) and os.access(path, os.W_OK):
         # Made by an older nsa: upgrade it once in a short writable session, then read.
         con.close()
-        open_workspace(path).close()
-        return open_workspace(path, read_only=True)
+        open_workspace(path, standalone=standalone).close()
+        return open_workspace(path, read_only=True, standalone=standalone)
     return con
 
 
@@ -161,15 +163,30 @@ def _refuse_export(path: Path) -> None:
     )
 
 
-def _connect_waiting(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+# An nsa command's connection: DuckDB's SQLite extension, which nsa loads from its wheel in
+# site-packages (ingest.sqlite_source), is loaded without DuckDB's signature check, which hashes
+# the 35 MB file on every LOAD (0.11 s of CPU per ingest, a tenth of copying 1M kernels). Only
+# where no one else's SQL can run (`nsa sql` refuses LOAD) and the file is opened nowhere else in
+# the process: DuckDB refuses a second connection to a file with another configuration, so a
+# notebook's connections keep DuckDB's defaults (params.OFFLINE). Where one is open all the same
+# (a command run inside a test beside an open connection), the defaults are used.
+STANDALONE = {"allow_unsigned_extensions": "true"}
+_OTHER_CONFIG = "different configuration"
+
+
+def _connect_waiting(path: Path, read_only: bool, standalone: bool = False) -> duckdb.DuckDBPyConnection:
     """Connect; while another process holds the file's lock (an ingest a few seconds long),
     retry for up to $NSA_LOCK_WAIT seconds before saying who holds it and what to do."""
     deadline = time.monotonic() + _lock_wait_s()
     pause = 0.05
+    config = STANDALONE if standalone else None
     while True:
         try:
-            return params.connect(str(path), read_only=read_only)
+            return params.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
+            if config is not None and _OTHER_CONFIG in str(exc):
+                config = None  # opened in this process already, with DuckDB's defaults
+                continue
             left = deadline - time.monotonic()
             if not _is_lock_error(exc) or left <= 0:
                 raise _explain(exc, path, read_only, _lock_wait_s() if _is_lock_error(exc) else 0) from exc
