@@ -62,7 +62,7 @@ def connect(
     """Every DuckDB connection nsa opens: `duckdb.connect` with extension autoload and
     autoinstall off (OFFLINE). `config`: connect-time settings, for a caller that knows no other
     connection to the file is open in the process (see OFFLINE)."""
-    con = duckdb.connect(database, read_only=read_only, config=config or {})
+    con = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
     for setting in OFFLINE:
         con.execute(f"SET {setting} = false")
     return con

@@ -1,6 +1,7 @@
 """What opening a workspace and finding a report's reader cost: an up-to-date workspace is only
 read (no transaction on every open), a view changed by a newer nsa is still made again, and the
-reader of a report is found without importing every format's reader."""
+reader of a report is found without importing every format's reader; `nsa ingest` loads DuckDB's
+SQLite extension without its signature check, a notebook's connection with it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
-from nsight_analytics import params, schema, workspace
-from nsight_analytics.ingest import reader
+from conftest import ROOT
+from nsight_analytics import api, cli, params, schema, workspace
+from nsight_analytics.ingest import reader, sqlite_source
 
 WRITES = ("BEGIN", "CREATE", "INSERT", "DELETE", "ALTER", "COMMENT", "DROP", "UPDATE")
 
@@ -115,3 +118,43 @@ def test_a_registered_reader_is_found_before_the_packages() -> None:
     finally:
         reader.unregister("nsys")
     assert reader.by_name("nsys") is nsys
+
+
+def _unchecked(con: duckdb.DuckDBPyConnection) -> bool:
+    """Does the connection load extensions without DuckDB's signature check?"""
+    return bool(params.first_row(con.execute("SELECT current_setting('allow_unsigned_extensions')"))[0])
+
+
+def test_only_a_standalone_open_skips_the_signature_check(tmp_path: Path) -> None:
+    path = tmp_path / "w.duckdb"
+    with workspace.open_workspace(path) as con:  # a notebook's: DuckDB's defaults
+        assert not _unchecked(con)
+        with duckdb.connect(str(path)) as own:  # so the user's own connection opens beside it
+            assert own.execute("SELECT count(*) FROM reports").fetchone() == (0,)
+    with workspace.open_workspace(path, standalone=True) as con:
+        assert _unchecked(con)
+    # opened in the process already: the defaults, no error
+    with duckdb.connect(str(path)), workspace.open_workspace(path, standalone=True) as con:
+        assert not _unchecked(con)
+
+
+def test_nsa_ingest_loads_the_sqlite_extension_unchecked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bool] = []
+    real = sqlite_source.load_extension
+
+    def spy(con: duckdb.DuckDBPyConnection) -> None:
+        seen.append(_unchecked(con))
+        real(con)
+
+    monkeypatch.setattr(sqlite_source, "load_extension", spy)
+    export = ROOT / "tests" / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    result = CliRunner().invoke(cli.main, ["ingest", "-q", str(export), "--db", str(tmp_path / "cli.duckdb")])
+    assert result.exit_code == 0, result.output
+    con = api.connect(tmp_path / "api.duckdb")  # a notebook's ingest: checked
+    try:
+        api.ingest(con, export)
+    finally:
+        con.close()
+    assert seen == [True, False]
