@@ -42,6 +42,8 @@ def extension_path() -> str:
 
 
 def load_extension(con: duckdb.DuckDBPyConnection) -> None:
+    """LOAD the wheel's extension; DuckDB checks its signature unless the connection was made to
+    skip that (workspace.STANDALONE: nsa's own commands)."""
     con.execute(f"LOAD '{extension_path()}'")
 
 
