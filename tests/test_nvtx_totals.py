@@ -3,7 +3,8 @@
 names that fold, the same name written inline and as a registered string, one domain name under
 different ids in two processes, a domain id used in a process that did not create it (no domain
 name: domain ids belong to a process), and a name whose ranges are all open must give the rows of
-one aggregation over the ranges themselves.
+one aggregation over the ranges themselves. Once the ranges are copied (names resolved), the
+step aggregates them directly: the "ranges" case.
 Expected rows are worked out in Python from the ranges as the test builds them."""
 
 from __future__ import annotations

@@ -276,17 +276,28 @@ FROM (
     GROUP BY k.domain, coalesce(k.base_name, k.name)
 )
 """
-# The same from nvtx_ranges whose kernels are worked out already (Kineto traces, or an nsys
-# report after the nvtx_kernels step).
+# The same in one aggregation of ranges whose names are resolved (`{ranges}`: domain, name,
+# base_name, end_ns, duration_ns and the four kernel columns of each range of report `{rid}`):
+# nvtx_ranges whose kernels are worked out already (Kineto traces, or an nsys report after the
+# nvtx_kernels step), or joined to the passes' kernels (NVTX_RANGE_KERNELS).
 NVTX_TOTALS_OF_RANGES = """
 SELECT
-    report_id, domain, coalesce(base_name, name), count(DISTINCT name), count(end_ns),
+    {rid} AS report_id, domain, coalesce(base_name, name), count(DISTINCT name), count(end_ns),
     count(*) - count(end_ns), sum(duration_ns), avg(duration_ns), median(duration_ns),
     min(duration_ns), max(duration_ns), coalesce(sum(kernels), 0), coalesce(sum(kernel_ns), 0),
     coalesce(sum(process_kernels), 0), coalesce(sum(process_kernel_ns), 0)
-FROM nvtx_ranges
-WHERE report_id = {rid}
-GROUP BY report_id, domain, coalesce(base_name, name)
+FROM ({ranges})
+GROUP BY domain, coalesce(base_name, name)
+"""
+# `{ranges}` (src_row, domain, name, base_name, end_ns, duration_ns) with the kernels of the
+# ranges that launched any, as NVTX_KEYS sums them.
+NVTX_RANGE_KERNELS = """
+SELECT
+    r.domain, r.name, r.base_name, r.end_ns, r.duration_ns, t.kernels, t.kernel_ns,
+    coalesce(p.kernels, t.kernels) AS process_kernels, coalesce(p.kernel_ns, t.kernel_ns) AS process_kernel_ns
+FROM ({ranges}) AS r
+LEFT JOIN _nsa_nvtx AS t ON t.src_row = r.src_row
+LEFT JOIN _nsa_nvtx_process AS p ON p.src_row = r.src_row
 """
 TOTALS_COLS = (
     "report_id", "domain", "name", "names", "ranges", "open_ranges", "total_ns", "avg_ns", "median_ns",
@@ -297,10 +308,14 @@ TOTALS_COLS = (
 def sum_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
     """Fill nvtx_totals of a report from its nvtx_ranges, kernels worked out; returns rows."""
     rid = int(report_id)
+    ranges = f"SELECT * FROM nvtx_ranges WHERE report_id = {rid}"
+    return _insert_totals(con, rid, NVTX_TOTALS_OF_RANGES.format(rid=rid, ranges=ranges))
+
+
+def _insert_totals(con: duckdb.DuckDBPyConnection, rid: int, sql: str) -> int:
+    """Replace the report's nvtx_totals rows by those of `sql` (TOTALS_COLS); returns rows."""
     con.execute(f"DELETE FROM nvtx_totals WHERE report_id = {rid}")
-    row = con.execute(
-        f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_TOTALS_OF_RANGES.format(rid=rid)}"
-    ).fetchone()
+    row = con.execute(f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {sql}").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -310,13 +325,16 @@ class NvtxSource:
     `keys`, end_ns and duration_ns of each range; `named`: the rows of _nsa_nvtx_keys (one per
     distinct `keys`, NVTX_KEYS) with their domain, name and base_name added; `spans`: src_row,
     pid, global_tid, start_ns, end_ns of each range (the same src_row); `threads`: pid and
-    global_tid of every thread with a range. Each may read the export itself."""
+    global_tid of every thread with a range. Each may read the export itself. `resolved`: `ranges`
+    holds domain, name and base_name already (the workspace's ranges), so one aggregation by
+    domain and base name (NVTX_TOTALS_OF_RANGES) replaces the keys and their fold."""
 
     ranges: str
     keys: tuple[str, ...]
     named: str
     spans: str
     threads: str
+    resolved: bool = False
 
 
 def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: NvtxSource, calls: str) -> int:
@@ -361,17 +379,16 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: Nvt
                 f"CREATE OR REPLACE TEMP TABLE {table} AS "
                 f"{NVTX_PASS.format(keys=keys, running=f'SELECT * FROM {running}', key=key)}"
             )
+        if source.resolved:
+            ranges = NVTX_RANGE_KERNELS.format(ranges=source.ranges)
+            return _insert_totals(con, rid, NVTX_TOTALS_OF_RANGES.format(rid=rid, ranges=ranges))
         keys = ", ".join(source.keys)
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx_keys AS {NVTX_KEYS.format(keys=keys, ranges=source.ranges)}"
         )
-        con.execute(f"DELETE FROM nvtx_totals WHERE report_id = {rid}")
-        row = con.execute(
-            f"INSERT INTO nvtx_totals ({', '.join(TOTALS_COLS)}) {NVTX_FOLD.format(rid=rid, named=source.named)}"
-        ).fetchone()
+        return _insert_totals(con, rid, NVTX_FOLD.format(rid=rid, named=source.named))
     finally:
         _drop_temp(con)
-    return int(row[0]) if row else 0
 
 
 def ranges_of(report_id: int) -> NvtxSource:
@@ -383,6 +400,7 @@ def ranges_of(report_id: int) -> NvtxSource:
         named="SELECT * FROM _nsa_nvtx_keys",
         spans=f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}",
         threads=f"SELECT DISTINCT pid, global_tid {of}",
+        resolved=True,
     )
 
 
