@@ -16,7 +16,7 @@
 -- starting at or after (before) their first steady step (nsa_steady), as memcpy_summary does, and
 -- the serialised time of those copies; reports without steps keep all their copies (column phase
 -- says 'run').
--- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
+-- reads cuda_api, graph_executions, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL one of ('steady', 'startup'): NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
@@ -44,47 +44,60 @@ c AS (
     WHERE ($report_id IS NULL OR m.report_id = $report_id) AND m.direction IN ('HtoD', 'DtoH')
         AND m.start_ns IS NOT NULL AND m.end_ns >= m.start_ns
 ),
--- when each copy's launch call returned: a hash table of the copies, not of the calls
-issued AS (
-    SELECT a.report_id, a.pid, a.correlation_id, min(a.end_ns) AS issued_ns
-    FROM cuda_api AS a
-    SEMI JOIN c ON c.report_id = a.report_id AND c.pid = a.pid AND c.correlation_id = a.correlation_id
-    WHERE ($report_id IS NULL OR a.report_id = $report_id)
-    GROUP BY ALL
-),
--- the other GPU work on the streams that copy (it breaks a pair), found with a hash table of the
--- copies' streams
-streams_used AS (SELECT DISTINCT report_id, device_id, pid, stream_id FROM c),
+-- the other GPU work (it breaks a pair): the rows of nsa_gpu_activity that are not HtoD or DtoH
+-- copies, read from the tables without the labels; only those on a pair's stream and in a pair's
+-- time bucket are kept, by the hash join in `broken`
 other AS (
-    SELECT o.report_id, o.device_id, o.pid, o.stream_id, o.start_ns, o.end_ns
-    FROM nsa_gpu_activity($report_id) AS o
-    SEMI JOIN streams_used AS u
-        ON u.report_id = o.report_id AND u.device_id = o.device_id AND u.pid = o.pid AND u.stream_id = o.stream_id
-    WHERE NOT (o.kind = 'memcpy' AND o.label IN ('memcpy HtoD', 'memcpy DtoH'))
+    SELECT report_id, device_id, pid, stream_id, start_ns, end_ns
+    FROM kernel_rows
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, start_ns, end_ns
+    FROM memcpy
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        AND coalesce(direction, 'Unknown') NOT IN ('HtoD', 'DtoH')
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, start_ns, end_ns
+    FROM memset
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+    UNION ALL
+    SELECT report_id, device_id, pid, stream_id, start_ns, end_ns
+    FROM graph_executions
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
 ),
 -- each copy with the copy before it on its stream in (start_ns, end_ns) order: a window over the
 -- copies only (not over the other work on their streams: millions of kernels)
 cs AS (
     SELECT
-        c.report_id, c.device_id, c.pid, c.stream_id, c.direction, c.start_ns, c.end_ns, c.in_win, i.issued_ns,
+        report_id, device_id, pid, stream_id, correlation_id, direction, start_ns, end_ns, in_win,
         row_number() OVER s AS rn,
-        lag(c.direction) OVER s AS prev_dir,
-        lag(c.start_ns) OVER s AS prev_start,
-        lag(c.end_ns) OVER s AS prev_end,
-        lag(c.in_win) OVER s AS prev_in
+        lag(direction) OVER s AS prev_dir,
+        lag(start_ns) OVER s AS prev_start,
+        lag(end_ns) OVER s AS prev_end,
+        lag(in_win) OVER s AS prev_in
     FROM c
-    LEFT JOIN issued AS i USING (report_id, pid, correlation_id)
-    WINDOW s AS (PARTITION BY c.report_id, c.device_id, c.pid, c.stream_id ORDER BY c.start_ns, c.end_ns)
+    WINDOW s AS (PARTITION BY report_id, device_id, pid, stream_id ORDER BY start_ns, end_ns)
 ),
--- the earlier copy (one of the window's) ran while the later one, going the other way, was
--- issued and waiting; unless other work on the stream comes between the two in (start_ns, end_ns)
--- order (then that work, not the copy, is what the later one waited for)
+-- the copies that follow one going the other way (in the window), with when their launch call
+-- returned: a hash table of those copies, not of the calls
+turns AS (SELECT * FROM cs WHERE prev_dir <> direction AND prev_in),
+issued AS (
+    SELECT a.report_id, a.pid, a.correlation_id, min(a.end_ns) AS issued_ns
+    FROM cuda_api AS a
+    SEMI JOIN turns AS t ON t.report_id = a.report_id AND t.pid = a.pid AND t.correlation_id = a.correlation_id
+    WHERE ($report_id IS NULL OR a.report_id = $report_id)
+    GROUP BY ALL
+),
+-- the earlier copy ran while the later one, going the other way, was issued and waiting; unless
+-- other work on the stream comes between the two in (start_ns, end_ns) order (then that work, not
+-- the copy, is what the later one waited for)
 pairs AS (
     SELECT *
     FROM (
-        SELECT *, greatest(prev_start, issued_ns) AS lo, least(prev_end, start_ns) AS hi
-        FROM cs
-        WHERE prev_dir <> direction AND prev_in AND issued_ns IS NOT NULL
+        SELECT t.*, i.issued_ns, greatest(t.prev_start, i.issued_ns) AS lo, least(t.prev_end, t.start_ns) AS hi
+        FROM turns AS t
+        JOIN issued AS i USING (report_id, pid, correlation_id)
+        WHERE i.issued_ns IS NOT NULL
     )
     WHERE hi > lo
 ),
