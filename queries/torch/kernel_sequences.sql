@@ -13,7 +13,8 @@
 -- col occurrences BIGINT: times the sequence starts on a stream.
 -- col kernel_ns BIGINT: summed GPU time of the kernels in all occurrences (ns).
 -- col avg_ns DOUBLE: mean GPU time of one occurrence (ns).
--- each kernel with the names of the kernels after it on its stream (as many as `length` asks)
+-- each kernel with the names and durations of the kernels after it on its stream (as many as
+-- `length` asks)
 WITH k AS (
     SELECT report_id, name_id,
            lead(name_id, 1) OVER w AS n1,
@@ -23,8 +24,16 @@ WITH k AS (
            CASE WHEN $length >= 6 THEN lead(name_id, 5) OVER w END AS n5,
            CASE WHEN $length >= 7 THEN lead(name_id, 6) OVER w END AS n6,
            CASE WHEN $length >= 8 THEN lead(name_id, 7) OVER w END AS n7,
-           sum(duration_ns) OVER (w ROWS BETWEEN CURRENT ROW AND least(greatest($length, 2), 8) - 1 FOLLOWING) AS ns,
-           count(*) OVER (w ROWS BETWEEN CURRENT ROW AND least(greatest($length, 2), 8) - 1 FOLLOWING) AS kernels
+           duration_ns AS d0,
+           lead(duration_ns, 1) OVER w AS d1,
+           CASE WHEN $length >= 3 THEN lead(duration_ns, 2) OVER w END AS d2,
+           CASE WHEN $length >= 4 THEN lead(duration_ns, 3) OVER w END AS d3,
+           CASE WHEN $length >= 5 THEN lead(duration_ns, 4) OVER w END AS d4,
+           CASE WHEN $length >= 6 THEN lead(duration_ns, 5) OVER w END AS d5,
+           CASE WHEN $length >= 7 THEN lead(duration_ns, 6) OVER w END AS d6,
+           CASE WHEN $length >= 8 THEN lead(duration_ns, 7) OVER w END AS d7,
+           -- the sequence's last kernel is on the stream (start_ns is never NULL here)
+           lead(start_ns, least(greatest($length, 2), 8) - 1) OVER w IS NOT NULL AS whole
     FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL
     WINDOW w AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns)
@@ -32,9 +41,14 @@ WITH k AS (
 counted AS (
     SELECT report_id,
            list_value(name_id, n1, n2, n3, n4, n5, n6, n7)[1:least(greatest($length, 2), 8)] AS ids,
-           count(*) AS occurrences, sum(ns) AS kernel_ns
+           count(*) AS occurrences,
+           -- summed GPU time, NULL only when every duration is (a sum over the frame would be)
+           CASE WHEN count(d0) + count(d1) + count(d2) + count(d3) + count(d4) + count(d5) + count(d6) + count(d7) > 0
+               THEN coalesce(sum(d0), 0) + coalesce(sum(d1), 0) + coalesce(sum(d2), 0) + coalesce(sum(d3), 0)
+                   + coalesce(sum(d4), 0) + coalesce(sum(d5), 0) + coalesce(sum(d6), 0) + coalesce(sum(d7), 0)
+           END AS kernel_ns
     FROM k
-    WHERE kernels = least(greatest($length, 2), 8)
+    WHERE whole
     GROUP BY report_id, name_id, n1, n2, n3, n4, n5, n6, n7
     HAVING count(*) >= $min_count
 ),
