@@ -7,7 +7,7 @@
 -- 'steady' ('startup'), reports that have steps count only the copies starting at or after (before)
 -- their first steady step (nsa_steady), and span_pct is against that part of the device's span;
 -- reports without steps keep all their copies.
--- reads cuda_api, graph_executions, kernel_names, kernel_rows, memcpy, memset, steps
+-- reads cuda_api, graph_executions, kernel_rows, memcpy, memset, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param phase VARCHAR = NULL one of ('steady', 'startup'): NULL for the whole span; 'steady' or 'startup' for that part of reports with steps.
 -- col report_id INTEGER: workspace report id.
@@ -38,7 +38,7 @@ m AS (
 -- one integer per (report, device, copy kind, memory kinds): the union window below partitions
 -- on it instead of on three strings (string sort keys cost several times more)
 grp AS (
-    SELECT row_number() OVER () AS gid, *
+    SELECT CAST(row_number() OVER () AS INTEGER) AS gid, *
     FROM (SELECT DISTINCT report_id, device_id, direction, src_memory, dst_memory FROM m)
 ),
 mg AS (
@@ -68,24 +68,40 @@ per_api AS (
         mw.gid, c.name AS api, count(*) AS copies, sum(mw.bytes) AS bytes, sum(mw.duration_ns) AS total_ns,
         sum(mw.busy_ns) AS busy_ns
     FROM mw
-    LEFT JOIN (
-        -- the calls that issued a copy, found with a hash table of the copies (not of the calls)
-        SELECT c.report_id, c.pid, c.correlation_id, c.name
-        FROM cuda_api AS c
-        SEMI JOIN m ON m.report_id = c.report_id AND m.pid = c.pid AND m.correlation_id = c.correlation_id
-        WHERE ($report_id IS NULL OR c.report_id = $report_id)
-    ) AS c
+    -- the copies' hash table is built and the calls probe it (a right join: cuda_api is the larger side)
+    LEFT JOIN (SELECT report_id, pid, correlation_id, name FROM cuda_api WHERE $report_id IS NULL OR report_id = $report_id) AS c
         ON c.report_id = mw.report_id AND c.pid = mw.pid AND c.correlation_id = mw.correlation_id
     GROUP BY ALL
 ),
 span AS (
+    -- each device's first start and last end: those of nsa_gpu_activity's rows, per table
     SELECT a.report_id, a.device_id,
            CASE
                WHEN w.steady_ns IS NULL THEN max(a.end_ns) - min(a.start_ns)
                WHEN $phase = 'steady' THEN max(a.end_ns) - any_value(w.steady_ns)
                ELSE any_value(w.steady_ns) - min(a.start_ns)
            END AS span_ns
-    FROM nsa_gpu_activity($report_id) AS a
+    FROM (
+        SELECT report_id, device_id, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+        FROM kernel_rows
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        GROUP BY ALL
+        UNION ALL
+        SELECT report_id, device_id, min(start_ns), max(end_ns)
+        FROM memcpy
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        GROUP BY ALL
+        UNION ALL
+        SELECT report_id, device_id, min(start_ns), max(end_ns)
+        FROM memset
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        GROUP BY ALL
+        UNION ALL
+        SELECT report_id, device_id, min(start_ns), max(end_ns)
+        FROM graph_executions
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL AND end_ns >= start_ns
+        GROUP BY ALL
+    ) AS a
     LEFT JOIN win AS w USING (report_id)
     GROUP BY a.report_id, a.device_id, w.steady_ns
 ),
