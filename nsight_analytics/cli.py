@@ -870,9 +870,13 @@ def query(
 
         con = api.reader(db, needs=q.tables(), check=check)
         read = api.run_reports(con, run) if run is not None else reports
-        # the relation is lazy: its rows are computed while they are written, under the limit
+        # the relation is lazy: its rows are computed while they are written, under the limit,
+        # never held whole (a relation holding them would run again for a table's first rows)
         with api.memory_limit(con, read), timed(log, f"query {q.name}"):
-            rel = api.query(con, name, **values) if run is None else api.query_run(con, name, run, **values)
+            if run is None:
+                rel = api.query(con, name, lazy=True, **values)
+            else:
+                rel = api.query_run(con, name, run, lazy=True, **values)
             emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
 
 

@@ -6,6 +6,11 @@ queries take. So parameters travel as SQL text instead: each value becomes a typ
 (`literal`), and DuckDB binds them to the statement's `$name` parameters through PREPARE /
 EXECUTE, so the statement text itself is never edited. Strings are quoted the SQL way (a quote
 doubled); DuckDB's standard strings have no backslash escapes, so nothing else can end one.
+
+A relation of an EXECUTE holds every row of the result from the start (DuckDB runs it at once).
+Where the rows are only written out (`nsa query --format csv`), `sql(..., lazy=True)` writes the
+literals into the statement instead, at the `$name` tokens DuckDB's tokenizer finds (never in a
+string or comment), and the relation runs as it is read, holding no more than its own steps do.
 """
 
 from __future__ import annotations
@@ -78,12 +83,34 @@ def execute(
 
 
 def sql(
-    con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[str, Any] | None = None
+    con: duckdb.DuckDBPyConnection,
+    statement: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    lazy: bool = False,
 ) -> duckdb.DuckDBPyRelation:
-    """`con.sql(statement, params=params)` for named parameters, without importing pandas."""
+    """`con.sql(statement, params=params)` for named parameters, without importing pandas.
+    `lazy`: a relation that runs when read (the parameters as literals in the statement), not
+    one holding every row already."""
     if not params or not set(_USES.findall(statement)) & set(params):
         return con.sql(statement)  # nothing to bind (EXECUTE name() is a syntax error)
+    if lazy:
+        return con.sql(_inlined(statement, params))
     return con.sql(_prepared(con, statement, params))
+
+
+def _inlined(statement: str, params: Mapping[str, Any]) -> str:
+    """The statement with each `$name` parameter of `params` replaced by its literal: only where
+    DuckDB's tokenizer reads a `$` operator, so a `$name` in a string or comment stays as it is."""
+    parts: list[str] = []
+    end = 0
+    for pos, kind in duckdb.tokenize(statement):
+        match = _USES.match(statement, pos) if kind == duckdb.token_type.operator else None
+        if match is None or match[1] not in params:
+            continue
+        parts += [statement[end:pos], f"({literal(params[match[1]])})"]
+        end = match.end()
+    return "".join(parts) + statement[end:]
 
 
 def _prepared(con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[str, Any]) -> str:

@@ -49,6 +49,18 @@ def test_execute_binds_named_parameters_and_relations_rerun() -> None:
     assert rel.fetchall() == rel.fetchall() == [(2, "", False, "$a")]
 
 
+def test_lazy_relations_bind_the_same_values_and_run_when_read() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (x INTEGER)")
+    sql = "SELECT $a + 1 AS a, $s AS s, $n IS NULL AS n, '$a' AS text, $$ $a $$ AS dollars -- $a\nFROM t"
+    values = {"a": 41, "s": "x'y", "n": None, "unused": 5}
+    eager, lazy = params.sql(con, sql, values), params.sql(con, sql, values, lazy=True)
+    con.execute("INSERT INTO t VALUES (1)")  # after both relations were made
+    assert eager.fetchall() == []  # an EXECUTE's relation holds the rows it had when made
+    assert lazy.fetchall() == lazy.fetchall() == [(42, "x'y", True, "$a", " $a ")]
+    assert lazy.types == params.sql(con, sql, values).types
+
+
 def test_cli_query_ingest_and_findings_do_not_import_pandas(tmp_path) -> None:
     # DuckDB imports pandas (~0.35 s) when it binds a Python value; nsa binds literals instead,
     # and the timeline rules read plain rows (this export has copy and host-sync findings); the
