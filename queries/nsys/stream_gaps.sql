@@ -25,7 +25,8 @@
 -- col launch_delay_ns BIGINT: launch call start - gap start (ns); > 0 is host_wait.
 -- col category VARCHAR: host_wait, kernel_wait or other.
 -- Labels travel as numbers (their rank in label order) through the sorts and joins and become
--- strings again at the end: sorting 1M rows that carry two long kernel names costs seconds. Rows
+-- strings again after the final sort (a projection keeps its order): sorting 1M rows that carry
+-- two long kernel names and the launch call's name costs seconds. Rows
 -- are sorted on (start_ns, end_ns); the (kind, label) order among activities tied on both, and
 -- the activity ending last when that is not the previous row alone (overlapping activities on a
 -- stream), are looked up for the few rows concerned.
@@ -110,24 +111,31 @@ launch AS (
 ),
 label_list AS (
     SELECT list(label ORDER BY label_id) AS names FROM labels
+),
+-- the rows in output order, sorted with numbers and the launch call's name only; the labels and
+-- the columns computed from these are attached after the sort
+sorted AS (
+    SELECT g.report_id, g.device_id, g.stream_id, g.prev_end, g.start_ns, g.prev_label_id, g.label_id,
+           l.start_ns AS launch_start_ns, l.name AS launch_api
+    FROM g
+    LEFT JOIN launch AS l USING (report_id, pid, correlation_id)
+    ORDER BY g.report_id, g.device_id, g.stream_id, g.prev_end
 )
 SELECT
-    g.report_id,
-    g.device_id,
-    g.stream_id,
-    CAST(g.prev_end AS BIGINT) AS gap_start_ns,
-    CAST(g.start_ns AS BIGINT) AS gap_end_ns,
-    CAST(g.start_ns - g.prev_end AS BIGINT) AS gap_ns,
-    ll.names[g.prev_label_id] AS before,
-    ll.names[g.label_id] AS after,
-    l.name AS launch_api,
-    CAST(l.start_ns - g.prev_end AS BIGINT) AS launch_delay_ns,
+    s.report_id,
+    s.device_id,
+    s.stream_id,
+    CAST(s.prev_end AS BIGINT) AS gap_start_ns,
+    CAST(s.start_ns AS BIGINT) AS gap_end_ns,
+    CAST(s.start_ns - s.prev_end AS BIGINT) AS gap_ns,
+    ll.names[s.prev_label_id] AS before,
+    ll.names[s.label_id] AS after,
+    s.launch_api,
+    CAST(s.launch_start_ns - s.prev_end AS BIGINT) AS launch_delay_ns,
     CASE
-        WHEN l.start_ns > g.prev_end THEN 'host_wait'
-        WHEN l.start_ns IS NOT NULL AND g.start_ns - g.prev_end < $kernel_wait_ns THEN 'kernel_wait'
+        WHEN s.launch_start_ns > s.prev_end THEN 'host_wait'
+        WHEN s.launch_start_ns IS NOT NULL AND s.start_ns - s.prev_end < $kernel_wait_ns THEN 'kernel_wait'
         ELSE 'other'
     END AS category
-FROM g
-LEFT JOIN launch AS l USING (report_id, pid, correlation_id)
+FROM sorted AS s
 CROSS JOIN label_list AS ll
-ORDER BY g.report_id, g.device_id, g.stream_id, g.prev_end
