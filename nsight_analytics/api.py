@@ -357,16 +357,13 @@ def dataset_reads() -> set[str]:
     return {t.name for t in schema.TABLES} | set(schema.COMPUTED)
 
 
-def query(
-    con: duckdb.DuckDBPyConnection, name: str, *, lazy: bool = False, **params: Any
-) -> duckdb.DuckDBPyRelation:
+def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.DuckDBPyRelation:
     """Run a library query by name with bound parameters; `.df()`, `.to_arrow_table()`, `.fetchall()`.
-    The relation holds its rows already; with `lazy` it runs each time it is read, holding no
-    more than its own steps need (for rows read once, as `nsa query` reads them)."""
+    The relation runs each time it is read, holding no more than its own steps need."""
     q = queries.get(name)
     q.bind(params)  # a rejected parameter must not copy deferred tables first
     materialise(con, q.tables())
-    return queries.run(con, name, params, materialised=True, lazy=lazy)
+    return queries.run(con, name, params, materialised=True)
 
 
 def memory_limit(
@@ -400,7 +397,7 @@ def spark_query(
 
 
 def query_run(
-    con: duckdb.DuckDBPyConnection, name: str, run: str | int, *, lazy: bool = False, **params: Any
+    con: duckdb.DuckDBPyConnection, name: str, run: str | int, **params: Any
 ) -> duckdb.DuckDBPyRelation:
     """A library query on one run: a query of runs gets its `run_id`; a query of reports runs on
     each of the run's reports, their rows one after the other (each row says its report_id)."""
@@ -408,13 +405,13 @@ def query_run(
     run_id = resolve_run(con, run)
     names = {p.name for p in q.params}
     if "run_id" in names:
-        return query(con, name, lazy=lazy, **params, run_id=run_id)
+        return query(con, name, **params, run_id=run_id)
     if "report_id" not in names:
         raise QueryError(f"query {q.name} takes neither a run nor a report; run it without --run.")
     q.bind(params)
     materialise(con, q.tables())
     parts = [
-        queries.run(con, name, {**params, "report_id": rid}, materialised=True, lazy=lazy)
+        queries.run(con, name, {**params, "report_id": rid}, materialised=True)
         for rid in run_reports(con, run_id)
     ]
     out = parts[0]

@@ -873,10 +873,7 @@ def query(
         # the relation is lazy: its rows are computed while they are written, under the limit,
         # never held whole (a relation holding them would run again for a table's first rows)
         with api.memory_limit(con, read), timed(log, f"query {q.name}"):
-            if run is None:
-                rel = api.query(con, name, lazy=True, **values)
-            else:
-                rel = api.query_run(con, name, run, lazy=True, **values)
+            rel = api.query(con, name, **values) if run is None else api.query_run(con, name, run, **values)
             emit_rows(rel, fmt, output_path, name, q.units(), wide, rows)
 
 

@@ -3,14 +3,14 @@
 DuckDB's Python client imports pandas before it binds the first Python value (duckdb pull
 request 18658), whatever the value's type: 0.35 s on the 2-core machine, more than most of our
 queries take. So parameters travel as SQL text instead: each value becomes a typed literal
-(`literal`), and DuckDB binds them to the statement's `$name` parameters through PREPARE /
-EXECUTE, so the statement text itself is never edited. Strings are quoted the SQL way (a quote
-doubled); DuckDB's standard strings have no backslash escapes, so nothing else can end one.
-
-A relation of an EXECUTE holds every row of the result from the start (DuckDB runs it at once).
-Where the rows are only written out (`nsa query --format csv`), `sql(..., lazy=True)` writes the
-literals into the statement instead, at the `$name` tokens DuckDB's tokenizer finds (never in a
-string or comment), and the relation runs as it is read, holding no more than its own steps do.
+(`literal`). `execute` binds them to the statement's `$name` parameters through PREPARE /
+EXECUTE. `sql`, which returns a relation, writes each literal in place of its `$name` instead,
+at the `$` operators DuckDB's tokenizer finds (never in a string or comment): DuckDB runs a
+relation of `EXECUTE` at once and stores its rows value by value, 5-8x the CPU of the query
+itself for a query of many rows (memory_timeline's 408k rows: 0.4 -> 2.9 CPU-s), and runs it
+again for a `.limit()` or a count; a SELECT stays a relation that runs as it is read, holding no
+more than its own steps do. Strings are quoted the SQL way (a quote doubled); DuckDB's standard
+strings have no backslash escapes, so nothing else can end one.
 """
 
 from __future__ import annotations
@@ -83,20 +83,14 @@ def execute(
 
 
 def sql(
-    con: duckdb.DuckDBPyConnection,
-    statement: str,
-    params: Mapping[str, Any] | None = None,
-    *,
-    lazy: bool = False,
+    con: duckdb.DuckDBPyConnection, statement: str, params: Mapping[str, Any] | None = None
 ) -> duckdb.DuckDBPyRelation:
-    """`con.sql(statement, params=params)` for named parameters, without importing pandas.
-    `lazy`: a relation that runs when read (the parameters as literals in the statement), not
-    one holding every row already."""
+    """`con.sql(statement, params=params)` for named parameters, without importing pandas: a
+    relation that runs when read (the parameters as literals in the statement), so an error of
+    the statement's own (DuckDB's `error()`, a conversion) comes when its rows are read."""
     if not params or not set(_USES.findall(statement)) & set(params):
-        return con.sql(statement)  # nothing to bind (EXECUTE name() is a syntax error)
-    if lazy:
-        return con.sql(_inlined(statement, params))
-    return con.sql(_prepared(con, statement, params))
+        return con.sql(statement)
+    return con.sql(_inlined(statement, params))
 
 
 def _inlined(statement: str, params: Mapping[str, Any]) -> str:

@@ -569,12 +569,10 @@ def run(
     params: dict[str, Any] | None = None,
     *,
     materialised: bool = False,
-    lazy: bool = False,
 ) -> duckdb.DuckDBPyRelation:
     """Run a library query; the caller turns the relation into a DataFrame, Arrow or rows.
     `materialised`: the caller has just run api.materialise for the query's tables (the GPU
-    timeline is up to date: not checked again). `lazy`: the relation runs as it is read
-    (params.sql), for a caller that reads it once."""
+    timeline is up to date: not checked again). The relation runs as it is read (params.sql)."""
     q = get(name)
     bound = q.bind(params)
     # worked out on first use, whoever runs the query (the rules' engine too)
@@ -587,6 +585,6 @@ def run(
             launches=timeline.LAUNCHES in q.reads,
         )
     try:
-        return params_sql(con, q.sql, bound, lazy=lazy)
+        return params_sql(con, q.sql, bound)
     except duckdb.Error as exc:
         raise QueryError(f"query {q.name} failed: {str(exc).splitlines()[0]}") from exc

@@ -49,16 +49,25 @@ def test_execute_binds_named_parameters_and_relations_rerun() -> None:
     assert rel.fetchall() == rel.fetchall() == [(2, "", False, "$a")]
 
 
-def test_lazy_relations_bind_the_same_values_and_run_when_read() -> None:
+def test_relations_bind_the_values_execute_binds_and_run_when_read() -> None:
+    """sql() writes the literals into the statement (a relation that runs when read, not an
+    EXECUTE's, which runs at once and holds its rows): the values and types of execute()'s
+    PREPARE / EXECUTE, a `$name` in a string, a quoted name or a comment left as it is."""
     con = duckdb.connect()
     con.execute("CREATE TABLE t (x INTEGER)")
-    sql = "SELECT $a + 1 AS a, $s AS s, $n IS NULL AS n, '$a' AS text, $$ $a $$ AS dollars -- $a\nFROM t"
+    sql = (
+        "SELECT $a + 1 AS a, $s AS s, $n IS NULL AS n, '$a' AS text, $$ $a $$ AS dollars, "
+        '/* $a */ $a * 2 AS "$a" -- $a\nFROM t'
+    )
     values = {"a": 41, "s": "x'y", "n": None, "unused": 5}
-    eager, lazy = params.sql(con, sql, values), params.sql(con, sql, values, lazy=True)
-    con.execute("INSERT INTO t VALUES (1)")  # after both relations were made
-    assert eager.fetchall() == []  # an EXECUTE's relation holds the rows it had when made
-    assert lazy.fetchall() == lazy.fetchall() == [(42, "x'y", True, "$a", " $a ")]
-    assert lazy.types == params.sql(con, sql, values).types
+    rel = params.sql(con, sql, values)
+    con.execute("INSERT INTO t VALUES (1)")  # after the relation was made
+    want = [(42, "x'y", True, "$a", " $a ", 82)]
+    assert rel.fetchall() == rel.fetchall() == want
+    assert rel.columns == ["a", "s", "n", "text", "dollars", "$a"]
+    bound = params.execute(con, sql, values)
+    assert bound.fetchall() == want
+    assert rel.types == [d[1] for d in bound.description]
 
 
 def test_cli_query_ingest_and_findings_do_not_import_pandas(tmp_path) -> None:
