@@ -368,7 +368,7 @@ def query(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> duckdb.Du
 
 def memory_limit(
     con: duckdb.DuckDBPyConnection, report_ids: Iterable[int | None] = (None,)
-) -> AbstractContextManager[None]:
+) -> AbstractContextManager[str | None]:
     """Hold DuckDB's memory to the inputs' size while the block runs, as the rules and the
     deferred steps are held (ingest.pipeline.memory_cap: the exports' bytes less what nsa holds
     outside DuckDB); past it DuckDB spills to the workspace's temporary folder. `report_ids`:
