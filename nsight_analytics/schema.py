@@ -373,6 +373,14 @@ TABLES: tuple[Table, ...] = (
                 "end_through_ns count every activity starting by then.",
             ),
             _c(
+                "seq",
+                "BIGINT",
+                "",
+                "Position of the row on its device in (start_ns, end_ns) order, from 1: rows tied "
+                "on both in the order the running maxima count them, so the rows before this one "
+                "are those with a smaller seq.",
+            ),
+            _c(
                 "api_calls",
                 "BIGINT",
                 "",

@@ -98,6 +98,31 @@ def test_running_maxima_and_union_match_python(workspace) -> None:
     assert last[0] == last[1]
 
 
+def test_seq_is_the_order_the_maxima_count(workspace) -> None:
+    """seq numbers each device's rows 1, 2, ... in (start, end) order, and the running maxima of a
+    row are those of the rows with a smaller seq, tied rows included (Python over the stored
+    order); a timeline stored without seq (an older nsa's) is worked out again."""
+    _fill(workspace)
+    nsa.query(workspace, "utilization").fetchall()
+    rows = workspace.execute(
+        "SELECT device_id, seq, kind, start_ns, end_ns, prev_end_ns, prev_kernel_end_ns FROM gpu_timeline "
+        "ORDER BY device_id NULLS LAST, seq"
+    ).fetchall()
+    for dev in {r[0] for r in rows}:
+        mine = [r for r in rows if r[0] == dev]
+        assert [r[1] for r in mine] == list(range(1, len(mine) + 1))
+        assert [(r[3], r[4]) for r in mine] == sorted((r[3], r[4]) for r in mine)
+        for i, r in enumerate(mine):
+            ends = [b[4] for b in mine[:i]]
+            kernel_ends = [b[4] for b in mine[:i] if b[2] == "kernel"]
+            assert r[5] == (max(ends) if ends else None)
+            assert r[6] == (max(kernel_ends) if kernel_ends else None)
+    workspace.execute("UPDATE gpu_timeline SET seq = NULL")
+    assert timeline.stale(workspace) == [1]
+    nsa.query(workspace, "utilization").fetchall()
+    assert workspace.execute("SELECT count(*) - count(seq) FROM gpu_timeline").fetchone() == (0,)
+
+
 def test_reworked_when_the_rows_change(workspace) -> None:
     _fill(workspace)
     first = nsa.query(workspace, "utilization").fetchall()

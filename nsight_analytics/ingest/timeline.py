@@ -71,7 +71,8 @@ m AS (
         max(CASE WHEN kind = 'kernel' THEN end_ns END) OVER prev AS prev_kernel_end_ns,
         max(CASE WHEN kind = 'graph' THEN end_ns END) OVER prev AS prev_graph_end_ns,
         max(CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END) OVER prev AS prev_copy_end_ns,
-        lead(start_ns) OVER ord IS DISTINCT FROM start_ns AS last_at_start
+        lead(start_ns) OVER ord IS DISTINCT FROM start_ns AS last_at_start,
+        row_number() OVER ord AS seq
     FROM a
     WINDOW
         ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns),
@@ -86,7 +87,7 @@ t AS (
             PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
         ) AS BIGINT) AS busy_through_ns,
         greatest(end_ns, prev_end_ns) AS end_through_ns,
-        last_at_start
+        last_at_start, seq
     FROM p
 )
 {select}
@@ -136,12 +137,17 @@ GROUP BY report_id
 _STALE = """
 WITH src AS ({source}),
 have AS (
-    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked
+    SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked,
+           count(*) - count(seq) > 0 AS unnumbered
     FROM gpu_timeline WHERE true {only} GROUP BY report_id
+),
+d AS (
+    SELECT report_id, src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t OR have.unnumbered AS changed,
+           have.unlinked
+    FROM src FULL JOIN have USING (report_id)
 )
-SELECT report_id, src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t AS changed
-FROM src FULL JOIN have USING (report_id)
-WHERE src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t OR (have.unlinked > 0 AND NOT {pending})
+SELECT report_id, changed FROM d
+WHERE changed OR (unlinked > 0 AND NOT {pending})
 ORDER BY report_id
 """
 
