@@ -22,105 +22,102 @@
 -- col launches_per_s DOUBLE: kernels per second of window (1/s).
 -- col top_name VARCHAR: most frequent kernel name in the storm.
 -- col idle_ns BIGINT: time nothing ran on the device (no kernel, memcpy or memset) in pauses of at most max_gap_ns inside the window: what fusing the storm or a CUDA graph could win (ns).
--- The device order is (start_ns, end_ns), as the stored timeline (gpu_timeline) keeps it, with
--- the latest end of the kernels before each one (prev_kernel_end_ns). Kernels tied on both have
--- the same duration, so the same `tiny`, and all land in one storm, whatever their order.
--- One ordered pass over the kernels: a kernel that is not tiny, or starts more than max_gap_ns
--- after the kernels before it ended, ends the storm before it; the running count of those breaks
--- numbers the storms (a run of tiny kernels with no break between them shares one number), and a
--- tiny kernel opens a storm when the kernel before it was not tiny or it starts after a pause.
-WITH k AS (
-    SELECT
-        report_id, device_id, start_ns, end_ns, duration_ns, name_id,
-        prev_kernel_end_ns AS prev_end,
-        duration_ns < $max_kernel_ns AS tiny,
-        coalesce(start_ns - prev_kernel_end_ns > $max_gap_ns, false) AS pause
+-- The device order is gpu_timeline's seq: (start_ns, end_ns), rows tied on both in the order its
+-- running maxima (prev_kernel_end_ns, prev_end_ns) count them. A kernel that is not tiny, or that
+-- starts more than max_gap_ns after the kernels before it ended, is a break: it ends the storm
+-- before it, and a tiny one opens the next. A storm is the kernels from one break (itself only if
+-- tiny) up to the next break, so the breaks alone, in seq order, bound every storm; only the
+-- stretches of at least min_kernels rows (kernels or other activities) can hold a storm. Cut into
+-- seq buckets of that width, such a stretch shares a bucket with at most one other: each kernel is
+-- found in its stretch by a hash join, probing one bucket.
+WITH breaks AS (
+    SELECT report_id, device_id, seq, coalesce(duration_ns < $max_kernel_ns, false) AS tiny
     FROM gpu_timeline
     WHERE ($report_id IS NULL OR report_id = $report_id) AND kind = 'kernel'
+        AND (NOT coalesce(duration_ns < $max_kernel_ns, false) OR coalesce(start_ns - prev_kernel_end_ns > $max_gap_ns, false))
+    UNION ALL
+    -- a break (not tiny) before each device's first row and one after its last
+    SELECT report_id, device_id, unnest([0, max(seq) + 1]), false
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+    GROUP BY ALL
 ),
-numbered AS (
-    SELECT *
+stretches AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, device_id, seq AS storm, lo, hi
     FROM (
-        SELECT
-            *,
-            NOT coalesce(tiny AND lag(tiny) OVER ord AND NOT pause, false) AS first_of_storm,
-            sum(CAST(NOT coalesce(tiny, false) OR pause AS INTEGER)) OVER (ord ROWS UNBOUNDED PRECEDING) AS storm
-        FROM k
-        WINDOW ord AS (PARTITION BY report_id, device_id ORDER BY start_ns, end_ns)
+        SELECT *, seq + CASE WHEN tiny THEN 0 ELSE 1 END AS lo,
+               lead(seq) OVER (PARTITION BY report_id, device_id ORDER BY seq) - 1 AS hi
+        FROM breaks
     )
-    WHERE tiny
+    WHERE hi - lo + 1 >= greatest($min_kernels, 1)
 ),
+spans AS (
+    SELECT report_id, dev, device_id, storm, lo, hi,
+           unnest(range(lo // greatest($min_kernels, 1), hi // greatest($min_kernels, 1) + 1)) AS bucket
+    FROM stretches
+),
+-- each candidate storm's kernels by name id: counts, sums, and what its first kernel (lowest seq)
+-- says; a gap is the idle pause before a row, of at most max_gap_ns
+by_id AS (
+    SELECT
+        s.report_id, s.device_id, s.storm, t.name_id,
+        count(*) AS kernels,
+        min(t.start_ns) AS start_ns,
+        arg_min(t.end_ns, t.seq) AS first_end_ns,
+        max(t.end_ns) AS end_ns,
+        sum(t.duration_ns) AS duration_ns,
+        sum(nsa_union_ns(t.end_ns, t.start_ns, t.prev_kernel_end_ns)) AS covered_ns,
+        min(t.seq) AS first_seq,
+        arg_min(t.duration_ns - nsa_union_ns(t.end_ns, t.start_ns, t.prev_kernel_end_ns), t.seq) AS first_extra_ns,
+        sum(CASE WHEN t.start_ns > t.prev_end_ns AND t.start_ns - t.prev_end_ns <= $max_gap_ns THEN t.start_ns - t.prev_end_ns ELSE 0 END) AS gap_ns,
+        arg_min(CASE WHEN t.start_ns > t.prev_end_ns AND t.start_ns - t.prev_end_ns <= $max_gap_ns THEN t.start_ns - t.prev_end_ns ELSE 0 END, t.seq) AS first_gap_ns
+    FROM gpu_timeline AS t
+    JOIN spans AS s ON s.report_id = t.report_id AND s.dev = coalesce(t.device_id, -1) AND s.bucket = t.seq // greatest($min_kernels, 1)
+    WHERE ($report_id IS NULL OR t.report_id = $report_id) AND t.kind = 'kernel' AND t.seq BETWEEN s.lo AND s.hi
+    GROUP BY ALL
+),
+-- the first kernel counts whole (busy_ns), the others by what they add to the kernels before
+-- them; the pause before the first kernel is not the storm's
 storms AS (
     SELECT
-        report_id,
-        device_id,
-        storm,
+        report_id, device_id, storm,
         min(start_ns) AS start_ns,
         max(end_ns) AS end_ns,
-        count(*) AS kernels,
-        sum(CASE WHEN first_of_storm THEN duration_ns ELSE nsa_union_ns(end_ns, start_ns, prev_end) END) AS busy_ns,
-        avg(duration_ns) AS avg_kernel_ns
-    FROM numbered
+        sum(kernels) AS kernels,
+        sum(covered_ns) + arg_min(first_extra_ns, first_seq) AS busy_ns,
+        sum(duration_ns) / sum(kernels) AS avg_kernel_ns,
+        sum(gap_ns) - arg_min(first_gap_ns, first_seq) AS kernel_gap_ns
+    FROM by_id
     GROUP BY ALL
-    HAVING count(*) >= $min_kernels
+    HAVING sum(kernels) >= $min_kernels
 ),
 kept AS (
     SELECT *
     FROM storms
     WHERE end_ns = start_ns OR 100.0 * busy_ns / (end_ns - start_ns) <= $max_busy_pct
 ),
--- the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns, as `gaps` finds
--- them; each is credited to the storm starting last at or before it, if it ends inside that
--- storm's window. A pause ends after it starts, so it can end inside that storm only when it
--- starts in [start_ns, least(end_ns, the next storm's start_ns)): the storm's own stretch.
--- Stretches do not overlap, so no sort of the pauses is needed: the stretches are cut into time
--- buckets (about as wide as the average stretch) and each pause looked up in its bucket by a hash
--- join. A NULL device is keyed -1 (CUDA device ids are never negative).
-owns AS (
-    SELECT
-        report_id, coalesce(device_id, -1) AS dev, device_id, storm, start_ns AS own_start, end_ns,
-        least(end_ns, coalesce(lead(start_ns) OVER (PARTITION BY report_id, coalesce(device_id, -1) ORDER BY start_ns), end_ns)) AS own_end
-    FROM kept
-),
-width AS (
-    SELECT report_id, CAST(greatest(1, sum(own_end - own_start) // count(*)) AS BIGINT) AS w
-    FROM owns
-    WHERE own_end > own_start
-    GROUP BY ALL
-),
-slots AS (
-    SELECT o.report_id, o.dev, o.device_id, o.storm, o.own_start, o.own_end, o.end_ns,
-           unnest(range(o.own_start // w.w, (o.own_end - 1) // w.w + 1)) AS bucket
-    FROM owns AS o JOIN width AS w USING (report_id)
-    WHERE o.own_end > o.own_start
-),
-pauses AS (
-    SELECT t.report_id, coalesce(t.device_id, -1) AS dev, t.prev_end_ns AS pause_start_ns, t.start_ns AS pause_end_ns,
-           t.prev_end_ns // w.w AS bucket
-    FROM gpu_timeline AS t JOIN width AS w USING (report_id)
-    WHERE ($report_id IS NULL OR t.report_id = $report_id)
+-- idle_ns: the device's idle pauses (no kernel, memcpy or memset) of at most max_gap_ns inside
+-- the storm's window, as `gaps` finds them: the pause before a row that starts after the storm's
+-- first kernel (so after it in seq) and by its end. Those before its kernels are in by_id; those
+-- before the other activities in its stretch are added here.
+others AS (
+    SELECT s.report_id, s.device_id, s.storm, sum(t.start_ns - t.prev_end_ns) AS gap_ns
+    FROM gpu_timeline AS t
+    JOIN spans AS s ON s.report_id = t.report_id AND s.dev = coalesce(t.device_id, -1) AND s.bucket = t.seq // greatest($min_kernels, 1)
+    JOIN kept AS k ON k.report_id = s.report_id AND k.device_id IS NOT DISTINCT FROM s.device_id AND k.storm = s.storm
+    WHERE ($report_id IS NULL OR t.report_id = $report_id) AND t.kind <> 'kernel' AND t.seq BETWEEN s.lo AND s.hi
         AND t.start_ns > t.prev_end_ns AND t.start_ns - t.prev_end_ns <= $max_gap_ns
-),
-idle AS (
-    SELECT s.report_id, s.device_id, s.storm, sum(p.pause_end_ns - p.pause_start_ns) AS idle_ns
-    FROM pauses AS p
-    JOIN slots AS s ON s.report_id = p.report_id AND s.dev = p.dev AND s.bucket = p.bucket
-    WHERE p.pause_start_ns >= s.own_start AND p.pause_start_ns < s.own_end AND p.pause_end_ns <= s.end_ns
+        AND t.prev_end_ns >= k.start_ns AND t.start_ns <= k.end_ns
     GROUP BY ALL
 ),
 -- the most frequent kernel name of each storm reported, ties to the name seen first in
 -- (start_ns, end_ns, name) order: counted per name id (integers: names are long strings, kept out
 -- of the big aggregate), then per name (ids of one name add up), each with its first (start_ns,
 -- end_ns); kernels without a name are not counted
-per_id AS (
-    SELECT n.report_id, n.device_id, n.storm, n.name_id, count(*) AS kernels, min((n.start_ns, n.end_ns)) AS first
-    FROM numbered AS n
-    JOIN kept AS s ON s.report_id = n.report_id AND s.device_id IS NOT DISTINCT FROM n.device_id AND s.storm = n.storm
-    GROUP BY ALL
-),
 per_name AS (
-    SELECT p.report_id, p.device_id, p.storm, kn.name, sum(p.kernels) AS kernels, min(p.first) AS first
-    FROM per_id AS p
+    SELECT p.report_id, p.device_id, p.storm, kn.name, sum(p.kernels) AS kernels, min((p.start_ns, p.first_end_ns)) AS first
+    FROM by_id AS p
+    JOIN kept AS s ON s.report_id = p.report_id AND s.device_id IS NOT DISTINCT FROM p.device_id AND s.storm = p.storm
     JOIN kernel_names AS kn ON kn.report_id = p.report_id AND kn.name_id = p.name_id
     WHERE kn.name IS NOT NULL
     GROUP BY ALL
@@ -142,8 +139,8 @@ SELECT
     CAST(s.avg_kernel_ns AS DOUBLE) AS avg_kernel_ns,
     CAST(CASE WHEN s.end_ns > s.start_ns THEN s.kernels * 1e9 / (s.end_ns - s.start_ns) END AS DOUBLE) AS launches_per_s,
     t.top_name,
-    CAST(coalesce(i.idle_ns, 0) AS BIGINT) AS idle_ns
+    CAST(s.kernel_gap_ns + coalesce(i.gap_ns, 0) AS BIGINT) AS idle_ns
 FROM kept AS s
 LEFT JOIN top AS t ON t.report_id = s.report_id AND t.device_id IS NOT DISTINCT FROM s.device_id AND t.storm = s.storm
-LEFT JOIN idle AS i ON i.report_id = s.report_id AND i.device_id IS NOT DISTINCT FROM s.device_id AND i.storm = s.storm
+LEFT JOIN others AS i ON i.report_id = s.report_id AND i.device_id IS NOT DISTINCT FROM s.device_id AND i.storm = s.storm
 ORDER BY s.report_id, s.device_id, s.start_ns
