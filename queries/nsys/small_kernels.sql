@@ -21,13 +21,7 @@
 -- col graph_kernels BIGINT: small kernels that ran as nodes of a CUDA graph (graph_node_id set).
 -- col launches_per_s DOUBLE: small kernels per second of the report's kernel span (1/s).
 -- col top_names VARCHAR: the top_n most frequent small kernels, 'name (count)' joined by '; '.
-WITH k AS (
-    SELECT report_id, pid, correlation_id, name_id, start_ns, end_ns, duration_ns, graph_node_id,
-           duration_ns < $max_kernel_ns AS small
-    FROM kernel_rows
-    WHERE ($report_id IS NULL OR report_id = $report_id)
-),
-per_report AS (
+WITH per_report AS (
     SELECT
         report_id,
         count(*) AS kernels,
@@ -36,20 +30,31 @@ per_report AS (
         coalesce(sum(duration_ns) FILTER (WHERE small), 0) AS small_kernel_ns,
         count(*) FILTER (WHERE small AND graph_node_id IS NOT NULL) AS graph_kernels,
         max(end_ns) - min(start_ns) AS span_ns
-    FROM k
+    FROM (
+        SELECT report_id, start_ns, end_ns, duration_ns, graph_node_id, duration_ns < $max_kernel_ns AS small
+        FROM kernel_rows
+        WHERE ($report_id IS NULL OR report_id = $report_id)
+    )
     GROUP BY ALL
 ),
 launch AS (
     SELECT c.report_id, sum(c.duration_ns) AS launch_api_ns, count(*) AS launch_calls
     FROM cuda_api AS c
-    SEMI JOIN (SELECT report_id, pid, correlation_id FROM k WHERE small) AS s
+    SEMI JOIN (
+        SELECT report_id, pid, correlation_id FROM kernel_rows
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND duration_ns < $max_kernel_ns
+    ) AS s
         ON c.report_id = s.report_id AND c.pid = s.pid AND c.correlation_id = s.correlation_id
     WHERE ($report_id IS NULL OR c.report_id = $report_id)
     GROUP BY ALL
 ),
 names AS (
     SELECT c.report_id, kn.name, c.n
-    FROM (SELECT report_id, name_id, count(*) AS n FROM k WHERE small GROUP BY ALL) AS c
+    FROM (
+        SELECT report_id, name_id, count(*) AS n FROM kernel_rows
+        WHERE ($report_id IS NULL OR report_id = $report_id) AND duration_ns < $max_kernel_ns
+        GROUP BY ALL
+    ) AS c
     LEFT JOIN kernel_names AS kn USING (report_id, name_id)
     QUALIFY row_number() OVER (PARTITION BY c.report_id ORDER BY c.n DESC, kn.name) <= $top_n
 ),
