@@ -339,6 +339,41 @@ def test_storm_top_name_ties_go_to_the_first_seen_and_pauses_to_their_storm(work
     ]
 
 
+def test_storm_between_other_activities(workspace) -> None:
+    # max_kernel_ns=10, max_gap_ns=5, min_kernels=3. A 50 ns kernel [0, 50] is a break; a memcpy
+    # [52, 54] comes before the storm's first kernel (its pause (50, 52) is not the storm's); the
+    # storm: 'a' [55, 57] (5 ns after the big kernel: no pause break), a memcpy [59, 60], 'b'
+    # [61, 63], 'b' [64, 66]; a 30 ns kernel [70, 100] ends it. Then 'a' [101, 103] and two memcpys
+    # [104, 105], [106, 107] before a 92 ns kernel: three rows, one kernel, no storm.
+    k = dict(report_id=1, device_id=0, pid=5)
+    insert(
+        workspace,
+        "kernels",
+        [
+            dict(k, start_ns=0, end_ns=50, duration_ns=50, name="big"),
+            dict(k, start_ns=55, end_ns=57, duration_ns=2, name="a"),
+            dict(k, start_ns=61, end_ns=63, duration_ns=2, name="b"),
+            dict(k, start_ns=64, end_ns=66, duration_ns=2, name="b"),
+            dict(k, start_ns=70, end_ns=100, duration_ns=30, name="big"),
+            dict(k, start_ns=101, end_ns=103, duration_ns=2, name="a"),
+            dict(k, start_ns=108, end_ns=200, duration_ns=92, name="big"),
+        ],
+    )
+    insert(
+        workspace,
+        "memcpy",
+        [
+            dict(k, start_ns=s, end_ns=e, duration_ns=e - s)
+            for s, e in ((52, 54), (59, 60), (104, 105), (106, 107))
+        ],
+    )
+    rows = nsa.query(
+        workspace, "small_kernel_storms", max_kernel_ns=10, max_gap_ns=5, min_kernels=3, max_busy_pct=100.0
+    ).fetchall()
+    # start, end, kernels, busy (2 + 2 + 2), top name, idle: pauses (57, 59), (60, 61), (63, 64)
+    assert [(r[2], r[3], r[5], r[6], r[10], r[11]) for r in rows] == [(55, 66, 3, 6, "b", 4)]
+
+
 def test_launch_calls_match_the_exports_own_join(tmp_path: Path) -> None:
     # The launch columns (worked out only for what reads them) against nsys' own tables: each
     # kernel's CUDA API call with the same correlation id in the same process (pid = bits 24-47
