@@ -1,7 +1,7 @@
 """`stream_gaps` against the export itself: per device and stream, the gaps between the GPU
 work sorted by (start, end), each measured from the latest end before it, counted with sqlite3
-and plain Python; and the rows in (report, device, stream, gap start) order, whether the
-relation holds its rows (nsa.query) or runs as it is written (`nsa query`)."""
+and plain Python; and the rows in (report, device, stream, gap start) order, fetched whole or
+in Arrow batches (as `nsa query` writes them)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def test_gaps_per_stream_and_their_order(workspace, min_gap_ns: int) -> None:
 
     ids = {nsa.ingest(workspace, path).report_id: path for path in EXPORTS}
     eager = nsa.query(workspace, "stream_gaps", min_gap_ns=min_gap_ns).fetchall()
-    assert nsa.query(workspace, "stream_gaps", min_gap_ns=min_gap_ns, lazy=True).fetchall() == eager
+    batches = nsa.query(workspace, "stream_gaps", min_gap_ns=min_gap_ns).to_arrow_reader(1000)
+    assert [tuple(r.values()) for b in batches for r in b.to_pylist()] == eager
     keys = [(r[0], r[1], r[2], r[3]) for r in eager]
     assert keys == sorted(keys)
     got: dict[tuple[int, int, int], list[int]] = defaultdict(list)
