@@ -211,6 +211,51 @@ def test_memory_steps_counts_each_steps_events_however_steps_overlap(workspace) 
             assert r["freed_bytes"] == sum(size for op, size in inside if op == "free")
 
 
+def test_memory_steps_with_stated_counts_tied_steps_and_a_step_without_events(workspace) -> None:
+    """Where the source states what is held (allocated_bytes) the steps follow it; two steps that
+    start at the same time, a step that starts when another ends, events tied with those times
+    and a step with no events at all each get their own counts, peaks and held bytes."""
+    events = [  # ts, operation, bytes, allocated_bytes after it (stated by the source)
+        (3, "alloc", 10, 110),
+        (10, "alloc", 5, 115),
+        (10, "free", 7, 108),
+        (14, "alloc", 40, 148),
+        (20, "free", 48, 100),
+        (20, "alloc", 1, 101),
+        (33, "alloc", 9, 110),
+    ]
+    for ts, op, size, allocated in events:
+        workspace.execute(
+            "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, "
+            "memory, allocated_bytes) VALUES (9, 0, 1, ?, ?, ?, ?, 'device', ?)",
+            [ts, op, size, size if op == "alloc" else -size, allocated],
+        )
+    steps = [(0, 1, 10, 20), (1, 1, 20, 25), (0, 2, 10, 14), (1, 2, 26, 30)]  # step, series, start, end
+    for step, series, start, end in steps:
+        workspace.execute(
+            "INSERT INTO steps (report_id, step, name, source, series, start_ns, end_ns, duration_ns, steady) "
+            "VALUES (9, ?, ?, 'nvtx', ?, ?, ?, ?, true)",
+            [step, f"step {step}", series, start, end, end - start],
+        )
+    got = {(r["start_ns"], r["end_ns"]): r for r in _rows(workspace, "memory_steps")}
+    assert len(got) == len(steps)
+    initial = 110 - 10  # the stated count less the first event's own bytes
+    for _, _, start, end in steps:
+        inside = [(op, size, held) for ts, op, size, held in events if start <= ts <= end]
+        start_bytes = ([held for ts, _, _, held in events if ts < start] or [initial])[-1]
+        r = got[(start, end)]
+        assert r["held_start_bytes"] == start_bytes
+        assert r["held_end_bytes"] == ([held for ts, _, _, held in events if ts <= end] or [initial])[-1]
+        assert r["peak_bytes"] == max([start_bytes] + [held for _, _, held in inside])
+        assert r["allocations"] == sum(op == "alloc" for op, _, _ in inside)
+        assert r["frees"] == sum(op == "free" for op, _, _ in inside)
+        assert r["allocated_bytes"] == sum(size for op, size, _ in inside if op == "alloc")
+        assert r["freed_bytes"] == sum(size for op, size, _ in inside if op == "free")
+    # the step without events holds what the one before it ended with
+    assert (got[(26, 30)]["held_start_bytes"], got[(26, 30)]["peak_bytes"]) == (101, 101)
+    assert got[(10, 20)]["peak_bytes"] == 148
+
+
 # --- power logs ---------------------------------------------------------------------------
 
 

@@ -36,74 +36,85 @@ series AS (
                AS initial_bytes
     FROM events GROUP BY ALL
 ),
--- the steps of each report in (start_ns, rowid) order: rank, and how many start by its end
-ranked AS (
-    SELECT report_id, rowid AS row, start_ns, row_number() OVER (PARTITION BY report_id ORDER BY start_ns, rowid) AS rank
-    FROM steps
-    WHERE $report_id IS NULL OR report_id = $report_id
-),
-step_list AS (
-    SELECT s.report_id, s.rowid AS row, s.step, s.name, s.steady, s.start_ns, s.end_ns, r.rank,
-           coalesce(e.rank, 0) AS started_by_end
-    FROM steps AS s
-    JOIN ranked AS r ON r.report_id = s.report_id AND r.row = s.rowid
-    ASOF LEFT JOIN (SELECT report_id, start_ns, max(rank) AS rank FROM ranked GROUP BY ALL) AS e
-        ON e.report_id = s.report_id AND s.end_ns >= e.start_ns
+grid AS (
+    SELECT se.*, s.rowid AS row, s.step, s.name, s.steady, s.start_ns, s.end_ns
+    FROM series AS se
+    JOIN steps AS s ON s.report_id = se.report_id
     WHERE $report_id IS NULL OR s.report_id = $report_id
 ),
-grid AS (
-    SELECT se.*, s.row, s.step, s.name, s.steady, s.start_ns, s.end_ns, s.rank, s.started_by_end
-    FROM series AS se
-    JOIN step_list AS s ON s.report_id = se.report_id
-),
--- the events and, in the same ordered pass, a probe for each step of each series where it starts
--- (before the events at that time: what was held and counted just before the step) and where it
--- ends (after them): each row carries held_bytes as nsa_memory_held() computes it and the running
--- counts of events, allocations and frees and their bytes; a probe adds nothing to them
-stream AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, 1 AS ord, seq, NULL::BIGINT AS row,
-           operation, bytes, delta_bytes, allocated_bytes
-    FROM events
-    UNION ALL
-    SELECT report_id, device_id, pid, memory, start_ns, 0, NULL, row, NULL, NULL, NULL, NULL
-    FROM grid WHERE start_ns IS NOT NULL
-    UNION ALL
-    SELECT report_id, device_id, pid, memory, end_ns, 2, NULL, row, NULL, NULL, NULL, NULL
-    FROM grid WHERE end_ns IS NOT NULL
-),
-passed AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, ord, seq, row,
-           CAST(CASE WHEN events > 0 THEN coalesce(last_event.allocated_bytes, delta_sum) END AS BIGINT) AS held_bytes,
-           events, allocs, frees, alloc_bytes, free_bytes
+-- where each step of each series starts (before the events at that time: ord 0) and ends (after
+-- them: ord 2), numbered in (time, ord) order per series: an event's bucket is the number of
+-- probes before it, so the events of a step are those of buckets start_pos + 1 .. end_pos
+probes AS (
+    SELECT *, row_number() OVER (PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, ord, row) - 1 AS pos
     FROM (
-        SELECT report_id, device_id, pid, memory, ts_ns, ord, seq, row,
-               last_value(CASE WHEN seq IS NOT NULL THEN {'allocated_bytes': allocated_bytes} END IGNORE NULLS) OVER w
-                   AS last_event,
-               sum(coalesce(delta_bytes, 0)) OVER w AS delta_sum,
-               count(seq) OVER w AS events,
-               sum(CASE WHEN operation = 'alloc' THEN 1 ELSE 0 END) OVER w AS allocs,
-               sum(CASE WHEN operation = 'free' THEN 1 ELSE 0 END) OVER w AS frees,
-               sum(CASE WHEN operation = 'alloc' THEN bytes ELSE 0 END) OVER w AS alloc_bytes,
-               sum(CASE WHEN operation = 'free' THEN bytes ELSE 0 END) OVER w AS free_bytes
-        FROM stream
-        WINDOW w AS (
-            PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, ord, seq
-            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-        )
+        SELECT report_id, device_id, pid, memory, start_ns AS ts_ns, 0 AS ord, row FROM grid WHERE start_ns IS NOT NULL
+        UNION ALL
+        SELECT report_id, device_id, pid, memory, end_ns, 2, row FROM grid WHERE end_ns IS NOT NULL
     )
 ),
-held AS (SELECT report_id, device_id, pid, memory, ts_ns, held_bytes FROM passed WHERE ord = 1),
-probed AS (SELECT * FROM passed WHERE ord <> 1),
+-- one ordered pass over the events and probes: each event's held_bytes as nsa_memory_held()
+-- computes it and its bucket (a probe adds nothing to the sum)
+passed AS (
+    SELECT report_id, device_id, pid, memory, ts_ns, ord, seq, operation, bytes,
+           CAST(coalesce(allocated_bytes, sum(coalesce(delta_bytes, 0)) OVER w) AS BIGINT) AS held_bytes,
+           count(row) OVER w AS bucket
+    FROM (
+        SELECT report_id, device_id, pid, memory, ts_ns, 1 AS ord, seq, NULL::BIGINT AS row,
+               operation, bytes, delta_bytes, allocated_bytes
+        FROM events
+        UNION ALL
+        SELECT report_id, device_id, pid, memory, ts_ns, ord, NULL, row, NULL, NULL, NULL, NULL
+        FROM probes
+    )
+    WINDOW w AS (
+        PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, ord, seq
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    )
+    QUALIFY ord = 1
+),
+-- per bucket: its events, allocations and frees and their bytes, the most held and what its last
+-- event left held
+buckets AS (
+    SELECT report_id, device_id, pid, memory, bucket, count(*) AS events,
+           count(*) FILTER (WHERE operation = 'alloc') AS allocs,
+           count(*) FILTER (WHERE operation = 'free') AS frees,
+           sum(CASE WHEN operation = 'alloc' THEN bytes ELSE 0 END) AS alloc_bytes,
+           sum(CASE WHEN operation = 'free' THEN bytes ELSE 0 END) AS free_bytes,
+           max(held_bytes) AS peak_bytes, arg_max(held_bytes, (ts_ns, seq)) AS last_held
+    FROM passed
+    GROUP BY ALL
+),
+-- each probe with what was held and counted before it (the buckets up to its own) and, for a
+-- start, the most held by the events of the buckets after it up to its step's end
+probed AS (
+    SELECT p.report_id, p.device_id, p.pid, p.memory, p.row, p.ord, p.pos,
+           last_value(k.last_held IGNORE NULLS) OVER c AS held_bytes,
+           sum(coalesce(k.events, 0)) OVER c AS events,
+           sum(coalesce(k.allocs, 0)) OVER c AS allocs,
+           sum(coalesce(k.frees, 0)) OVER c AS frees,
+           sum(coalesce(k.alloc_bytes, 0)) OVER c AS alloc_bytes,
+           sum(coalesce(k.free_bytes, 0)) OVER c AS free_bytes,
+           k.peak_bytes
+    FROM probes AS p
+    LEFT JOIN buckets AS k
+        ON k.report_id = p.report_id AND k.device_id IS NOT DISTINCT FROM p.device_id
+        AND k.pid IS NOT DISTINCT FROM p.pid AND k.memory IS NOT DISTINCT FROM p.memory AND k.bucket = p.pos
+    WINDOW c AS (
+        PARTITION BY p.report_id, p.device_id, p.pid, p.memory ORDER BY p.pos
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    )
+),
 -- what was held and counted just before each step starts and when it ends: the events in the
 -- step, [start_ns, end_ns], are the difference
 bounds AS (
     SELECT g.*, coalesce(b.held_bytes, g.initial_bytes) AS held_start_bytes,
            coalesce(e.held_bytes, g.initial_bytes) AS held_end_bytes,
-           coalesce(b.events, 0) AS events_before, coalesce(e.events, 0) AS events_by_end,
            coalesce(e.allocs, 0) - coalesce(b.allocs, 0) AS allocations,
            coalesce(e.frees, 0) - coalesce(b.frees, 0) AS frees,
            coalesce(e.alloc_bytes, 0) - coalesce(b.alloc_bytes, 0) AS allocated_bytes,
-           coalesce(e.free_bytes, 0) - coalesce(b.free_bytes, 0) AS freed_bytes
+           coalesce(e.free_bytes, 0) - coalesce(b.free_bytes, 0) AS freed_bytes,
+           b.pos AS start_pos, e.pos AS end_pos
     FROM grid AS g
     LEFT JOIN probed AS b
         ON b.ord = 0 AND b.row = g.row AND b.report_id = g.report_id AND b.device_id IS NOT DISTINCT FROM g.device_id
@@ -112,26 +123,19 @@ bounds AS (
         ON e.ord = 2 AND e.row = g.row AND e.report_id = g.report_id AND e.device_id IS NOT DISTINCT FROM g.device_id
         AND e.pid IS NOT DISTINCT FROM g.pid AND e.memory IS NOT DISTINCT FROM g.memory
 ),
--- the most held during each step: the steps join their series' events as rows in (time, steps
--- first, rank) order, each with a window frame from itself to the last row at or before its
--- end: the events before it and the steps ranked before it precede it, the events and steps
--- that start by its end end the frame (rows, not a range: a segment tree, n log n)
-framed AS (
-    SELECT report_id, device_id, pid, memory, ts_ns, 1 AS kind, 0 AS rank, NULL AS row, 0 AS frame_rows, held_bytes
-    FROM held
-    UNION ALL
-    SELECT report_id, device_id, pid, memory, start_ns, 0, rank, row,
-           greatest(events_by_end + started_by_end - (events_before + rank), 0), NULL
-    FROM bounds
-),
+-- the most held during each step: the bucket maxima from the probe after its start to its end
+-- probe, a rows frame over the probes (a segment tree, n log n)
 peaks AS (
-    SELECT report_id, device_id, pid, memory, row,
-           max(held_bytes) OVER (
-               PARTITION BY report_id, device_id, pid, memory ORDER BY ts_ns, kind, rank
-               ROWS BETWEEN CURRENT ROW AND frame_rows FOLLOWING
+    SELECT p.report_id, p.device_id, p.pid, p.memory, p.row,
+           max(p.peak_bytes) OVER (
+               PARTITION BY p.report_id, p.device_id, p.pid, p.memory ORDER BY p.pos
+               ROWS BETWEEN 1 FOLLOWING AND coalesce(b.end_pos - b.start_pos, 0) FOLLOWING
            ) AS peak_bytes
-    FROM framed
-    QUALIFY kind = 0
+    FROM probed AS p
+    LEFT JOIN bounds AS b  -- equalities only: a hash join
+        ON b.row = p.row AND b.report_id = p.report_id AND b.device_id IS NOT DISTINCT FROM p.device_id
+        AND b.pid IS NOT DISTINCT FROM p.pid AND b.memory IS NOT DISTINCT FROM p.memory
+    QUALIFY p.ord = 0
 )
 SELECT b.report_id, b.device_id, b.pid, b.memory, b.step, b.name, b.steady, b.start_ns, b.end_ns,
        b.held_start_bytes, b.held_end_bytes,
