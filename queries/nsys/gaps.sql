@@ -94,7 +94,9 @@ launch AS (
 sync_calls AS (
     SELECT report_id, pid, tid, start_ns, end_ns, name
     FROM cuda_api
-    WHERE ($report_id IS NULL OR report_id = $report_id) AND nsa_blocking_call(name) IS NOT NULL
+    -- every blocking call's name has 'Synchronize', 'Memcpy' or 'Memset' in it: a cheap test first
+    WHERE ($report_id IS NULL OR report_id = $report_id)
+        AND (contains(name, 'Sync') OR contains(name, 'Mem')) AND nsa_blocking_call(name) IS NOT NULL
 ),
 probe AS (
     SELECT g.report_id, g.device_id, g.pid, t.tid, g.gap_start_ns, g.gap_end_ns, g.gap_ns,
