@@ -48,14 +48,16 @@ probes AS (
 -- after t. An ASOF join never matches NULL keys: a NULL device is keyed -1 (CUDA device ids are
 -- never negative).
 -- The ASOF join sorts what it looks up in: not the whole timeline, only the rows that can be a
--- probe's match. Time is cut into buckets (sqrt(probes x timeline rows) of them over the probes'
--- span, which keeps both parts below small): a probe's match is either in the probe's own bucket
+-- probe's match. Time is cut into buckets (4 sqrt(probes x timeline rows) of them over the probes'
+-- span, which keeps both parts below small: sqrt would balance them for activity spread evenly,
+-- but GPU work comes in bursts, the blocking calls among them, and finer buckets keep the rows
+-- of the probes' buckets few): a probe's match is either in the probe's own bucket
 -- or, when no row there starts by t, the last row of an earlier bucket. So the rows of the
 -- probes' buckets and the last row of every bucket (its running values are the bucket's
 -- largest). One bucketing for all reports, from scalar subqueries: the timeline is then known to
 -- be the large side of the joins.
 pw AS (
-    SELECT min(probe_ns) AS origin, greatest(1, CAST((max(probe_ns) - min(probe_ns)) / sqrt(count(*) * (SELECT count(*) FROM gpu_timeline) + 1) AS BIGINT)) AS w
+    SELECT min(probe_ns) AS origin, greatest(1, CAST((max(probe_ns) - min(probe_ns)) / (4 * sqrt(count(*) * (SELECT count(*) FROM gpu_timeline) + 1)) AS BIGINT)) AS w
     FROM probes
 ),
 -- (the probes' buckets as one list unnested: a join of a few thousand probe rows that the
@@ -100,6 +102,13 @@ spans AS (
     SELECT a.report_id, a.pid, max(a.end_ns) - min(greatest(a.start_ns, coalesce(w.ws, a.start_ns))) AS pid_span_ns
     FROM cuda_api AS a LEFT JOIN win AS w USING (report_id)
     WHERE ($report_id IS NULL OR a.report_id = $report_id) AND (w.ws IS NULL OR a.end_ns > w.ws)
+        AND $phase = 'steady'
+    GROUP BY ALL
+    -- the whole run: no window to join every call to
+    UNION ALL
+    SELECT report_id, pid, max(end_ns) - min(start_ns)
+    FROM cuda_api
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND $phase IS NULL
     GROUP BY ALL
 )
 SELECT c.report_id, c.pid, c.name, count(*) AS calls,
