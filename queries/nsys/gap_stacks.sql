@@ -16,8 +16,8 @@
 -- any source on its launching threads, one row with source NULL says why in `note` and which
 -- capture option records them. Linear: the gaps in one sorted pass, samples and frame boundaries
 -- placed in them by ASOF joins per thread, the idle time before a moment by a running sum of gap
--- time (no join of gaps against samples by range). Only the gaps ended by a call of a thread that
--- has stacks are matched to their launch calls: a capture without stacks costs its gaps' totals.
+-- time (no join of gaps against samples by range). Only the gaps of processes that have stacks
+-- are matched to their launch calls: a capture without stacks costs its gaps' totals.
 -- reads cuda_api, gpu_timeline, kernel_rows, reports, stack_events, stack_frames, stacks, steps
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- param min_gap_ns BIGINT = 0: shortest idle gap counted (ns); 0 counts all idle time.
@@ -39,8 +39,7 @@
 -- col idle_ns BIGINT: idle time of the window's gaps, or of the gap (ns).
 -- col note VARCHAR: on a row with source NULL: why there are no stacks and which capture option records them, or why a warm-up step is refused.
 WITH
--- every gap of the window, with the thread that launched the work ending it (NULL: unknown)
--- with a step: the gaps overlapping it, clipped to it (a gap's length before clipping decides min_gap_ns)
+-- with a step: its span over the report's series, and whether it is steady
 step_window AS (
     SELECT report_id, min(start_ns) AS s0, max(end_ns) AS s1, bool_or(steady) AS steady
     FROM steps
@@ -56,47 +55,36 @@ ev AS (
 -- gpu_timeline's (start_ns, end_ns) order (any later one has that one's end in prev_end_ns), so a
 -- gap's start is its own (tests/test_stacks.py checks it on every capture)
 ends AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
--- a gap's thread is that of the earliest call with its ending activity's pid and correlation id,
--- looked up only in the processes of the threads with stacks (a gap of another process is never
--- joined to a stack)
--- (joins with distinct key sets rather than tuple IN lists: the same semi join, and Spark reads it)
-stacked AS MATERIALIZED (
-    SELECT DISTINCT c.report_id, c.pid
-    FROM cuda_api AS c
-    JOIN (SELECT DISTINCT report_id, global_tid FROM ev) AS t USING (report_id, global_tid)
-    WHERE ($report_id IS NULL OR c.report_id = $report_id)
-),
-launcher AS (
-    SELECT e.report_id, e.dev, e.gap_start_ns, arg_min(c.global_tid, c.start_ns) AS global_tid
-    FROM (SELECT e.* FROM ends AS e JOIN stacked USING (report_id, pid)) AS e
-    JOIN (
-        SELECT c.report_id, c.pid, c.correlation_id, c.global_tid, c.start_ns
-        FROM cuda_api AS c
-        JOIN stacked USING (report_id, pid)
-        WHERE c.global_tid IS NOT NULL AND ($report_id IS NULL OR c.report_id = $report_id)
-    ) AS c USING (report_id, pid, correlation_id)
-    GROUP BY ALL
-),
+-- the window's gaps, clipped to the step when there is one (a gap's length before clipping
+-- decides min_gap_ns): all of them count in idle_ns
 gap AS (
-    SELECT g.report_id, g.dev, greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns,
-           g.global_tid
-    FROM (
-        -- the launcher looked up for the gaps of processes with stacks only (no join of every gap)
-        SELECT e.report_id, e.dev, e.gap_start_ns, e.gap_end_ns, l.global_tid
-        FROM (SELECT e.* FROM ends AS e JOIN stacked USING (report_id, pid)) AS e
-        LEFT JOIN launcher AS l USING (report_id, dev, gap_start_ns)
-        UNION ALL
-        SELECT report_id, dev, gap_start_ns, gap_end_ns, CAST(NULL AS BIGINT) AS global_tid
-        FROM ends
-        ANTI JOIN stacked USING (report_id, pid)
-    ) AS g
+    SELECT g.report_id, g.dev, g.pid, g.correlation_id, g.gap_start_ns AS gap_key,
+           greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns
+    FROM ends AS g
     LEFT JOIN step_window AS w USING (report_id)
     WHERE $step IS NULL OR (w.steady AND g.gap_end_ns > w.s0 AND g.gap_start_ns < w.s1)
 ),
 totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
 ),
-launch AS (SELECT * FROM gap WHERE global_tid IS NOT NULL),
+-- a gap's thread is that of the earliest call with its ending activity's pid and correlation id,
+-- looked up only for the gaps of the processes with stacks (stack_events' own pid: no scan of
+-- cuda_api when a capture has none; a gap of another process is never joined to a stack, and a
+-- launching thread without stacks adds nothing below); gaps whose call has no thread are left out
+-- (joins with distinct key sets rather than tuple IN lists: the same semi join, and Spark reads it)
+stacked AS MATERIALIZED (SELECT DISTINCT report_id, pid FROM ev),
+launch AS (
+    SELECT e.report_id, e.dev, e.gap_key, any_value(e.gap_start_ns) AS gap_start_ns,
+           any_value(e.gap_end_ns) AS gap_end_ns, arg_min(c.global_tid, c.start_ns) AS global_tid
+    FROM (SELECT e.* FROM gap AS e JOIN stacked USING (report_id, pid)) AS e
+    JOIN (
+        SELECT c.report_id, c.pid, c.correlation_id, c.global_tid, c.start_ns
+        FROM cuda_api AS c
+        JOIN stacked USING (report_id, pid)
+        WHERE c.global_tid IS NOT NULL AND ($report_id IS NULL OR c.report_id = $report_id)
+    ) AS c USING (report_id, pid, correlation_id)
+    GROUP BY e.report_id, e.dev, e.gap_key
+),
 -- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus the
 -- part of that gap before t
 cum AS (
@@ -178,8 +166,9 @@ grouped AS (
     JOIN described AS d USING (report_id, stack_id)
     GROUP BY ALL
 ),
+-- (per_gap rows are of gaps with a launching thread)
 gap_idle AS (
-    SELECT report_id, dev, gap_start_ns, gap_end_ns - gap_start_ns AS idle_ns FROM gap
+    SELECT report_id, dev, gap_start_ns, gap_end_ns - gap_start_ns AS idle_ns FROM launch
 ),
 ranked AS (
     SELECT g.*, coalesce(gi.idle_ns, tt.idle_ns) AS idle_ns
