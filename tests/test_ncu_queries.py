@@ -168,6 +168,20 @@ def test_speed_of_light_bounds() -> None:
     assert len(_run(con, "speed_of_light")) == 6
 
 
+def test_bottleneck_busiest_pipe_tie_is_the_same_every_run() -> None:
+    # two pipes at the same utilisation (xu and alu, 40 %): the one last by name, whatever order
+    # the rows come in; fma below them
+    for order in (("xu", "alu", "fma"), ("fma", "alu", "xu"), ("alu", "fma", "xu")):
+        con = _con()
+        _kernel(con, 1, 0, "k")
+        pct = {"xu": 40.0, "alu": 40.0, "fma": 12.5}
+        _metrics(
+            con, 1, 0, {f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_elapsed": pct[p] for p in order}
+        )
+        row = _run(con, "bottleneck", report_id=1)[0]
+        assert (row["pipe"], row["pipe_pct"]) == ("xu", 40.0), order
+
+
 def test_occupancy_limiter() -> None:
     con = _con()
     base = {

@@ -28,7 +28,7 @@
 -- col memory_level_pct DOUBLE: that level's throughput (% of peak).
 -- col tensor_pct DOUBLE: tensor pipe, the busiest sm__pipe_tensor*_cycles_active / sm__inst_executed_pipe_tensor* (% of peak).
 -- col fma_pct DOUBLE: FMA pipe (FP32 multiply-add), sm__pipe_fma_cycles_active / sm__inst_executed_pipe_fma (% of peak).
--- col pipe VARCHAR: the busiest pipe: 'tensor', 'fma', 'alu', 'fp64', 'lsu', 'xu', ...; NULL without pipe metrics.
+-- col pipe VARCHAR: the busiest pipe (of pipes tied, the last by name): 'tensor', 'fma', 'alu', 'fp64', 'lsu', 'xu', ...; NULL without pipe metrics.
 -- col pipe_pct DOUBLE: that pipe's utilisation (% of peak).
 WITH picked AS (
     SELECT report_id, launch_id, metric_name, value
@@ -95,7 +95,7 @@ busiest_pipe AS (
     SELECT
         report_id,
         launch_id,
-        arg_max(pipe, pct) AS pipe,
+        arg_max(pipe, (pct, pipe)) AS pipe,  -- ties: the same pipe every run
         max(pct) AS pipe_pct,
         max(pct) FILTER (WHERE pipe = 'tensor') AS tensor_pct,
         max(pct) FILTER (WHERE pipe = 'fma') AS fma_pct
