@@ -176,7 +176,10 @@ def test_bottleneck_busiest_pipe_tie_is_the_same_every_run() -> None:
         _kernel(con, 1, 0, "k")
         pct = {"xu": 40.0, "alu": 40.0, "fma": 12.5}
         _metrics(
-            con, 1, 0, {f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_elapsed": pct[p] for p in order}
+            con,
+            1,
+            0,
+            {f"sm__pipe_{p}_cycles_active.avg.pct_of_peak_sustained_elapsed": pct[p] for p in order},
         )
         row = _run(con, "bottleneck", report_id=1)[0]
         assert (row["pipe"], row["pipe_pct"]) == ("xu", 40.0), order
