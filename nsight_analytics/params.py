@@ -134,6 +134,14 @@ def insert_rows(
         con.execute(f"INSERT INTO {table} VALUES {', '.join(batch)}")
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """DuckDB's out-of-memory error, or a failure caused by one (a library query's QueryError
+    that names the query)."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or isinstance(
+        exc.__cause__, duckdb.OutOfMemoryException
+    )
+
+
 def first_row(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> tuple[Any, ...]:
     """The one row a query that always returns one (an aggregate, a setting) returned."""
     row = cur.fetchone()

@@ -414,9 +414,7 @@ def idle_gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> lis
     try:
         return _idle_gaps(con, rid, t0, shortest, floor)
     except (duckdb.OutOfMemoryException, QueryError) as exc:
-        if not isinstance(exc, duckdb.OutOfMemoryException) and not isinstance(
-            exc.__cause__, duckdb.OutOfMemoryException
-        ):
+        if not params.out_of_memory(exc):
             raise
         limit = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
         log.warning(

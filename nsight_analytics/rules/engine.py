@@ -101,7 +101,7 @@ def _check(
     try:
         return list(rule.check(ctx, target))
     except (duckdb.OutOfMemoryException, QueryError) as exc:
-        if not _out_of_memory(exc):
+        if not params.out_of_memory(exc):
             raise
         if uncapped is None:
             raise _too_big(con, rule, target, exc) from exc
@@ -113,19 +113,11 @@ def _check(
     try:
         return list(rule.check(ctx, target))
     except (duckdb.OutOfMemoryException, QueryError) as exc:
-        if not _out_of_memory(exc):
+        if not params.out_of_memory(exc):
             raise
         raise _too_big(con, rule, target, exc) from exc
     finally:
         con.execute(f"SET memory_limit = {params.literal(str(capped))}")
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """DuckDB's out-of-memory error, or a library query's failure (a QueryError naming the
-    query) caused by one."""
-    return isinstance(exc, duckdb.OutOfMemoryException) or isinstance(
-        exc.__cause__, duckdb.OutOfMemoryException
-    )
 
 
 def _too_big(con: duckdb.DuckDBPyConnection, rule: Rule, target: int, exc: BaseException) -> NsaError:
