@@ -159,6 +159,34 @@ def test_the_report_page_is_gathered_under_the_inputs_size(con, monkeypatch: pyt
     assert before is not None and after is not None and abs(after - before) <= 0.01 * before
 
 
+def test_a_rule_out_of_memory_in_the_report_runs_again_under_the_limit_the_report_lowered(
+    con, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nsa report` holds the cap around the rules' own: the rules' second try still goes past
+    it, to the limit the report's cap lowered, not to the cap again."""
+    from nsight_analytics.rules import engine
+
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    limits: list[float | None] = []
+
+    def edge(ctx, rid):
+        limits.append(_limit(ctx.con))
+        if limits[-1] is not None and limits[-1] <= cap * 1.01:
+            raise duckdb.OutOfMemoryException(
+                "Out of Memory Error: could not allocate block of size 256.0 KiB"
+            )
+        return []
+
+    monkeypatch.setattr(engine, "rules", lambda: [_rule(edge, "edge")])
+    api.materialise(con, api.report_reads())
+    before = _limit(con)
+    page = api.report_data(con, 1)
+    assert page["timeline"] and before is not None and len(limits) == 2
+    assert limits[0] is not None and limits[0] <= cap * 1.01
+    assert limits[1] is not None and abs(limits[1] - before) <= 0.01 * before
+    assert _limit(con) is not None and abs(_limit(con) - before) <= 0.01 * before
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json", "table"])
 def test_nsa_query_writes_its_rows_under_the_inputs_size(
     con, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str

@@ -410,11 +410,17 @@ def spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
     return str(other)
 
 
+# per connection (by id), while a memory_cap holds the limit lowered: the limit it lowered
+_UNCAPPED: dict[int, str] = {}
+
+
 @contextmanager
 def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Iterator[str | None]:
     """DuckDB's memory limit while work on `report_ids` runs: their files' size together, less
     MEMORY_OUTSIDE (see above). Yields the limit it lowered (to go back to for work that does not
-    fit under the cap), None when it left the limit as it was."""
+    fit under the cap), None when it left the limit as it was - or, inside another cap on the same
+    connection that already holds the limit at or under this one (`nsa report`'s cap around the
+    rules' own), the limit that outer cap lowered."""
     size = params.first_row(
         params.execute(
             con,
@@ -433,13 +439,18 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
     now = _limit_bytes(previous)
     spill_folder(con)  # under the cap (this one or a lower one) DuckDB spills: somewhere it can write
     if on_disk is None or (now is not None and now <= cap):
-        yield None
+        yield _UNCAPPED.get(id(con))
         return
     con.execute(f"SET memory_limit = '{cap}B'")
+    outermost = id(con) not in _UNCAPPED
+    if outermost:
+        _UNCAPPED[id(con)] = previous
     try:
         yield previous
     finally:
         con.execute(f"SET memory_limit = {params.literal(previous)}")
+        if outermost:
+            del _UNCAPPED[id(con)]
 
 
 def ensure_loaded(
