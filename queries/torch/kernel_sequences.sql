@@ -14,24 +14,26 @@
 -- col kernel_ns BIGINT: summed GPU time of the kernels in all occurrences (ns).
 -- col avg_ns DOUBLE: mean GPU time of one occurrence (ns).
 -- each kernel with the names and durations of the kernels after it on its stream (as many as
--- `length` asks)
+-- `length` asks). A lead past the sequence's end repeats its last kernel's (offset length - 1):
+-- an identical window expression, worked out once (a constant NULL would still cost its own
+-- lead over every kernel), and a group key that splits no group, as it equals that kernel's.
 WITH k AS (
     SELECT report_id, name_id,
            lead(name_id, 1) OVER w AS n1,
-           CASE WHEN $length >= 3 THEN lead(name_id, 2) OVER w END AS n2,
-           CASE WHEN $length >= 4 THEN lead(name_id, 3) OVER w END AS n3,
-           CASE WHEN $length >= 5 THEN lead(name_id, 4) OVER w END AS n4,
-           CASE WHEN $length >= 6 THEN lead(name_id, 5) OVER w END AS n5,
-           CASE WHEN $length >= 7 THEN lead(name_id, 6) OVER w END AS n6,
-           CASE WHEN $length >= 8 THEN lead(name_id, 7) OVER w END AS n7,
+           lead(name_id, least(2, least(greatest($length, 2), 8) - 1)) OVER w AS n2,
+           lead(name_id, least(3, least(greatest($length, 2), 8) - 1)) OVER w AS n3,
+           lead(name_id, least(4, least(greatest($length, 2), 8) - 1)) OVER w AS n4,
+           lead(name_id, least(5, least(greatest($length, 2), 8) - 1)) OVER w AS n5,
+           lead(name_id, least(6, least(greatest($length, 2), 8) - 1)) OVER w AS n6,
+           lead(name_id, least(7, least(greatest($length, 2), 8) - 1)) OVER w AS n7,
            duration_ns AS d0,
            lead(duration_ns, 1) OVER w AS d1,
-           CASE WHEN $length >= 3 THEN lead(duration_ns, 2) OVER w END AS d2,
-           CASE WHEN $length >= 4 THEN lead(duration_ns, 3) OVER w END AS d3,
-           CASE WHEN $length >= 5 THEN lead(duration_ns, 4) OVER w END AS d4,
-           CASE WHEN $length >= 6 THEN lead(duration_ns, 5) OVER w END AS d5,
-           CASE WHEN $length >= 7 THEN lead(duration_ns, 6) OVER w END AS d6,
-           CASE WHEN $length >= 8 THEN lead(duration_ns, 7) OVER w END AS d7,
+           CASE WHEN $length >= 3 THEN lead(duration_ns, least(2, least(greatest($length, 2), 8) - 1)) OVER w END AS d2,
+           CASE WHEN $length >= 4 THEN lead(duration_ns, least(3, least(greatest($length, 2), 8) - 1)) OVER w END AS d3,
+           CASE WHEN $length >= 5 THEN lead(duration_ns, least(4, least(greatest($length, 2), 8) - 1)) OVER w END AS d4,
+           CASE WHEN $length >= 6 THEN lead(duration_ns, least(5, least(greatest($length, 2), 8) - 1)) OVER w END AS d5,
+           CASE WHEN $length >= 7 THEN lead(duration_ns, least(6, least(greatest($length, 2), 8) - 1)) OVER w END AS d6,
+           CASE WHEN $length >= 8 THEN lead(duration_ns, least(7, least(greatest($length, 2), 8) - 1)) OVER w END AS d7,
            -- the sequence's last kernel is on the stream (start_ns is never NULL here)
            lead(start_ns, least(greatest($length, 2), 8) - 1) OVER w IS NOT NULL AS whole
     FROM kernel_rows
