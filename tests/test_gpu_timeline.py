@@ -4,6 +4,7 @@ out for themselves."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -494,3 +495,50 @@ def test_launch_calls_are_added_to_a_stored_timeline_without_sorting_it_again(
             ro.close()
     finally:
         folder.chmod(0o755)
+
+
+def test_gaps_edges_of_rows_tied_at_the_gap_end(workspace) -> None:
+    # device 0, min_gap_ns=1000: 'z' [0, 100]; at 2000 four rows start ('x' ends first, at
+    # 2005); at 5000 'b', a memcpy and 'a' start and end together (a kernel before a memcpy,
+    # 'a' before 'b'); at 8000 'solo' alone; at 9500 a memcpy alone
+    k = dict(report_id=1, device_id=0, pid=5)
+    kernels = [
+        dict(k, start_ns=0, end_ns=100, duration_ns=100, name="z"),
+        dict(k, start_ns=2000, end_ns=2010, duration_ns=10, name="b"),
+        dict(k, start_ns=2000, end_ns=2010, duration_ns=10, name="a"),
+        dict(k, start_ns=2000, end_ns=2005, duration_ns=5, name="x"),
+        dict(k, start_ns=5000, end_ns=5010, duration_ns=10, name="b"),
+        dict(k, start_ns=5000, end_ns=5010, duration_ns=10, name="a"),
+        dict(k, start_ns=8000, end_ns=8100, duration_ns=100, name="solo"),
+    ]
+    copies = [
+        dict(k, start_ns=2000, end_ns=2010, duration_ns=10, direction="HtoD"),
+        dict(k, start_ns=5000, end_ns=5010, duration_ns=10, direction="HtoD"),
+        dict(k, start_ns=9500, end_ns=9550, duration_ns=50, direction="HtoD"),
+    ]
+    insert(workspace, "kernels", kernels)
+    insert(workspace, "memcpy", copies)
+    # the reference: idle stretches of the union; the row after a gap is the first of those
+    # starting at its end in (end, kind, label) order, the one before the least label ending at its start
+    rows = [(r["start_ns"], r["end_ns"], "kernel", r["name"]) for r in kernels]
+    rows += [(r["start_ns"], r["end_ns"], "memcpy", "memcpy HtoD") for r in copies]
+    islands: list[list[int]] = []
+    for s, e in sorted((s, e) for s, e, _, _ in rows):
+        if islands and s <= islands[-1][1]:
+            islands[-1][1] = max(islands[-1][1], e)
+        else:
+            islands.append([s, e])
+    expected = []
+    for (_, gap_start), (gap_end, _) in itertools.pairwise(islands):
+        if gap_end - gap_start >= 1000:
+            after = min((e, kind, label) for s, e, kind, label in rows if s == gap_end)[2]
+            before = min(label for _, e, _, label in rows if e == gap_start)
+            expected.append((gap_start, gap_end, before, after))
+    got = nsa.query(workspace, "gaps", min_gap_ns=1000).fetchall()
+    assert expected == [
+        (100, 2000, "z", "x"),
+        (2010, 5000, "a", "a"),
+        (5010, 8000, "a", "solo"),
+        (8100, 9500, "solo", "memcpy HtoD"),
+    ]
+    assert [(r[2], r[3], r[5], r[6]) for r in got] == expected

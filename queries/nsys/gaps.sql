@@ -42,19 +42,31 @@ WITH
 -- and end is applied below, to the few gaps
 g0 AS (
     SELECT report_id, device_id, coalesce(device_id, -1) AS dev, prev_end_ns AS gap_start_ns,
-           start_ns AS gap_end_ns, end_ns AS after_end_ns
+           start_ns AS gap_end_ns, end_ns AS after_end_ns, coalesce(last_at_start, false) AS alone,
+           kind, label, name_id, pid, correlation_id
     FROM gpu_timeline
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns - prev_end_ns >= greatest($min_gap_ns, 1)
 ),
 -- the activity after the gap: of those starting at gap_end_ns with the smallest end, the first
--- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it. The
--- timeline's rows at the gaps' edges are found on integer keys (a NULL device keyed -1: CUDA
--- device ids are never negative) and labelled as nsa_gpu_activity labels them.
+-- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it. Most often
+-- the gap's row is the only one starting then (last_at_start): it is that activity, and only
+-- the others look for rows tied with it. The timeline's rows at the gaps' edges are found on
+-- integer keys (a NULL device keyed -1: CUDA device ids are never negative) and labelled as
+-- nsa_gpu_activity labels them.
 g AS (
     SELECT
         report_id, device_id, dev, first_row.pid, first_row.correlation_id, gap_start_ns, gap_end_ns,
         gap_end_ns - gap_start_ns AS gap_ns, first_row.label AS after
     FROM (
+        SELECT g0.report_id, g0.device_id, g0.dev, g0.gap_start_ns, g0.gap_end_ns,
+               {
+                   'kind': g0.kind, 'label': coalesce(g0.label, n.name, n.short_name, '(unnamed kernel)'),
+                   'pid': g0.pid, 'correlation_id': g0.correlation_id
+               } AS first_row
+        FROM g0
+        LEFT JOIN kernel_names AS n ON n.report_id = g0.report_id AND n.name_id = g0.name_id
+        WHERE g0.alone
+        UNION ALL
         SELECT
             g0.report_id,
             any_value(g0.device_id) AS device_id,
@@ -70,6 +82,7 @@ g AS (
             ON a.report_id = g0.report_id AND coalesce(a.device_id, -1) = g0.dev
             AND a.start_ns = g0.gap_end_ns AND a.end_ns = g0.after_end_ns
         LEFT JOIN kernel_names AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
+        WHERE NOT g0.alone
         GROUP BY g0.report_id, g0.dev, g0.gap_start_ns, g0.gap_end_ns
     )
 ),
