@@ -162,6 +162,68 @@ def test_memory_timeline_reads_a_stated_allocated_count(workspace) -> None:
     assert peak["fragmentation"] == pytest.approx(1 - 6 / 8)
 
 
+def test_memory_timeline_finds_each_events_step_in_every_series(workspace) -> None:
+    """An event's step, of each series: the last step to start at or before it, if it has not
+    ended; an event at a step's start is in it, one at its end is not; an event in the steps
+    of two series has a row for each, one in none a row without a step. Host memory too."""
+    events = [
+        (0, 0),
+        (10, 0),
+        (15, 0),
+        (20, 0),
+        (22, 0),
+        (26, 0),
+        (30, 0),
+        (39, 0),
+        (40, 0),
+        (55, 0),
+        (12, None),
+        (45, None),
+    ]
+    for ts, dev in events:
+        workspace.execute(
+            "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, memory) "
+            "VALUES (9, ?, 1, ?, 'alloc', ?, ?, ?)",
+            [dev, ts, ts + 1, ts + 1, "host" if dev is None else "device"],
+        )
+    # step, series, start_ns, end_ns: series 1's step 2 starts before step 1 ends (it then hides
+    # it), series 2 overlaps series 1, series 3's one step has no end
+    steps = [(0, 1, 10, 20), (1, 1, 20, 30), (2, 1, 25, 40), (0, 2, 12, 45), (0, 3, 50, None)]
+    for step, series, start, end in steps:
+        workspace.execute(
+            "INSERT INTO steps (report_id, step, name, source, series, start_ns, end_ns, steady) "
+            "VALUES (9, ?, ?, 'nvtx', ?, ?, ?, true)",
+            [step, f"step {step} of {series}", series, start, end],
+        )
+    expected = []
+    for dev in (0, None):
+        held = 0
+        for ts, _ in sorted(e for e in events if e[1] == dev):
+            held += ts + 1
+            found = []
+            for series in (1, 2, 3):
+                started = [s for s in steps if s[1] == series and s[2] <= ts]
+                if started:
+                    step, _, _, end = max(started, key=lambda s: s[2])
+                    if end is not None and ts < end:
+                        found.append((step, f"step {step} of {series}"))
+            expected += [(dev, ts, held, *f) for f in found or [(None, None)]]
+    rows = _rows(workspace, "memory_timeline")
+    got = [(r["device_id"], r["ts_ns"], r["held_bytes"], r["step"], r["step_name"]) for r in rows]
+    assert sorted(got, key=repr) == sorted(expected, key=repr)
+    # in order: device before host memory, by time
+    assert [(d, ts) for d, ts, *_ in got] == [(d, ts) for d, ts, *_ in expected]
+
+    def held(at: int) -> int:
+        return sum(ts + 1 for ts, d in events if d == 0 and ts <= at)
+
+    assert sorted(g[3:] for g in got if g[1] == 26) == [(0, "step 0 of 2"), (2, "step 2 of 1")]
+    assert [g for g in got if g[1] in (40, 55)] == [
+        (0, 40, held(40), 0, "step 0 of 2"),
+        (0, 55, held(55), None, None),
+    ]
+
+
 def test_memory_steps_counts_each_steps_events_however_steps_overlap(workspace) -> None:
     """Host memory (device_id NULL) is counted like device memory, an event at a step's start or
     end is in the step, and the steps of two series (same step numbers, overlapping in time) are
