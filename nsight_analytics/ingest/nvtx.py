@@ -225,17 +225,18 @@ def calls_of(report_id: int) -> str:
 
 
 # nvtx_totals: the nvtx_summary columns per domain and base name, in two aggregations. The first
-# (NVTX_KEYS) goes over every range of `{ranges}` (src_row, the raw name columns `{keys}`, end_ns
-# and duration_ns) with the kernels of the ranges that launched any (_nsa_nvtx, _nsa_nvtx_process
-# by src_row), grouped by the raw name columns as they are (a domain id and a text, or a string
-# id, per thread): no name is looked up there. A range that launched nothing adds nothing, one
-# outside the process pass counts its own thread's kernels process-wide too (see
-# fill_nvtx_kernels). The second (NVTX_FOLD) resolves the names, domains and base names of those
-# few keys (16,782 for 5.03M ranges at x300) and folds them per domain and base name; the median
-# and the mean come from the keys' lists of durations, so they are those of the ranges themselves.
+# (NVTX_KEYS) goes over every range of `{ranges}` (src_row, the raw name columns `{keys}`, pid,
+# global_tid, end_ns and duration_ns) with the kernels of the ranges that launched any
+# (_nsa_nvtx by src_row), grouped by the raw name columns as they are (a domain id and a text,
+# or a string id, per thread) and the range's thread: no name is looked up there. A range that
+# launched nothing adds nothing; process-wide, a key counts its own thread's kernels until the
+# process pass, when it runs, replaces them (see fill_nvtx_totals). The second (NVTX_FOLD)
+# resolves the names, domains and base names of those few keys (16,782 for 5.03M ranges at
+# x300) and folds them per domain and base name; the median and the mean come from the keys'
+# lists of durations, so they are those of the ranges themselves.
 NVTX_KEYS = """
 SELECT
-    {keys},
+    {keys}, r.pid, r.global_tid,
     count(r.end_ns) AS ranges,
     count(*) - count(r.end_ns) AS open_ranges,
     sum(r.duration_ns) AS total_ns,
@@ -244,12 +245,11 @@ SELECT
     list(r.duration_ns) FILTER (WHERE r.duration_ns IS NOT NULL) AS durations,
     sum(t.kernels) AS kernels,
     sum(t.kernel_ns) AS kernel_ns,
-    sum(coalesce(p.kernels, t.kernels)) AS process_kernels,
-    sum(coalesce(p.kernel_ns, t.kernel_ns)) AS process_kernel_ns
+    sum(t.kernels) AS process_kernels,
+    sum(t.kernel_ns) AS process_kernel_ns
 FROM ({ranges}) AS r
 LEFT JOIN _nsa_nvtx AS t ON t.src_row = r.src_row
-LEFT JOIN _nsa_nvtx_process AS p ON p.src_row = r.src_row
-GROUP BY {keys}
+GROUP BY {keys}, r.pid, r.global_tid
 """
 # `{named}`: the rows of _nsa_nvtx_keys with their domain, name and base_name.
 NVTX_FOLD = """
@@ -322,73 +322,113 @@ def _insert_totals(con: duckdb.DuckDBPyConnection, rid: int, sql: str) -> int:
 @dataclass(frozen=True)
 class NvtxSource:
     """Where fill_nvtx_totals reads a report's ranges. `ranges`: src_row, the raw name columns
-    `keys`, end_ns and duration_ns of each range; `named`: the rows of _nsa_nvtx_keys (one per
-    distinct `keys`, NVTX_KEYS) with their domain, name and base_name added; `spans`: src_row,
-    pid, global_tid, start_ns, end_ns of each range (the same src_row); `threads`: pid and
-    global_tid of every thread with a range. Each may read the export itself. `resolved`: `ranges`
-    holds domain, name and base_name already (the workspace's ranges), so one aggregation by
-    domain and base name (NVTX_TOTALS_OF_RANGES) replaces the keys and their fold."""
+    `keys`, pid, global_tid, end_ns and duration_ns (end_ns - start_ns) of each range; `named`:
+    the rows of _nsa_nvtx_keys (one per distinct `keys` and thread, NVTX_KEYS) with their domain,
+    name and base_name added; `spans`: src_row, pid, global_tid, start_ns, end_ns of each range
+    (the same src_row). Each may read the export itself. `resolved`: `ranges` holds src_row,
+    domain, name, base_name, end_ns and duration_ns (the workspace's ranges), so one aggregation
+    by domain and base name (NVTX_TOTALS_OF_RANGES) replaces the keys and their fold, and
+    `threads` gives pid and global_tid of every thread with a range."""
 
     ranges: str
     keys: tuple[str, ...]
     named: str
     spans: str
-    threads: str
+    threads: str = ""
     resolved: bool = False
+
+
+# The process pass: the ranges (`s`) of processes where a thread other than the range's launches.
+LAUNCHERS = "SELECT pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS only_tid FROM _nsa_running GROUP BY pid"
+OTHERS = "l.threads > 1 OR l.only_tid IS DISTINCT FROM s.global_tid"
+OTHER_LAUNCHERS = f"JOIN ({LAUNCHERS}) AS l ON l.pid = s.pid"
 
 
 def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: NvtxSource, calls: str) -> int:
     """Fill nvtx_totals of a report without writing its ranges anywhere (`source`); the
     kernels come from `calls` (the report's CUDA API calls: pid, global_tid, start_ns,
     correlation_id) and the workspace's kernel_rows, by the same running totals and ASOF
-    passes as fill_nvtx_kernels (NVTX_PASS) but in one pass each, keyed by src_row, and summed
-    per name rather than written back. `spans` is read once per pass and `ranges` once, so a
-    range costs one row of each pass's sort and one of the first aggregation, nothing stored.
-    The process pass runs only when `threads` holds one it can change: a thread of a launching
-    process other than its one launching thread (a single-threaded launcher's ranges count the
-    same both ways). Returns the rows written."""
+    passes as fill_nvtx_kernels (NVTX_PASS) but in one pass each, and summed per name rather
+    than written back. `spans` is read once by the same-thread pass and `ranges` once by the
+    keys (NVTX_KEYS), so a range costs one row of the pass's sort and one of the aggregation,
+    nothing stored. The keys name the threads with a range: the process pass runs only when one
+    of them can count differently process-wide (a thread of a launching process other than its
+    one launching thread; a single-threaded launcher's ranges count the same both ways), on
+    `ranges` once more, keyed by the raw name columns (a key's ranges are all of one thread, so
+    all or none are in the pass, and a range that launched on its own thread launched
+    process-wide too: the pass's sum per key replaces the key's own-thread one). A resolved
+    source (the workspace's ranges, ranges_of) is summed by src_row instead. Returns the rows
+    written."""
     rid = int(report_id)
     closed = f"SELECT * FROM ({source.spans}) AS s WHERE s.end_ns IS NOT NULL"
     same = f"{closed} AND s.global_tid IN (SELECT global_tid FROM _nsa_running)"
-    # the process pass: ranges of processes where a thread other than the range's launches
-    launchers = (
-        "SELECT pid, count(DISTINCT global_tid) AS threads, min(global_tid) AS only_tid "
-        "FROM _nsa_running GROUP BY pid"
-    )
-    others = "l.threads > 1 OR l.only_tid IS DISTINCT FROM s.global_tid"
-    process = f"SELECT s.* FROM ({closed}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(rid=rid, calls=calls)}"
         )
-        other = params.first_row(
-            con.execute(
-                f"SELECT count(*) FROM ({source.threads}) AS s JOIN ({launchers}) AS l ON l.pid = s.pid WHERE {others}"
-            )
-        )[0]
-        passes = [("_nsa_nvtx", same, "_nsa_running", "global_tid")]
+        _pass_table(con, rid, "_nsa_nvtx", same, "_nsa_running", "global_tid")
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
         )
-        if other:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running_process AS {NVTX_PROCESS}")
-            passes.append(("_nsa_nvtx_process", process, "_nsa_running_process", "pid"))
-        for table, keys, running, key in passes:
-            keys = f"SELECT src_row, {rid} AS report_id, pid, global_tid, start_ns, end_ns FROM ({keys})"
-            con.execute(
-                f"CREATE OR REPLACE TEMP TABLE {table} AS "
-                f"{NVTX_PASS.format(keys=keys, running=f'SELECT * FROM {running}', key=key)}"
-            )
         if source.resolved:
+            process = f"SELECT s.* FROM ({closed}) AS s {OTHER_LAUNCHERS} WHERE {OTHERS}"
+            if _other_launchers(con, source.threads):
+                _pass_table(con, rid, "_nsa_nvtx_process", process, "_nsa_running_process", "pid")
             ranges = NVTX_RANGE_KERNELS.format(ranges=source.ranges)
             return _insert_totals(con, rid, NVTX_TOTALS_OF_RANGES.format(rid=rid, ranges=ranges))
         keys = ", ".join(source.keys)
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE _nsa_nvtx_keys AS {NVTX_KEYS.format(keys=keys, ranges=source.ranges)}"
         )
+        if _other_launchers(con, "SELECT pid, global_tid FROM _nsa_nvtx_keys"):
+            process = (
+                f"SELECT {_key_of(source.keys, 's')} AS src_row, s.pid, s.global_tid, "
+                f"s.end_ns - s.duration_ns AS start_ns, s.end_ns FROM ({source.ranges}) AS s {OTHER_LAUNCHERS} "
+                f"WHERE s.end_ns IS NOT NULL AND ({OTHERS})"
+            )
+            _pass_table(con, rid, "_nsa_nvtx_process", process, "_nsa_running_process", "pid", summed=True)
+            con.execute(
+                "UPDATE _nsa_nvtx_keys AS k SET process_kernels = p.kernels, process_kernel_ns = p.kernel_ns "
+                f"FROM _nsa_nvtx_process AS p WHERE p.src_row IS NOT DISTINCT FROM {_key_of(source.keys, 'k')}"
+            )
         return _insert_totals(con, rid, NVTX_FOLD.format(rid=rid, named=source.named))
     finally:
         _drop_temp(con)
+
+
+def _other_launchers(con: duckdb.DuckDBPyConnection, threads: str) -> bool:
+    """Does `threads` (pid, global_tid) hold one whose ranges the process pass can change? If
+    so, make that pass's running totals (_nsa_running_process)."""
+    other = params.first_row(
+        con.execute(f"SELECT count(*) FROM ({threads}) AS s {OTHER_LAUNCHERS} WHERE {OTHERS}")
+    )[0]
+    if other:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_running_process AS {NVTX_PROCESS}")
+    return bool(other)
+
+
+def _key_of(keys: tuple[str, ...], alias: str) -> str:
+    """The raw name columns `keys` of `alias` as one value (a struct)."""
+    return "{" + ", ".join(f"'k{i}': {alias}.{c}" for i, c in enumerate(keys)) + "}"
+
+
+def _pass_table(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    table: str,
+    spans: str,
+    running: str,
+    key: str,
+    summed: bool = False,
+) -> None:
+    """Make `table` (src_row, kernels, kernel_ns) of the ranges of `spans` (src_row, pid,
+    global_tid, start_ns, end_ns of closed ranges) that launched any kernel, by NVTX_PASS on
+    `key` over the temp table `running`; `summed`: several ranges share a src_row, summed."""
+    keys = f"SELECT src_row, {rid} AS report_id, pid, global_tid, start_ns, end_ns FROM ({spans})"
+    sql = NVTX_PASS.format(keys=keys, running=f"SELECT * FROM {running}", key=key)
+    if summed:
+        sql = f"SELECT src_row, sum(kernels) AS kernels, sum(kernel_ns) AS kernel_ns FROM ({sql}) GROUP BY src_row"
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}")
 
 
 def ranges_of(report_id: int) -> NvtxSource:

@@ -400,15 +400,18 @@ def base_name_sql(name: str) -> str:
     return f"CASE WHEN contains({name}, ' = ') THEN {stripped} ELSE {name} END"
 
 
-def _nvtx_domains_sql(src: Source) -> str:
+def _nvtx_domains_sql(src: Source, keys: str | None = None) -> str:
     """The export's NVTX domains as (domain_id, pid, name): a domain's name is the text of its
     create event (type 75) in the same process. SQLite picks the few create events out of the
-    table: filtered in DuckDB, every row of NVTX_EVENTS would cross over a second time."""
+    table: filtered in DuckDB, every row of NVTX_EVENTS would cross over a second time. With
+    `keys`, from the create events among that table of NVTX_EVENTS' name columns instead."""
     t = NVTX
     have = src.tables[t]
     picked = ", ".join(f'"{c}"' if c in have else "NULL" for c in ("domainId", "globalTid", "text", "textId"))
     create = f'SELECT {picked} FROM "{t}" WHERE eventType = {NVTX_DOMAIN_CREATE}'
     rows = f"sqlite_query('{src.alias}', {params.literal(create)}) AS d0(domain_id, gtid, text, text_id)"
+    if keys is not None:
+        rows = f"(SELECT {picked} FROM {keys} WHERE eventType = {NVTX_DOMAIN_CREATE}) AS d0(domain_id, gtid, text, text_id)"
     # untyped in SQLite when the export lacks the column: cast after the fact
     pid = PID_OF.format("CAST(d0.gtid AS BIGINT)") if "globalTid" in have else "NULL"
     text = "CAST(d0.text AS VARCHAR)" if "text" in have else "NULL"
@@ -431,7 +434,7 @@ def _nvtx_parts(src: Source, keys: str | None = None) -> tuple[dict[str, str], s
     gtid = src.col(t, "globalTid", a)
     if "domainId" in src.tables[t]:
         pid_match = f" AND d.pid IS NOT DISTINCT FROM {PID_OF.format(gtid)}" if gtid != "NULL" else ""
-        djoin = f" LEFT JOIN {_nvtx_domains_sql(src)} d ON d.domain_id = {a}.domainId{pid_match}"
+        djoin = f" LEFT JOIN {_nvtx_domains_sql(src, keys)} d ON d.domain_id = {a}.domainId{pid_match}"
         domain = "d.name"
     types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
     cols = {
@@ -510,36 +513,36 @@ NVTX_KEY_COLUMNS = ("globalTid", "domainId", "textId", "text")
 
 
 def _export_ranges(src: Source) -> NvtxSource:
-    """fill_nvtx_totals' source: the export's NVTX_EVENTS, read where they are."""
+    """fill_nvtx_totals' source: the export's NVTX_EVENTS, read where they are. The domains'
+    create events come with the ranges, as keys of their own (their eventType one of the key
+    columns): their names are looked up in the keys (_nvtx_domains_sql), not in one more pass
+    over the table, and `named` leaves them out."""
     t, a = NVTX, "n"
     types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
     of = f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})"
     present = [c for c in NVTX_KEY_COLUMNS if c in src.tables[t]]
+    scanned = of
+    if "domainId" in src.tables[t]:
+        present.append("eventType")
+        scanned = f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types}, {NVTX_DOMAIN_CREATE})"
     keys = [f'{a}."{c}"' for c in present] or ["NULL AS no_key"]
     cols, frm = _nvtx_parts(src, "_nsa_nvtx_keys")
     host = _host_side(src, t, a)
     names = ", ".join(f"{cols[c]} AS {c}" for c in ("domain", "name", "base_name"))
-    # SQLite lists the threads itself: through DuckDB every row would cross over once more
-    threads = "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS global_tid"
-    if "globalTid" in src.tables[t]:
-        distinct = f'SELECT DISTINCT globalTid FROM "{t}" WHERE eventType IN ({types})'
-        tid = "CAST(t0.g AS BIGINT)"
-        threads = (
-            f"SELECT {PID_OF.format(tid)} AS pid, {tid} AS global_tid "
-            f"FROM sqlite_query('{src.alias}', {params.literal(distinct)}) AS t0(g)"
-        )
     return NvtxSource(
         ranges=(
-            f"SELECT {a}.rowid AS src_row, {', '.join(keys)}, {host['end_ns']} AS end_ns, "
-            f"{host['duration_ns']} AS duration_ns {of}"
+            f"SELECT {a}.rowid AS src_row, {', '.join(keys)}, {host['pid']} AS pid, "
+            f"{host['global_tid']} AS global_tid, {host['end_ns']} AS end_ns, "
+            f"{host['duration_ns']} AS duration_ns {scanned}"
         ),
         keys=tuple(f'"{c}"' for c in present) or ("no_key",),
-        named=f"SELECT {names}, {a}.* {frm}",
+        named=f"SELECT {names}, {a}.* {frm} WHERE {a}.eventType IN ({types})"
+        if "eventType" in present
+        else f"SELECT {names}, {a}.* {frm}",
         spans=(
             f"SELECT {a}.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
             f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns {of}"
         ),
-        threads=threads,
     )
 
 
