@@ -107,6 +107,9 @@ def test_keys_fold_into_the_rows_of_the_ranges_themselves(tmp_path: Path, path: 
     assert want[("MyLib", "io")][:3] == (1, 2, 0) and want[(None, "io")][:3] == (1, 1, 0)
     assert want[(None, "aten::mm")][:3] == (5, 4, 1) and want[(None, "step")][:3] == (1, 2, 0)
     assert want[(None, "never")][1:] == (0, 2, None, None, None, None, None, 0, 0, 0, 0)
+    # a range of a thread whose process another thread launches for: the process pass runs (on the
+    # deferred path keyed by the raw name columns, after the keys) and counts more than its thread
+    assert want[(None, "aten::mm")][8] < want[(None, "aten::mm")][10]
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     rid = nsa.ingest(con, export, **({"defer": ()} if path == "full" else {})).report_id
     if path == "ranges":
