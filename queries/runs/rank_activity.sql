@@ -61,11 +61,17 @@ n AS MATERIALIZED (
     FROM st
     GROUP BY run_id, rank
 ),
--- A host wait or op is matched to the steps it may meet without testing it against every step: an
--- ASOF join finds the steps that start last at or before its start (first_i..last_i, one step
--- unless starts tie); an earlier step can overlap it only if the steps before reach past its start
--- (prev_reach), and is then no earlier than g_i, the first step reaching this start; a later step
--- only if the next start comes before its end (a second ASOF join, on its end, finds the last).
+-- time buckets of about a step's length from the rank's first step start (the rank's span over
+-- its steps): what meets the steps by time meets them by a hash join on the bucket, not a sort
+nb AS MATERIALIZED (
+    SELECT run_id, rank, report_id, pid, lo, hi, greatest((hi - lo) // steps, 1) AS w FROM n WHERE hi >= lo
+),
+-- A host wait or op is matched to the steps it may meet without testing it against every step: the
+-- steps that start last at or before its start (first_i..last_i, one step unless starts tie), by
+-- a hash join on its start's time bucket (owned, below); an earlier step can overlap it only if
+-- the steps before reach past its start (prev_reach), and is then no earlier than g_i, the first
+-- step reaching this start; a later step only if the next start comes before its end (an ASOF
+-- join, on its end, finds the last).
 -- Each step found is then tested as a range join would test it. A series' steps follow each other,
 -- so nearly every row has one step to test.
 starts AS (
@@ -83,23 +89,34 @@ starts AS (
     ASOF LEFT JOIN (SELECT run_id, rank, reach, min(i) AS i FROM st GROUP BY ALL) AS r
         ON r.run_id = g.run_id AND r.rank = g.rank AND g.start_ns <= r.reach
 ),
+-- each start owns the time up to the next one (the last, all after it), listed in every bucket
+-- it touches: a row meets the start it follows (the last at or before its start) in its bucket
+owned AS (
+    SELECT s.*, coalesce(s.next_start, b.hi) AS upto,
+           unnest(range((s.start_ns - b.lo) // b.w, (coalesce(s.next_start, b.hi) - 1 - b.lo) // b.w + 1)) AS bk
+    FROM starts AS s
+    JOIN nb AS b USING (run_id, rank)
+),
 -- what may fall in a step, within the span of the rank's steps: its host waits and its ops
 -- (cpu_ops: counted where they overlap a step); NVTX ranges go by time buckets (below)
 rows_in AS (
-    SELECT n.run_id, n.rank, 'host_wait' AS source, w.name, w.tid, w.start_ns, w.end_ns, w.duration_ns
+    SELECT n.run_id, n.rank, 'host_wait' AS source, w.name, w.tid, w.start_ns, w.end_ns, w.duration_ns,
+           (w.start_ns - b.lo) // b.w AS bk
     FROM n
+    LEFT JOIN nb AS b USING (run_id, rank)
     JOIN host_waits AS w
         ON w.report_id = n.report_id AND (n.pid IS NULL OR w.pid = n.pid)
         AND w.start_ns < n.hi AND w.end_ns > n.lo
     UNION ALL
-    SELECT n.run_id, n.rank, 'op', NULL, o.tid, o.start_ns, o.end_ns, o.duration_ns
+    SELECT n.run_id, n.rank, 'op', NULL, o.tid, o.start_ns, o.end_ns, o.duration_ns, (o.start_ns - b.lo) // b.w
     FROM n
+    LEFT JOIN nb AS b USING (run_id, rank)
     JOIN cpu_ops AS o
         ON o.report_id = n.report_id AND o.pid = n.pid
         AND o.start_ns < n.hi AND o.end_ns > n.lo
 ),
 placed AS MATERIALIZED (
-    SELECT x.*,
+    SELECT x.* EXCLUDE (bk),
            CASE WHEN b.first_i IS NULL THEN 1
                 WHEN b.prev_reach IS NULL THEN b.first_i
                 WHEN x.start_ns >= b.prev_reach THEN b.first_i
@@ -107,7 +124,9 @@ placed AS MATERIALIZED (
            coalesce(b.last_i, 0) AS i1,
            b.first_i IS NULL OR coalesce(x.end_ns > b.next_start, false) AS beyond
     FROM rows_in AS x
-    ASOF LEFT JOIN starts AS b ON b.run_id = x.run_id AND b.rank = x.rank AND x.start_ns >= b.start_ns
+    LEFT JOIN owned AS b
+        ON b.run_id = x.run_id AND b.rank = x.rank AND b.bk = x.bk
+        AND x.start_ns >= b.start_ns AND x.start_ns < b.upto
 ),
 candidates AS (
     SELECT * EXCLUDE (i0, i1, beyond), i1 AS i FROM placed WHERE NOT beyond AND i0 = i1
@@ -136,9 +155,6 @@ hits AS (
 -- step's length (the rank's span over its steps): each step is listed in every bucket it touches,
 -- each range in the bucket of its start, which a step holding the range touches; the join is on
 -- equality and each range meets the one or two steps of its bucket
-nb AS MATERIALIZED (
-    SELECT run_id, rank, report_id, pid, lo, hi, greatest((hi - lo) // steps, 1) AS w FROM n WHERE hi >= lo
-),
 sb AS (
     SELECT st.run_id, st.rank, st.start_ns, st.end_ns,
            unnest(range((st.start_ns - b.lo) // b.w, (st.end_ns - b.lo) // b.w + 1)) AS b
