@@ -460,8 +460,8 @@ def _random_rows(rnd: Any, n: int, longest: int) -> list[tuple[int, int, int]]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
-    """rank_activity finds the steps a range, wait or op may meet by ASOF joins, not by testing it
-    against every step: on random steps (on a 10 ns grid, so they touch and overlap; some with no
+    """rank_activity finds the steps a range, wait or op may meet by time buckets (and an ASOF join
+    for what reaches past the next start), not by testing it against every step: on random steps (on a 10 ns grid, so they touch and overlap; some with no
     NVTX range of their own, whose waits count on every thread) it must sum what the definitions
     give when every row is tested against every step."""
     import random

@@ -109,13 +109,36 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
         LEFT JOIN launch AS l
             ON l.report_id = w.report_id AND l.pid = w.pid AND l.correlation_id = w.correlation_id
     ),
-    -- the step whose range holds the launch: the last one starting before it (a series' ranges
-    -- follow each other), if it has not ended
+    -- the step whose range holds the launch: the last one starting at or before it (a series'
+    -- ranges follow each other; step detection keeps one range of a start), if it has not ended.
+    -- Each step owns the time from its start up to the next one's start or past its own end,
+    -- whichever comes first, listed in every time bucket (about a step's length from the rank's
+    -- first step) it touches: a launch meets its step by a hash join on its bucket, not a sort
+    nb AS MATERIALIZED (
+        SELECT run_id, rank, lo, greatest((hi - lo) // n, 1) AS bw
+        FROM (SELECT run_id, rank, min(start_ns) AS lo, max(end_ns) AS hi, count(start_ns) AS n FROM nvtx GROUP BY ALL)
+        WHERE hi >= lo
+    ),
+    owned AS (
+        SELECT s.run_id, s.rank, s.step, s.start_ns, s.upto,
+               unnest(range((s.start_ns - b.lo) // b.bw, (s.upto - 1 - b.lo) // b.bw + 1)) AS bk
+        FROM (
+            SELECT run_id, rank, step, start_ns, end_ns,
+                   least(lead(start_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns), end_ns + 1) AS upto
+            FROM nvtx
+            WHERE start_ns IS NOT NULL
+        ) AS s
+        JOIN nb AS b USING (run_id, rank)
+        WHERE s.end_ns IS NOT NULL AND s.upto > s.start_ns
+    ),
     work AS (
         SELECT s.run_id, s.rank, s.step, min(a.start_ns) AS first_ns, max(a.end_ns) AS last_ns
-        FROM act AS a
-        ASOF JOIN nvtx AS s ON s.run_id = a.run_id AND s.rank = a.rank AND a.launch_ns >= s.start_ns
-        WHERE a.launch_ns <= s.end_ns
+        FROM (
+            SELECT a.*, (a.launch_ns - b.lo) // b.bw AS bk FROM act AS a JOIN nb AS b USING (run_id, rank)
+        ) AS a
+        JOIN owned AS s
+            ON s.run_id = a.run_id AND s.rank = a.rank AND s.bk = a.bk
+           AND a.launch_ns >= s.start_ns AND a.launch_ns < s.upto
         GROUP BY ALL
     ),
     placed AS (
