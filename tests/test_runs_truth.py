@@ -537,3 +537,61 @@ def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
     con.close()
     assert {(r[1], r[2], r[3]): r[4] for r in got} == want
     assert all(r[5] == steps_of[r[1]] and r[6] == r[4] / r[5] for r in got)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
+    """nsa_rank_steps finds the step of each GPU activity's launch by time buckets, not an ASOF
+    join: on random NVTX steps (a 10 ns grid, so they touch and overlap) and kernels launched by
+    zero, one or two calls (some sharing a correlation id, some launched before the first step or
+    after a step's end), each step's GPU window must be what the definition gives, worked out here
+    for every activity against every step."""
+    import random
+
+    from rows import insert
+
+    rnd = random.Random(seed)
+    rid, pid = 1, 100
+    con = nsa.connect(tmp_path / "w.duckdb")
+    insert(con, "runs", [{"run_id": 1, "name": "random", "world_size": 1, "ranks_seen": 1, "hosts": 1}])
+    insert(con, "ranks", [{"run_id": 1, "rank": 0, "report_id": rid, "pid": None, "device_id": 0}])
+    starts = sorted(10 * a for a in rnd.sample(range(300), 30))
+    steps = [(a, a + 10 * rnd.randrange(1, 25), rnd.random() < 0.9) for a in starts]
+    insert(con, "steps", [
+        {"report_id": rid, "step": i, "name": f"step {i}", "number": i, "source": "nvtx", "series": 1, "pid": pid,
+         "start_ns": a, "end_ns": b, "duration_ns": b - a, "steady": steady}
+        for i, (a, b, steady) in enumerate(steps)
+    ])  # fmt: skip
+    kernels, calls, launch = [], [], {}
+    for corr in range(200):
+        calls_of = sorted(
+            10 * rnd.randrange(-20, 330) + rnd.randrange(10) for _ in range(rnd.choice((0, 1, 1, 2)))
+        )
+        for t in calls_of:
+            calls.append({"report_id": rid, "pid": pid, "tid": 1, "global_tid": 1, "start_ns": t, "end_ns": t + 5,
+                          "duration_ns": 5, "name": "cudaLaunchKernel", "correlation_id": corr})  # fmt: skip
+        for _ in range(rnd.choice((1, 1, 2))):
+            a = (calls_of[0] if calls_of else 10 * rnd.randrange(-20, 330)) + rnd.randrange(0, 200)
+            b = a + rnd.randrange(1, 100)
+            kernels.append({"report_id": rid, "device_id": 0, "stream_id": 7, "pid": pid, "start_ns": a, "end_ns": b,
+                            "duration_ns": b - a, "name": "k", "correlation_id": corr})  # fmt: skip
+            launch[len(kernels) - 1] = calls_of[0] if calls_of else a
+    insert(con, "kernels", kernels)
+    insert(con, "cuda_api", calls)
+    # the definition: the step of a launch is the last starting at or before it, if it has not ended
+    work: dict[int, list[int]] = {}
+    for i, k in enumerate(kernels):
+        before = [j for j, (a, _, _) in enumerate(steps) if a <= launch[i]]
+        if before and launch[i] <= steps[before[-1]][1]:
+            w = work.setdefault(before[-1], [k["start_ns"], k["end_ns"]])
+            w[0], w[1] = min(w[0], k["start_ns"]), max(w[1], k["end_ns"])
+    want = {}
+    placed = sorted(work)
+    for j, nxt in itertools.zip_longest(placed, placed[1:]):
+        first, last = work[j]
+        end = work[nxt][0] if nxt is not None else max(last, steps[j][1])
+        if steps[j][2] and (nxt is None or work[nxt][0] > first):
+            want[j] = (first, end)
+    got = con.execute("SELECT step, start_ns, end_ns FROM nsa_rank_steps(1)").fetchall()
+    con.close()
+    assert want and {s: (a, b) for s, a, b in got} == want
