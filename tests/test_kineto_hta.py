@@ -34,6 +34,9 @@ import pytest
 import nsight_analytics as nsa
 from conftest import REALDATA
 
+# HTA's numbers against nsa's: on README's Python only (.ci/run); the nsa side's own tests run on every Python
+pytestmark = pytest.mark.one_python
+
 hta_analysis = pytest.importorskip(
     "hta.trace_analysis", reason="holistictraceanalysis (the test extra) is not installed"
 )

@@ -12,6 +12,9 @@ import pytest
 
 from conftest import ROOT
 
+# the pinned ruff and mypy check the sources the same from any Python: on README's Python only (.ci/run)
+pytestmark = pytest.mark.one_python
+
 SOURCES = ["nsight_analytics", "tests", "fixtures", "benchmarks"]
 
 

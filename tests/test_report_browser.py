@@ -19,6 +19,9 @@ from conftest import ROOT
 from fixtures.browser import CHROMEDRIVER, CHROMIUM, headless_chromium
 from nsight_analytics import api, render
 
+# chromium draws the page the same whatever Python wrote it: on README's Python only (.ci/run)
+pytestmark = pytest.mark.one_python
+
 ARTIFACTS = Path(os.environ.get("NSA_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "report"
 SINGLE_PANELS = {"findings", "timeline", "utilization", "top_kernels", "phases", "nvtx", "copies", "graphs",
                  "stalls", "speed_of_light", "occupancy", "roofline", "gpu_metrics", "memory", "energy",

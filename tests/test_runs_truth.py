@@ -287,6 +287,7 @@ def nsa_overlap_in_hta_window(con: Any, rid: int, path: Path) -> float:
     return intersect(comm, comp) / length(comm)
 
 
+@pytest.mark.one_python  # HTA's numbers against nsa's; nsa's own run on every Python
 @pytest.mark.parametrize("name", list(HTA_TRACES))
 def test_communication_overlap_agrees_with_hta(tmp_path, name):
     files = HTA_TRACES[name]
