@@ -85,90 +85,104 @@ launch AS (
     ) AS c USING (report_id, pid, correlation_id)
     GROUP BY e.report_id, e.dev, e.gap_key
 ),
--- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus the
--- part of that gap before t
-cum AS (
-    SELECT report_id, dev, global_tid, gap_start_ns, gap_end_ns,
-           coalesce(sum(gap_end_ns - gap_start_ns) OVER (
-               PARTITION BY report_id, dev, global_tid ORDER BY gap_start_ns
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-           ), 0) AS before_ns
-    FROM launch
+-- the launching threads, numbered (per device they launch on): one small key for the ASOF joins below
+threads AS (
+    SELECT report_id, dev, global_tid, row_number() OVER (ORDER BY report_id, dev, global_tid) AS thread
+    FROM (SELECT DISTINCT report_id, dev, global_tid FROM launch)
 ),
-threads AS (SELECT DISTINCT report_id, dev, global_tid FROM cum),
--- samples inside the gaps of their thread, each worth its gap's time over the gap's samples
+thread_gaps AS (
+    SELECT t.thread, l.gap_start_ns, l.gap_end_ns FROM launch AS l JOIN threads AS t USING (report_id, dev, global_tid)
+),
+-- samples inside the gaps of their thread, each worth its gap's time over the gap's samples (counted
+-- per gap, then joined back: cheaper than a window partitioned by gap)
 sampled AS (
-    SELECT x.report_id, t.dev, x.source, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
+    SELECT t.thread, x.source, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
     FROM ev AS x
     JOIN threads AS t USING (report_id, global_tid)
-    ASOF JOIN cum AS c
-        ON c.report_id = x.report_id AND c.dev = t.dev AND c.global_tid = x.global_tid AND x.start_ns >= c.gap_start_ns
+    ASOF JOIN thread_gaps AS c ON c.thread = t.thread AND x.start_ns >= c.gap_start_ns
     WHERE x.end_ns IS NULL AND x.start_ns < c.gap_end_ns
 ),
-sample_time AS (
-    SELECT report_id, dev, source, stack_id, gap_start_ns,
-           -- exact decimals: a sum of them does not depend on the order DuckDB's threads add them in
-           CAST(gap_ns / count(*) OVER (PARTITION BY report_id, dev, source, gap_start_ns) AS DECIMAL(38, 6)) AS ns
-    FROM sampled
-),
+gap_samples AS (SELECT thread, source, gap_start_ns, count(*) AS samples FROM sampled GROUP BY ALL),
 -- frame intervals (they nest on their thread): at each start the frame's own stack holds, at each
 -- end its parent's (the frame one level out that started last before it, by ASOF on depth)
 frames AS (
-    SELECT x.report_id, t.dev, x.source, x.global_tid, x.start_ns, x.end_ns, x.stack_id, d.depth
+    SELECT t.thread, x.source, x.start_ns, x.end_ns, x.stack_id, d.depth
     FROM ev AS x
     JOIN threads AS t USING (report_id, global_tid)
     JOIN (SELECT report_id, stack_id, max(depth) AS depth FROM stacks GROUP BY ALL) AS d USING (report_id, stack_id)
     WHERE x.end_ns IS NOT NULL
 ),
+-- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus the
+-- part of that gap before t (only for the threads with frames)
+cum AS (
+    SELECT thread, gap_start_ns, gap_end_ns,
+           coalesce(sum(gap_end_ns - gap_start_ns) OVER (
+               PARTITION BY thread ORDER BY gap_start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ), 0) AS before_ns
+    FROM thread_gaps
+    JOIN (SELECT DISTINCT thread FROM frames) AS f USING (thread)
+),
 -- at one moment, ends before starts, inner ends before outer ones, outer starts before inner ones
 bounds AS (
-    SELECT report_id, dev, source, global_tid, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
+    SELECT thread, source, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
     UNION ALL
-    SELECT f.report_id, f.dev, f.source, f.global_tid, f.end_ns, 0, -f.depth, p.stack_id
+    SELECT f.thread, f.source, f.end_ns, 0, -f.depth, p.stack_id
     FROM frames AS f
     ASOF LEFT JOIN frames AS p
-        ON p.report_id = f.report_id AND p.dev = f.dev AND p.source = f.source AND p.global_tid = f.global_tid
-        AND p.depth = f.depth - 1 AND f.start_ns >= p.start_ns
+        ON p.thread = f.thread AND p.source = f.source AND p.depth = f.depth - 1 AND f.start_ns >= p.start_ns
 ),
 segments AS (
-    SELECT *, lead(t) OVER (PARTITION BY report_id, dev, source, global_tid ORDER BY t, step, o) AS t_next
+    SELECT *, lead(t) OVER (PARTITION BY thread, source ORDER BY t, step, o) AS t_next
     FROM bounds
 ),
 at_start AS (
-    SELECT s.report_id, s.dev, s.source, s.global_tid, s.stack_id, s.t, s.t_next,
+    SELECT s.thread, s.source, s.stack_id, s.t, s.t_next,
            coalesce(a.before_ns + least(greatest(s.t - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g0
     FROM segments AS s
-    ASOF LEFT JOIN cum AS a
-        ON a.report_id = s.report_id AND a.dev = s.dev AND a.global_tid = s.global_tid AND s.t >= a.gap_start_ns
+    ASOF LEFT JOIN cum AS a ON a.thread = s.thread AND s.t >= a.gap_start_ns
     WHERE s.stack_id IS NOT NULL AND s.t_next > s.t
 ),
 -- G(t_next) - G(t): the segment's time inside the gaps, put in the last gap it overlaps
 interval_time AS (
-    SELECT s.report_id, s.dev, s.source, s.stack_id, a.gap_start_ns,
+    SELECT s.thread, s.source, s.stack_id, a.gap_start_ns,
            a.before_ns + least(s.t_next - a.gap_start_ns, a.gap_end_ns - a.gap_start_ns) - s.g0 AS ns
     FROM at_start AS s
-    ASOF JOIN cum AS a
-        ON a.report_id = s.report_id AND a.dev = s.dev AND a.global_tid = s.global_tid AND s.t_next > a.gap_start_ns
+    ASOF JOIN cum AS a ON a.thread = s.thread AND s.t_next > a.gap_start_ns
 ),
 timed AS (
-    SELECT * FROM sample_time
+    SELECT thread, source, stack_id, gap_start_ns,
+           -- exact decimals: a sum of them does not depend on the order DuckDB's threads add them in
+           CAST(gap_ns / samples AS DECIMAL(38, 6)) AS ns
+    FROM sampled
+    JOIN gap_samples USING (thread, source, gap_start_ns)
     UNION ALL
     SELECT * FROM interval_time WHERE ns > 0
 ),
+-- per stack (and gap) first, so the described stacks join few rows: time, events, and the largest
+-- time of one event (callers are those of the stack whose event explains the most)
+per_stack AS (
+    SELECT t.report_id, t.dev, s.gap_start_ns, s.source, s.stack_id, s.ns, s.top_ns, s.events
+    FROM (
+        SELECT thread, CASE WHEN $per_gap THEN gap_start_ns END AS gap_start_ns, source, stack_id,
+               sum(ns) AS ns, max(ns) AS top_ns, count(*) AS events
+        FROM timed
+        GROUP BY ALL
+    ) AS s
+    JOIN threads AS t USING (thread)
+),
 -- per stack: the innermost user frame, the frame it calls, and its user callers
-used AS (SELECT DISTINCT report_id, stack_id FROM timed),
+used AS (SELECT DISTINCT report_id, stack_id FROM per_stack),
 described AS (SELECT * FROM nsa_stack_described('used')),
 grouped AS (
-    SELECT t.report_id, t.dev, CASE WHEN $per_gap THEN t.gap_start_ns END AS gap_start_ns, t.source,
-           d.user_function, d.user_file, d.user_line, d.library_frame,
-           arg_max(d.callers, (t.ns, d.callers)) AS callers, sum(t.ns) AS explained_ns, count(*) AS events
-    FROM timed AS t
+    SELECT t.report_id, t.dev, t.gap_start_ns, t.source, d.user_function, d.user_file, d.user_line, d.library_frame,
+           arg_max(d.callers, (t.top_ns, d.callers)) AS callers, sum(t.ns) AS explained_ns, sum(t.events) AS events
+    FROM per_stack AS t
     JOIN described AS d USING (report_id, stack_id)
     GROUP BY ALL
 ),
--- (per_gap rows are of gaps with a launching thread)
+-- (per_gap rows are of gaps with a launching thread; none without per_gap)
 gap_idle AS (
-    SELECT report_id, dev, gap_start_ns, gap_end_ns - gap_start_ns AS idle_ns FROM launch
+    SELECT report_id, dev, gap_start_ns, gap_end_ns - gap_start_ns AS idle_ns FROM launch WHERE $per_gap
 ),
 ranked AS (
     SELECT g.*, coalesce(gi.idle_ns, tt.idle_ns) AS idle_ns
@@ -198,7 +212,7 @@ bare AS (
            END AS note
     FROM totals AS t
     JOIN reports AS r USING (report_id)
-    ANTI JOIN (SELECT DISTINCT report_id, dev FROM timed) AS x USING (report_id, dev)
+    ANTI JOIN (SELECT DISTINCT report_id, dev FROM per_stack) AS x USING (report_id, dev)
 )
 SELECT
     report_id,
