@@ -46,10 +46,13 @@ step_window AS (
     WHERE $step IS NOT NULL AND step = $step AND ($report_id IS NULL OR report_id = $report_id)
     GROUP BY ALL
 ),
-ev AS (
-    SELECT * FROM stack_events
-    WHERE ($report_id IS NULL OR report_id = $report_id)
-        AND source IN ('python_sample', 'cpu_sample', 'kineto_python') AND stack_id IS NOT NULL
+-- the stack sources, numbered: a small key through the sorts, joins and groups below
+sources AS (SELECT * FROM (VALUES (1, 'python_sample'), (2, 'cpu_sample'), (3, 'kineto_python')) AS s (src, source)),
+ev AS NOT MATERIALIZED (
+    SELECT e.report_id, s.src, e.start_ns, e.end_ns, e.pid, e.global_tid, e.stack_id
+    FROM stack_events AS e
+    JOIN sources AS s USING (source)
+    WHERE ($report_id IS NULL OR e.report_id = $report_id) AND e.stack_id IS NOT NULL
 ),
 -- the window's gaps, a row each: the activity ending one is the first after it on its device, in
 -- gpu_timeline's (start_ns, end_ns) order (any later one has that one's end in prev_end_ns), so a
@@ -68,19 +71,19 @@ totals AS (
     SELECT report_id, dev, sum(gap_end_ns - gap_start_ns) AS idle_ns FROM gap GROUP BY ALL
 ),
 -- a gap's thread is that of the earliest call with its ending activity's pid and correlation id,
--- looked up only for the gaps of the processes with stacks (stack_events' own pid: no scan of
--- cuda_api when a capture has none; a gap of another process is never joined to a stack, and a
+-- looked up only for the gaps of the processes with stacks (stack_events' own pid; a semi join on
+-- the gaps' side only, the side the join with cuda_api hashes: when a capture has no stacks it is
+-- empty and cuda_api is not probed; a gap of another process is never joined to a stack, and a
 -- launching thread without stacks adds nothing below); gaps whose call has no thread are left out
--- (joins with distinct key sets rather than tuple IN lists: the same semi join, and Spark reads it)
+-- (a join with a distinct key set rather than a tuple IN list: Spark reads it)
 stacked AS MATERIALIZED (SELECT DISTINCT report_id, pid FROM ev),
 launch AS (
     SELECT e.report_id, e.dev, e.gap_key, any_value(e.gap_start_ns) AS gap_start_ns,
            any_value(e.gap_end_ns) AS gap_end_ns, arg_min(c.global_tid, c.start_ns) AS global_tid
-    FROM (SELECT e.* FROM gap AS e JOIN stacked USING (report_id, pid)) AS e
+    FROM (SELECT e.* FROM gap AS e SEMI JOIN stacked USING (report_id, pid)) AS e
     JOIN (
         SELECT c.report_id, c.pid, c.correlation_id, c.global_tid, c.start_ns
         FROM cuda_api AS c
-        JOIN stacked USING (report_id, pid)
         WHERE c.global_tid IS NOT NULL AND ($report_id IS NULL OR c.report_id = $report_id)
     ) AS c USING (report_id, pid, correlation_id)
     GROUP BY e.report_id, e.dev, e.gap_key
@@ -96,17 +99,17 @@ thread_gaps AS (
 -- samples inside the gaps of their thread, each worth its gap's time over the gap's samples (counted
 -- per gap, then joined back: cheaper than a window partitioned by gap)
 sampled AS (
-    SELECT t.thread, x.source, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
+    SELECT t.thread, x.src, x.stack_id, c.gap_start_ns, c.gap_end_ns - c.gap_start_ns AS gap_ns
     FROM ev AS x
     JOIN threads AS t USING (report_id, global_tid)
     ASOF JOIN thread_gaps AS c ON c.thread = t.thread AND x.start_ns >= c.gap_start_ns
     WHERE x.end_ns IS NULL AND x.start_ns < c.gap_end_ns
 ),
-gap_samples AS (SELECT thread, source, gap_start_ns, count(*) AS samples FROM sampled GROUP BY ALL),
+gap_samples AS (SELECT thread, src, gap_start_ns, count(*) AS samples FROM sampled GROUP BY ALL),
 -- frame intervals (they nest on their thread): at each start the frame's own stack holds, at each
 -- end its parent's (the frame one level out that started last before it, by ASOF on depth)
 frames AS (
-    SELECT t.thread, x.source, x.start_ns, x.end_ns, x.stack_id, d.depth
+    SELECT t.thread, x.src, x.start_ns, x.end_ns, x.stack_id, d.depth
     FROM ev AS x
     JOIN threads AS t USING (report_id, global_tid)
     JOIN (SELECT report_id, stack_id, max(depth) AS depth FROM stacks GROUP BY ALL) AS d USING (report_id, stack_id)
@@ -124,19 +127,19 @@ cum AS (
 ),
 -- at one moment, ends before starts, inner ends before outer ones, outer starts before inner ones
 bounds AS (
-    SELECT thread, source, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
+    SELECT thread, src, start_ns AS t, 1 AS step, depth AS o, stack_id FROM frames
     UNION ALL
-    SELECT f.thread, f.source, f.end_ns, 0, -f.depth, p.stack_id
+    SELECT f.thread, f.src, f.end_ns, 0, -f.depth, p.stack_id
     FROM frames AS f
     ASOF LEFT JOIN frames AS p
-        ON p.thread = f.thread AND p.source = f.source AND p.depth = f.depth - 1 AND f.start_ns >= p.start_ns
+        ON p.thread = f.thread AND p.src = f.src AND p.depth = f.depth - 1 AND f.start_ns >= p.start_ns
 ),
 segments AS (
-    SELECT *, lead(t) OVER (PARTITION BY thread, source ORDER BY t, step, o) AS t_next
+    SELECT *, lead(t) OVER (PARTITION BY thread, src ORDER BY t, step, o) AS t_next
     FROM bounds
 ),
 at_start AS (
-    SELECT s.thread, s.source, s.stack_id, s.t, s.t_next,
+    SELECT s.thread, s.src, s.stack_id, s.t, s.t_next,
            coalesce(a.before_ns + least(greatest(s.t - a.gap_start_ns, 0), a.gap_end_ns - a.gap_start_ns), 0) AS g0
     FROM segments AS s
     ASOF LEFT JOIN cum AS a ON a.thread = s.thread AND s.t >= a.gap_start_ns
@@ -144,31 +147,32 @@ at_start AS (
 ),
 -- G(t_next) - G(t): the segment's time inside the gaps, put in the last gap it overlaps
 interval_time AS (
-    SELECT s.thread, s.source, s.stack_id, a.gap_start_ns,
+    SELECT s.thread, s.src, s.stack_id, a.gap_start_ns,
            a.before_ns + least(s.t_next - a.gap_start_ns, a.gap_end_ns - a.gap_start_ns) - s.g0 AS ns
     FROM at_start AS s
     ASOF JOIN cum AS a ON a.thread = s.thread AND s.t_next > a.gap_start_ns
 ),
 timed AS (
-    SELECT thread, source, stack_id, gap_start_ns,
+    SELECT thread, src, stack_id, gap_start_ns,
            -- exact decimals: a sum of them does not depend on the order DuckDB's threads add them in
            CAST(gap_ns / samples AS DECIMAL(38, 6)) AS ns
     FROM sampled
-    JOIN gap_samples USING (thread, source, gap_start_ns)
+    JOIN gap_samples USING (thread, src, gap_start_ns)
     UNION ALL
     SELECT * FROM interval_time WHERE ns > 0
 ),
 -- per stack (and gap) first, so the described stacks join few rows: time, events, and the largest
 -- time of one event (callers are those of the stack whose event explains the most)
 per_stack AS (
-    SELECT t.report_id, t.dev, s.gap_start_ns, s.source, s.stack_id, s.ns, s.top_ns, s.events
+    SELECT t.report_id, t.dev, s.gap_start_ns, so.source, s.stack_id, s.ns, s.top_ns, s.events
     FROM (
-        SELECT thread, CASE WHEN $per_gap THEN gap_start_ns END AS gap_start_ns, source, stack_id,
+        SELECT thread, CASE WHEN $per_gap THEN gap_start_ns END AS gap_start_ns, src, stack_id,
                sum(ns) AS ns, max(ns) AS top_ns, count(*) AS events
         FROM timed
         GROUP BY ALL
     ) AS s
     JOIN threads AS t USING (thread)
+    JOIN sources AS so USING (src)
 ),
 -- per stack: the innermost user frame, the frame it calls, and its user callers
 used AS (SELECT DISTINCT report_id, stack_id FROM per_stack),
