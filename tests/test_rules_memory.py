@@ -94,6 +94,47 @@ def test_a_rule_out_of_memory_under_the_cap_runs_again_under_the_limit_it_lowere
     assert _limit(con) is not None and abs(_limit(con) - before) <= 0.01 * before
 
 
+def test_a_deferred_step_out_of_memory_under_the_cap_runs_again_under_the_limit_it_lowered(
+    con, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy DuckDB cannot spill past the cap (seen: CPU samples with stacks at the 256 MiB
+    floor) is rolled back and runs once more under the limit the cap lowered, instead of failing
+    every query that needs it; the cap comes back after it."""
+    import sqlite3
+
+    from nsight_analytics.ingest.nsys.reader_sqlite import NsysSqliteReader
+
+    real = NsysSqliteReader.load_deferred
+    cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
+    limits: list[float | None] = []
+
+    def edge(self, c, handle, rid, step):
+        if step != "cuda_api":
+            return real(self, c, handle, rid, step)
+        limits.append(_limit(c))
+        n = real(self, c, handle, rid, step)  # copied, then out of memory: must be rolled back
+        if limits[-1] is not None and limits[-1] <= cap * 1.01:
+            try:
+                raise duckdb.OutOfMemoryException(
+                    "Out of Memory Error: failed to allocate data of size 16.0 KiB"
+                )
+            except duckdb.Error as exc:  # as the reader says it
+                raise NsaError(f"{EXPORT} could not be ingested: {exc}") from exc
+        return n
+
+    monkeypatch.setattr(NsysSqliteReader, "load_deferred", edge)
+    before = _limit(con)
+    api.materialise(con, ["cuda_api"])
+    with sqlite3.connect(EXPORT) as src:
+        calls = src.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    assert con.execute("SELECT count(*) FROM cuda_api").fetchone()[0] == calls > 0  # once, not twice
+    assert before is not None and len(limits) == 2
+    assert limits[0] is not None and limits[0] <= cap * 1.01
+    assert limits[1] is not None and abs(limits[1] - before) <= 0.01 * before
+    assert "cuda_api" not in con.execute("SELECT deferred_steps FROM reports").fetchone()[0]
+    assert _limit(con) is not None and abs(_limit(con) - before) <= 0.01 * before
+
+
 def test_other_query_errors_pass_through(con) -> None:
     def wrong(ctx, rid):
         raise QueryError("query gaps failed: Binder Error")

@@ -11,7 +11,7 @@ import duckdb
 
 from .. import params
 from ..errors import NsaError, QueryError
-from ..ingest.pipeline import memory_cap
+from ..ingest.pipeline import memory_cap, raised_limit
 from .config import load_config
 from .context import Context
 from .discovery import registered
@@ -105,19 +105,16 @@ def _check(
             raise
         if uncapped is None:
             raise _too_big(con, rule, target, exc) from exc
-    capped = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
     log.info(
         "rule %s on %s: out of memory under the inputs' size; run again under %s", rule.id, target, uncapped
     )
-    con.execute(f"SET memory_limit = {params.literal(uncapped)}")
-    try:
-        return list(rule.check(ctx, target))
-    except (duckdb.OutOfMemoryException, QueryError) as exc:
-        if not params.out_of_memory(exc):
-            raise
-        raise _too_big(con, rule, target, exc) from exc
-    finally:
-        con.execute(f"SET memory_limit = {params.literal(str(capped))}")
+    with raised_limit(con, uncapped):
+        try:
+            return list(rule.check(ctx, target))
+        except (duckdb.OutOfMemoryException, QueryError) as exc:
+            if not params.out_of_memory(exc):
+                raise
+            raise _too_big(con, rule, target, exc) from exc
 
 
 def _too_big(con: duckdb.DuckDBPyConnection, rule: Rule, target: int, exc: BaseException) -> NsaError:
