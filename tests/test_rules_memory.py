@@ -25,6 +25,20 @@ def _limit(con: duckdb.DuckDBPyConnection) -> float | None:
     return pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
 
 
+def _out_of_memory_under(cap: int, limits: list[float | None]):
+    """A rule's check that notes DuckDB's memory limit and runs out of memory under `cap`."""
+
+    def edge(ctx, rid):
+        limits.append(_limit(ctx.con))
+        if limits[-1] is not None and limits[-1] <= cap * 1.01:
+            raise duckdb.OutOfMemoryException(
+                "Out of Memory Error: could not allocate block of size 256.0 KiB"
+            )
+        return []
+
+    return edge
+
+
 @pytest.fixture
 def con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
     con = api.connect(tmp_path / "w.duckdb", load_deferred=False)
@@ -73,14 +87,7 @@ def test_a_rule_out_of_memory_under_the_cap_runs_again_under_the_limit_it_lowere
     before = _limit(con)
     cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
     limits: list[float | None] = []
-
-    def edge(ctx, rid):
-        limits.append(_limit(ctx.con))
-        if limits[-1] is not None and limits[-1] <= cap * 1.01:
-            raise duckdb.OutOfMemoryException(
-                "Out of Memory Error: could not allocate block of size 256.0 KiB"
-            )
-        return []
+    edge = _out_of_memory_under(cap, limits)
 
     after: list[float | None] = []
     run_rules(
@@ -209,14 +216,7 @@ def test_a_rule_out_of_memory_in_the_report_runs_again_under_the_limit_the_repor
 
     cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
     limits: list[float | None] = []
-
-    def edge(ctx, rid):
-        limits.append(_limit(ctx.con))
-        if limits[-1] is not None and limits[-1] <= cap * 1.01:
-            raise duckdb.OutOfMemoryException(
-                "Out of Memory Error: could not allocate block of size 256.0 KiB"
-            )
-        return []
+    edge = _out_of_memory_under(cap, limits)
 
     monkeypatch.setattr(engine, "rules", lambda: [_rule(edge, "edge")])
     api.materialise(con, api.report_reads())
