@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterable
@@ -576,3 +577,51 @@ def test_traced_time_is_the_union_of_the_threads_activities_in_its_gaps(unpack, 
     assert len(traced) == 1
     assert expected > 0
     assert next(iter(traced.values())) == expected
+
+
+def test_every_call_counts_its_time_in_the_gaps_of_its_thread(unpack, tmp_path: Path) -> None:
+    """in_gaps_ns of each CUDA API and OS runtime call name (the API version suffix, `_v7000`,
+    left out as nsa names the calls): its calls' time inside the gaps of their thread, summed, on
+    the idle-gaps program: calls short and long, inside a gap, across a gap's start or end, and
+    away from every gap."""
+    db, path = unpack(DATA / "h100_nsys2025.3_idle_gaps.sqlite")
+    start, _ = steady_start(nvtx_steps(db, "step_"))
+    gaps = idle_gaps(nsys_activity(db), start)
+    thread_of = nsys_threads(db)
+    per_thread: dict[int, list[tuple[int, int]]] = {}
+    for s, e, key in gaps:
+        tid = thread_of.get(key)
+        if tid is not None:
+            per_thread.setdefault(tid, []).append((s, e))
+    calls = [
+        ("cuda", *r)
+        for r in db.execute(
+            'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+            "JOIN StringIds s ON s.id = r.nameId"
+        )
+    ] + [
+        ("osrt", *r)
+        for r in db.execute(
+            'SELECT o.globalTid, o.start, o."end", s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId'
+        )
+    ]
+    expected: dict[tuple[str, str], int] = {}
+    far = across = 0
+    for source, tid, s, e, name in calls:
+        if tid not in per_thread or e < s:
+            continue
+        ns = overlap([(s, e)], per_thread[tid])
+        far += ns == 0
+        across += 0 < ns < e - s
+        if ns > 0:
+            name = re.sub(r"_v[0-9]+$", "", name)
+            expected[source, name] = expected.get((source, name), 0) + ns
+    assert far > 0 and across > 0 and expected
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        rows = nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
+    finally:
+        con.close()
+    got = {(r[2], r[3]): r[4] for r in rows if r[2] in ("cuda", "osrt")}
+    assert got == expected
