@@ -202,6 +202,7 @@ def test_fp32_sgemm_is_told_to_use_tensor_cores_and_nothing_else(tmp_path: Path)
     assert not any(bf16[:40] in g.message for g in found)
 
 
+@pytest.mark.one_python  # a heavy sweep of real captures; lighter cases cover its code on every Python
 def test_details_page_and_report_give_the_same_advice(tmp_path: Path) -> None:
     """The details page has no pipe metrics: the name says FP32 SIMT/FFMA, the SM throughput is the
     evidence. The .ncu-rep (read through ncu_report) gives what its raw export gives."""

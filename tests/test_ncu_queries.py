@@ -369,6 +369,7 @@ def test_real_h100_labels_file_gives_same_answers_as_names_file() -> None:
     assert sol[0]["duration_ns"] == 13728  # "Duration","ns","13,728"
 
 
+@pytest.mark.one_python  # a heavy sweep of real captures; lighter cases cover its code on every Python
 @needs_real
 def test_real_transformer_pair_stall_time() -> None:
     con = _real_con({2: "h100_ncu2025.3_transformer_train_raw.csv"})

@@ -132,6 +132,7 @@ def test_manifest_lists_every_file() -> None:
     assert {n for n in on_disk - listed if not n.startswith(("adam_", "hot_"))} == set()
 
 
+@pytest.mark.one_python  # a heavy sweep of real captures; lighter cases cover its code on every Python
 @pytest.mark.parametrize(("name", "rc", "options"), PER_LAUNCH, ids=[m[0] for m in PER_LAUNCH])
 def test_every_print_option_gives_the_base_export_values(name: str, rc: str, options: str) -> None:
     parsed = _parsed(name)

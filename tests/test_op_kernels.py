@@ -43,6 +43,7 @@ def transformer(tmp_path_factory):
     con.close()
 
 
+@pytest.mark.one_python  # a heavy sweep of real captures; lighter cases cover its code on every Python
 @pytest.mark.parametrize("level", ["top", "leaf", "annotation"])
 def test_nsys_work_is_no_op_or_no_launch_call(transformer, level):
     con, path = transformer

@@ -323,6 +323,7 @@ def _check_spans(j: Judged) -> None:
             assert (w.first_ns, w.last_ns) == span
 
 
+@pytest.mark.one_python  # a heavy sweep of real captures; lighter cases cover its code on every Python
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name if isinstance(p, Path) else str(p))
 def test_savings_fit_their_window(judged, path: Path) -> None:
     j = judged(str(path), [path])
