@@ -14,7 +14,7 @@ import pytest
 
 import nsight_analytics as nsa
 from nsight_analytics import api
-from nsight_analytics.ingest import timeline
+from nsight_analytics.ingest import pipeline, timeline
 from rows import insert, union_within
 
 # device 0: two overlapping kernels, a memcpy and a memset inside a gap, a graph replay, rows tied
@@ -222,8 +222,6 @@ def test_worked_out_under_the_inputs_size_as_the_deferred_steps(tmp_path: Path, 
     # limit while the timeline is built is read from inside the build's timing block.
     from contextlib import contextmanager
 
-    from nsight_analytics.ingest import pipeline
-
     export = Path(__file__).parent / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
     con = api.connect(tmp_path / "w.duckdb", load_deferred=False)
     api.ingest(con, export)
@@ -272,6 +270,30 @@ def test_a_build_out_of_memory_under_the_cap_runs_again_without_it(workspace, mo
     workspace.execute("DELETE FROM gpu_timeline")
     assert timeline.ensure(workspace) == 1
     assert _timeline(workspace) == got
+
+
+def test_a_build_out_of_memory_inside_another_cap_runs_again_past_both(workspace, monkeypatch) -> None:
+    # `nsa report` and `nsa query` hold a cap of their own around the first timeline use: the
+    # second build goes past it too, to the limit that outer cap lowered
+    tries: list[str] = []
+    build = timeline._build
+
+    def failing_once(con, todo, launches):
+        tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        if len(tries) == 1:
+            raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
+        return build(con, todo, launches)
+
+    _fill(workspace)
+    workspace.execute("SET memory_limit = '2GiB'")  # shown as set: '2GB' shows as a rounded '1.8 GiB'
+    before = workspace.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    with monkeypatch.context() as m:
+        m.setattr(timeline, "_build", failing_once)
+        with pipeline.memory_cap(workspace, [1]):
+            capped = workspace.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            assert timeline.ensure(workspace) == 1
+            assert workspace.execute("SELECT current_setting('memory_limit')").fetchone()[0] == capped
+    assert tries == [capped, before] and capped != before
 
 
 class _Formats(str):

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 import duckdb
 
 from .. import params
 from ..timing import timed
-from .pipeline import deferred_for, memory_cap, rollback
+from .pipeline import deferred_for, memory_cap, raised_limit, rollback
 
 log = logging.getLogger(__name__)
 
@@ -306,19 +307,21 @@ def ensure(
     done = f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"
     if not any(todo.values()):
         done += "'s launch calls"
-    try:
-        # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
-        with memory_cap(con, todo), timed(log, done):
-            own = _build(con, todo, launches)
-    except duckdb.OutOfMemoryException:
-        # DuckDB spills most of the build past the cap, but at its edge an allocation can still
-        # fail (seen once in eight launch-call builds of a 596 MB export): the build is rolled
-        # back, so it runs once more under DuckDB's own limit rather than fail the query
-        if not _own_transaction(con):
-            raise
-        log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
-        with timed(log, done):
-            own = _build(con, todo, launches)
+    # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
+    with memory_cap(con, todo) as uncapped:
+        try:
+            with timed(log, done):
+                own = _build(con, todo, launches)
+        except duckdb.OutOfMemoryException:
+            # DuckDB spills most of the build past the cap, but at its edge an allocation can
+            # still fail (seen once in eight launch-call builds of a 596 MB export): the build is
+            # rolled back, so it runs once more under the limit the cap lowered (inside another
+            # cap, `nsa report`'s, the one that cap lowered) rather than fail the query
+            if not _own_transaction(con):
+                raise
+            log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
+            with raised_limit(con, uncapped) if uncapped else nullcontext(), timed(log, done):
+                own = _build(con, todo, launches)
     frozen, seen = _frozen(con)
     if frozen and own:  # this connection's TEMP copy, now up to date
         _remember(con, seen, ids)
