@@ -142,6 +142,42 @@ def out_of_memory(exc: BaseException) -> bool:
     )
 
 
+_MEMORY_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+                 "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
+
+
+def limit_bytes(text: str) -> float | None:
+    """DuckDB's memory_limit setting as bytes ('17.5 GiB'); None when it reads otherwise."""
+    number, _, unit = text.strip().partition(" ")
+    try:
+        return float(number) * _MEMORY_UNITS[unit]
+    except (ValueError, KeyError):
+        return None
+
+
+def memory_limit(con: duckdb.DuckDBPyConnection) -> str:
+    """DuckDB's memory limit as it shows it ('1.8 GiB'), to give back to set_memory_limit."""
+    return str(first_row(con.execute("SELECT current_setting('memory_limit')"))[0])
+
+
+def set_memory_limit(con: duckdb.DuckDBPyConnection, shown: str) -> None:
+    """Set DuckDB's memory limit back to one memory_limit read. DuckDB shows a limit rounded down
+    ('2GB' shows '1.8 GiB') and setting the shown text gives a lower limit still ('1.7 GiB'), so a
+    limit lowered and set back that way shrank on every capped call; this sets the smallest limit
+    that shows the same text again (whole MiB for one shown in GiB), which holds from then on."""
+    wanted = limit_bytes(shown)
+    if wanted is None:  # not a size DuckDB shows ('-1', a word): as it was given
+        con.execute(f"SET memory_limit = {literal(shown)}")
+        return
+    step = max(1, _MEMORY_UNITS[shown.split()[1]] >> 10)
+    value = -(-int(wanted) // step) * step
+    for _ in range(4):  # the first is enough for DuckDB 1.5's rounding; a later one may differ
+        con.execute(f"SET memory_limit = '{value}B'")
+        if memory_limit(con) == shown:
+            return
+        value += step
+
+
 def first_row(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> tuple[Any, ...]:
     """The one row a query that always returns one (an aggregate, a setting) returned."""
     row = cur.fetchone()

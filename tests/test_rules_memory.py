@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from nsight_analytics import api
+from nsight_analytics import api, params
 from nsight_analytics.errors import NsaError, QueryError
 from nsight_analytics.ingest import pipeline
 from nsight_analytics.rules.engine import run_rules
@@ -22,7 +22,7 @@ def _rule(check, rule_id: str = "probe") -> Rule:
 
 
 def _limit(con: duckdb.DuckDBPyConnection) -> float | None:
-    return pipeline._limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+    return params.limit_bytes(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
 
 
 def _out_of_memory_under(cap: int, limits: list[float | None]):
@@ -56,6 +56,23 @@ def test_rules_run_under_the_inputs_size_and_the_limit_comes_back(con) -> None:
     assert before is not None and before > cap  # the default (80 % of the machine) was lowered
     after = _limit(con)
     assert after is not None and abs(after - before) <= 0.01 * before
+
+
+@pytest.mark.parametrize("limit", ["2GB", "1000MB", "3.3GiB", "2147483647B"])
+def test_a_users_limit_is_the_same_after_many_capped_calls(con, limit: str) -> None:
+    # DuckDB shows a limit rounded down ('2GB' shows '1.8 GiB') and setting the shown text gave a
+    # lower one ('1.7 GiB'): each capped call (a query, the rules, a retry under the lowered
+    # limit) took another step off the user's limit.
+    con.execute(f"SET memory_limit = '{limit}'")
+    shown = params.memory_limit(con)
+    for _ in range(5):
+        with api.memory_limit(con) as lowered:
+            assert lowered == shown and params.memory_limit(con) != shown  # capped: the export is small
+            with pipeline.raised_limit(con, shown):
+                assert params.memory_limit(con) == shown
+        assert params.memory_limit(con) == shown
+    run_rules(con, ruleset=[_rule(lambda ctx, rid: [])])
+    assert params.memory_limit(con) == shown
 
 
 def test_a_rule_out_of_memory_is_named_with_the_limit(con) -> None:
@@ -258,7 +275,7 @@ def test_nsa_query_writes_its_rows_under_the_inputs_size(
     else:
         shown = re.findall(r"[0-9.]+ [KMGT]?i?B", res.output)
     cap = max(pipeline.MEMORY_FLOOR, EXPORT.stat().st_size - pipeline.MEMORY_OUTSIDE)
-    limits = [pipeline._limit_bytes(s) for s in shown]
+    limits = [params.limit_bytes(s) for s in shown]
     assert len(limits) == 3 and all(x is not None and x <= cap * 1.01 for x in limits), res.output
 
 

@@ -375,17 +375,6 @@ def _is_gzip(path: Path) -> bool:
 # in memory keep DuckDB's limit: they have no folder of their own to spill to.
 MEMORY_OUTSIDE = 256 << 20
 MEMORY_FLOOR = 256 << 20
-_UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
-
-
-def _limit_bytes(text: str) -> float | None:
-    """DuckDB's memory_limit setting as bytes ('17.5 GiB'); None when it reads otherwise."""
-    number, _, unit = text.strip().partition(" ")
-    try:
-        return float(number) * _UNITS[unit]
-    except (ValueError, KeyError):
-        return None
 
 
 def spill_folder(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -428,15 +417,12 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
             {"rids": list(report_ids)},
         )
     )[0]
-    previous, on_disk = params.first_row(
-        con.execute(
-            "SELECT current_setting('memory_limit'), "
-            "(SELECT path FROM duckdb_databases() WHERE database_name = current_database())"
-        )
-    )
-    previous = str(previous)
+    previous = params.memory_limit(con)
+    on_disk = params.first_row(
+        con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()")
+    )[0]
     cap = max(MEMORY_FLOOR, int(size or 0) - MEMORY_OUTSIDE)
-    now = _limit_bytes(previous)
+    now = params.limit_bytes(previous)
     spill_folder(con)  # under the cap (this one or a lower one) DuckDB spills: somewhere it can write
     if on_disk is None or (now is not None and now <= cap):
         yield _UNCAPPED.get(id(con))
@@ -448,7 +434,7 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
     try:
         yield previous
     finally:
-        con.execute(f"SET memory_limit = {params.literal(previous)}")
+        params.set_memory_limit(con, previous)
         if outermost:
             del _UNCAPPED[id(con)]
 
@@ -456,12 +442,12 @@ def memory_cap(con: duckdb.DuckDBPyConnection, report_ids: Iterable[int]) -> Ite
 @contextmanager
 def raised_limit(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
     """DuckDB's memory limit at `limit` (one a memory_cap lowered) for the work inside, then back."""
-    capped = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
-    con.execute(f"SET memory_limit = {params.literal(limit)}")
+    capped = params.memory_limit(con)
+    params.set_memory_limit(con, limit)
     try:
         yield
     finally:
-        con.execute(f"SET memory_limit = {params.literal(str(capped))}")
+        params.set_memory_limit(con, capped)
 
 
 def ensure_loaded(

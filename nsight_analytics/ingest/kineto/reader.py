@@ -8,7 +8,6 @@ the one pass over the file, so the steps and the ranges' kernels are worked out 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -87,7 +86,7 @@ class KinetoReader(Reader[Trace]):
         finally:
             if scanned is not None:  # after the transaction, whatever its end
                 scanned[0].drop()
-            con.execute(f"SET memory_limit = '{previous}'")
+            params.set_memory_limit(con, previous)
 
     def load(
         self,
@@ -136,11 +135,9 @@ def _limit_memory(con: duckdb.DuckDBPyConnection, wanted: int) -> str:
     threads = int(params.first_row(con.execute("SELECT current_setting('threads')"))[0])
     floor = max(MEMORY_FLOOR_BYTES, MEMORY_PER_THREAD_BYTES * threads)
     cap = min(MEMORY_LIMIT_BYTES, max(floor, wanted))
-    previous = str(params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0])
-    m = re.fullmatch(r"([0-9.]+)\s*([KMGT]i?B|bytes)", previous)
-    scale = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-             "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}  # fmt: skip
-    if m is None or float(m.group(1)) * scale.get(m.group(2), 1) > cap:
+    previous = params.memory_limit(con)
+    now = params.limit_bytes(previous)
+    if now is None or now > cap:
         con.execute(f"SET memory_limit = '{cap >> 20}MiB'")
     return previous
 
