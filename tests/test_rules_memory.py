@@ -159,6 +159,39 @@ def test_a_deferred_step_out_of_memory_under_the_cap_runs_again_under_the_limit_
     assert _limit(con) is not None and abs(_limit(con) - before) <= 0.01 * before
 
 
+def test_a_deferred_step_out_of_memory_past_the_lowered_limit_names_it(
+    con, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # past the limit the cap lowered too: one sentence naming the step and the limit (the rules'
+    # wording), the step still deferred and nothing of it kept, as before the query
+    from nsight_analytics.ingest.nsys.reader_sqlite import NsysSqliteReader
+
+    real = NsysSqliteReader.load_deferred
+
+    def greedy(self, c, handle, rid, step):
+        n = real(self, c, handle, rid, step)
+        if step == "cuda_api":
+            try:
+                raise duckdb.OutOfMemoryException(
+                    "Out of Memory Error: failed to allocate data of size 16.0 KiB"
+                )
+            except duckdb.Error as exc:
+                raise NsaError(f"{EXPORT} could not be ingested: {exc}") from exc
+        return n
+
+    monkeypatch.setattr(NsysSqliteReader, "load_deferred", greedy)
+    before = params.memory_limit(con)
+    with pytest.raises(NsaError) as caught:
+        api.materialise(con, ["cuda_api"])
+    text = str(caught.value)
+    assert text.startswith(f"report 1's cuda_api needed more than DuckDB's memory limit of {before}; "), text
+    assert "free disk space there" in text and text.endswith("failed to allocate data of size 16.0 KiB)")
+    assert "\n" not in text
+    assert "cuda_api" in con.execute("SELECT deferred_steps FROM reports").fetchone()[0]
+    assert con.execute("SELECT count(*) FROM cuda_api").fetchone()[0] == 0
+    assert params.memory_limit(con) == before
+
+
 def test_other_query_errors_pass_through(con) -> None:
     def wrong(ctx, rid):
         raise QueryError("query gaps failed: Binder Error")

@@ -17,13 +17,13 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -33,6 +33,7 @@ from . import compressed, formats, reader
 from .reader import LoadResult, Progress, Reader
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Tables holding a report's rows (reports itself aside); workspace tables such as nsa_workspace have none.
 REPORT_TABLES = [t.name for t in schema.STORED if t.name != "reports" and "report_id" in t.col_names]
@@ -450,6 +451,42 @@ def raised_limit(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
         params.set_memory_limit(con, capped)
 
 
+def past_the_cap(
+    con: duckdb.DuckDBPyConnection, uncapped: str | None, work: Callable[[], T], what: str, cannot: str
+) -> T:
+    """`work()` under a memory_cap that yielded `uncapped`. Out of memory there (rolled back by
+    the work itself: a transaction of its own, or nothing written), it runs once more under the
+    limit the cap lowered, since DuckDB spills most work past the cap but not all of it (a
+    window's partition, an allocation at the edge). Out of memory past that too, or without a
+    cap, one NsaError says so: `what` needed more than the limit, where DuckDB spills, and
+    `cannot` (what that means for the user), not DuckDB's internal message."""
+    try:
+        return work()
+    except (duckdb.OutOfMemoryException, NsaError) as exc:
+        if not params.out_of_memory(exc):
+            raise
+        if uncapped is None:
+            raise _over_the_limit(con, what, cannot, exc) from exc
+    log.info("%s: out of memory under the inputs' size; run again under %s", what, uncapped)
+    with raised_limit(con, uncapped):
+        try:
+            return work()
+        except (duckdb.OutOfMemoryException, NsaError) as exc:
+            if not params.out_of_memory(exc):
+                raise
+            raise _over_the_limit(con, what, cannot, exc) from exc
+
+
+def _over_the_limit(con: duckdb.DuckDBPyConnection, what: str, cannot: str, exc: BaseException) -> NsaError:
+    """One sentence: `what` needed more than DuckDB's memory limit, which, and what to do."""
+    folder = params.first_row(con.execute("SELECT current_setting('temp_directory')"))[0]
+    return NsaError(
+        f"{what} needed more than DuckDB's memory limit of {params.memory_limit(con)}; what does not fit "
+        f"is written to {folder or 'a temporary folder'}: free disk space there. With room there, "
+        f"{cannot}: please report it. ({str(exc.__cause__ or exc).strip().splitlines()[0]})"
+    )
+
+
 def ensure_loaded(
     con: duckdb.DuckDBPyConnection,
     tables: Iterable[str],
@@ -504,23 +541,15 @@ def ensure_loaded(
                     rd.open_source(con, plain, reader.Source(path, partial(str, key), progress))
                 )
             with memory_cap(con, [rid]) as uncapped:
-                try:
-                    _load_step(con, rd, None if derived else handle, rid, step)
-                except (duckdb.OutOfMemoryException, NsaError) as exc:
-                    # DuckDB spills most of a copy past the cap, not all of it (a 452 MB export
-                    # of CPU samples with stacks: out of memory at the 256 MiB floor); rolled
-                    # back, the step runs once more under the limit the cap lowered, as the
-                    # timeline's build and the rules do
-                    if uncapped is None or not params.out_of_memory(exc):
-                        raise
-                    log.info(
-                        "report %s: %s out of memory under the inputs' size; run again under %s",
-                        rid,
-                        step,
-                        uncapped,
-                    )
-                    with raised_limit(con, uncapped):
-                        _load_step(con, rd, None if derived else handle, rid, step)
+                # DuckDB spills most of a copy past the cap, not all of it (a 452 MB export of CPU
+                # samples with stacks: out of memory at the 256 MiB floor)
+                past_the_cap(
+                    con,
+                    uncapped,
+                    partial(_load_step, con, rd, None if derived else handle, rid, step),
+                    f"report {rid}'s {step}",
+                    "they cannot be loaded from a report this large yet",
+                )
     return len(todo)
 
 

@@ -9,9 +9,7 @@ from typing import Any
 
 import duckdb
 
-from .. import params
-from ..errors import NsaError, QueryError
-from ..ingest.pipeline import memory_cap, raised_limit
+from ..ingest.pipeline import memory_cap, past_the_cap
 from .config import load_config
 from .context import Context
 from .discovery import registered
@@ -98,34 +96,11 @@ def _check(
     most work past the cap, but not all of it (a window's partition, an allocation at the
     edge); past that limit too, it is said as such, with the limit and the rule, not as an
     internal error."""
-    try:
-        return list(rule.check(ctx, target))
-    except (duckdb.OutOfMemoryException, QueryError) as exc:
-        if not params.out_of_memory(exc):
-            raise
-        if uncapped is None:
-            raise _too_big(con, rule, target, exc) from exc
-    log.info(
-        "rule %s on %s: out of memory under the inputs' size; run again under %s", rule.id, target, uncapped
-    )
-    with raised_limit(con, uncapped):
-        try:
-            return list(rule.check(ctx, target))
-        except (duckdb.OutOfMemoryException, QueryError) as exc:
-            if not params.out_of_memory(exc):
-                raise
-            raise _too_big(con, rule, target, exc) from exc
-
-
-def _too_big(con: duckdb.DuckDBPyConnection, rule: Rule, target: int, exc: BaseException) -> NsaError:
-    """One sentence: the rule needed more than DuckDB's memory limit, which, and what to do."""
-    limit, folder = con.execute(
-        "SELECT current_setting('memory_limit'), current_setting('temp_directory')"
-    ).fetchone() or ("?", "?")
     what = "run" if rule.scope == "run" else "report"
-    return NsaError(
-        f"rule {rule.id} on {what} {target} needed more than DuckDB's memory limit of {limit}; what does "
-        f"not fit is written to {folder or 'a temporary folder'}: free disk space there. With room there, "
-        f"the rule cannot judge a {what} this large yet: please report it. "
-        f"({str(exc.__cause__ or exc).strip().splitlines()[0]})"
+    return past_the_cap(
+        con,
+        uncapped,
+        lambda: list(rule.check(ctx, target)),
+        f"rule {rule.id} on {what} {target}",
+        f"the rule cannot judge a {what} this large yet",
     )
