@@ -31,6 +31,14 @@ NVTX_KERNEL_NS_SQL = """
     WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL"""
 
 
+@pytest.fixture(autouse=True)
+def _printed_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables and findings are as wide as the terminal, $COLUMNS first: the tests read them as
+    printed to a pipe, whatever the shell exports or pytest-xdist's workers set (COLUMNS=80)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture
 def workspace(tmp_path: Path):
     """A fresh writable workspace connection."""
