@@ -378,17 +378,20 @@ CREATE OR REPLACE MACRO nsa_collective_ranks(nsa_run) AS TABLE
           AND c.start_ns IS NOT NULL AND c.end_ns >= c.start_ns
         QUALIFY row_number() OVER (PARTITION BY c.run_id, c.channel, c.seq, c.rank ORDER BY c.start_ns) = 1
     ),
-    m AS (
-        SELECT *,
-               count(*) OVER one AS ranks,
-               min(start_ns) OVER one AS first_arrival_ns,
-               max(start_ns) OVER one AS last_arrival_ns,
-               min(end_ns) OVER one AS first_end_ns,
-               max(end_ns) OVER one AS last_end_ns,
-               min(duration_ns) OVER one AS latency_ns
+    -- the collective's numbers over its ranks: one group per collective, joined back to its ranks
+    g AS (
+        SELECT run_id, channel, seq,
+               count(*) AS ranks,
+               min(start_ns) AS first_arrival_ns,
+               max(start_ns) AS last_arrival_ns,
+               min(end_ns) AS first_end_ns,
+               max(end_ns) AS last_end_ns,
+               min(duration_ns) AS latency_ns,
+               arg_min(rank, (-start_ns, rank)) AS last_rank
         FROM c
-        WINDOW one AS (PARTITION BY run_id, channel, seq)
+        GROUP BY run_id, channel, seq
+        HAVING count(*) >= 2
     )
-    SELECT *, min(rank) FILTER (WHERE start_ns = last_arrival_ns) OVER (PARTITION BY run_id, channel, seq) AS last_rank
-    FROM m
-    WHERE ranks >= 2;
+    SELECT c.*, g.ranks, g.first_arrival_ns, g.last_arrival_ns, g.first_end_ns, g.last_end_ns, g.latency_ns, g.last_rank
+    FROM c
+    JOIN g ON g.run_id = c.run_id AND g.channel IS NOT DISTINCT FROM c.channel AND g.seq IS NOT DISTINCT FROM c.seq;
