@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 import nsight_analytics as nsa
 from conftest import realdata
+from nsight_analytics import api
 from nsight_analytics.cli import EXIT_ERROR, main
 
 RUNS = ("foreach", "fused")
@@ -74,7 +75,14 @@ def _rows(con, name: str, **params) -> list[dict]:
 def test_memory_events_are_the_exports_rows(real_sqlite, tmp_path: Path, name: str) -> None:
     path = real_sqlite(name)
     con = nsa.connect(tmp_path / "w.duckdb")
-    rid = nsa.ingest(con, path).report_id
+    result = nsa.ingest(con, path)
+    rid = result.report_id
+    # copied on first use, and the report says it holds memory events before they are copied
+    assert "memory_events" in result.deferred
+    kinds = con.execute("SELECT activity_kinds FROM reports WHERE report_id = ?", [rid]).fetchone()[0]
+    assert "memory" in kinds
+    assert con.execute("SELECT count(*) FROM memory_events").fetchone()[0] == 0
+    api.materialise(con, {"memory_events"})
     db = sqlite3.connect(path)
     expected = db.execute(
         "SELECT memKind, memoryOperationType, count(*), sum(bytes) FROM CUDA_GPU_MEMORY_USAGE_EVENTS GROUP BY 1, 2"

@@ -770,6 +770,13 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
         con.execute("DROP TABLE IF EXISTS _nsa_marks")
 
 
+def _memory_events_sql(src: Source) -> str | None:
+    """memory_events' SELECT (nsys_memory.py, which builds it with this module's helpers)."""
+    from . import nsys_memory
+
+    return nsys_memory.memory_events_sql(src)
+
+
 # GPU activity no query of the library reads (graph node events, synchronisations), copied on
 # first use like the host-side tables; a report's activity kinds still say what it holds
 # (reader_sqlite.load asks the export for one row of each). The copies, memsets and graph
@@ -798,6 +805,7 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
     "processes": (processes_sql, "processes"),
     "steps": (marker_ranges_sql, None),  # fills host_waits too
     "gpu_metrics": (nsys_gpu_metrics.source_sql, "gpu_metrics"),
+    "memory_events": (_memory_events_sql, None),  # its activity kind, "memory": reader_sqlite.load
 }
 
 # Copied on first use (see ingest.ensure_loaded), so `nsa ingest` pays only for the GPU
@@ -806,7 +814,8 @@ LOADERS: dict[str, tuple[Callable[[Source], str | None], str | None]] = {
 # the library reads them); the GPU activity no query reads (GPU_COPIES); the CPU samples with
 # their backtraces; the steps and the host waits, found by one scan of the NVTX ranges (and of
 # the MPI and OS runtime calls); the GPU metrics samples (2.2M rows for a 9 s capture at 10 kHz:
-# 5.7 s). Measured in benchmarks/README.md.
+# 5.7 s); the GPU memory events, which only the memory queries and rules read (408k rows of a
+# 2M-kernel export: 0.5 s of CPU, a sixth of its ingest). Measured in benchmarks/README.md.
 DEFERRABLE = (
     "kernel_launch",
     *GPU_COPIES,
@@ -819,7 +828,11 @@ DEFERRABLE = (
     "stack_events",
     "steps",
     "gpu_metrics",
+    "memory_events",
 )
+# Deferred tables an ingest still asks the export for one row of: their activity kinds tell what
+# the report holds (reader_sqlite.load).
+KIND_CHECKED = (*GPU_COPIES, "memory_events")
 # Steps that derive columns from tables already in the workspace: they need no source file, and
 # run only for what reads their columns (schema.COMPUTED), not for every reader of the table.
 DERIVED = ("nvtx_kernels",)

@@ -10,9 +10,6 @@ written out as for the other enums in nsys.py.
 
 from __future__ import annotations
 
-import duckdb
-
-from ... import params, schema
 from . import nsys
 
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
@@ -45,13 +42,3 @@ def memory_events_sql(src: nsys.Source) -> str | None:
         "name": src.col(t, "name", a),
     }
     return nsys._select(cols, "memory_events", f"FROM {src.ref(t)} {a}")
-
-
-def load(con: duckdb.DuckDBPyConnection, src: nsys.Source, report_id: int) -> int:
-    """Copy the report's memory events; returns rows written (0 when not captured)."""
-    sql = memory_events_sql(src)
-    if sql is None:
-        return 0
-    cols = ", ".join(f'"{c}"' for c in schema.BY_NAME["memory_events"].col_names)
-    row = params.execute(con, f"INSERT INTO memory_events ({cols}) {sql}", {"rid": report_id}).fetchone()
-    return int(row[0]) if row else 0

@@ -22,7 +22,7 @@ from ...errors import InputError
 from ...timing import timed
 from .. import comm, sqlite_source
 from ..reader import LoadResult, Progress, Reader
-from . import nsys, nsys_memory
+from . import nsys
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         try:
             meta = nsys.metadata(con, src)
             nsys.prepare_strings(con, src)
-            # A GPU copy left for later still tells the report's activity kinds: one row of it
-            # is asked for now (an export may hold a table of none).
-            empty = [t for t in deferred if t in nsys.GPU_COPIES and not _has_rows(con, src, t)]
+            # A GPU copy or the memory events left for later still tell the report's activity
+            # kinds: one row of each is asked for now (an export may hold a table of none).
+            empty = [t for t in deferred if t in nsys.KIND_CHECKED and not _has_rows(con, src, t)]
             deferred = [t for t in deferred if t not in empty]
             rows: dict[str, int] = dict.fromkeys(empty, 0)
             launch = "kernel_launch" not in deferred  # else copied with the kernel rows
@@ -103,7 +103,6 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
                     with timed(log, f"ingest {path.name}: {table}"):
                         rows[table] = nsys.load_table(con, src, table, report_id, launch=launch)
                     done += weights.get(table, 0)
-            rows["memory_events"] = nsys_memory.load(con, src, report_id)
             with timed(log, f"ingest {path.name}: comm_ops"):
                 rows["comm_ops"] = comm.load(con, report_id)  # from the kernels just copied
             con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
@@ -114,7 +113,7 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
         kinds = _activity_kinds(src, rows)
         if nsys.mpi_waits_sql(src) is not None:  # MPI traced; its calls reach host_waits with the steps
             kinds.append("mpi")
-        if rows.get("memory_events"):
+        if rows.get("memory_events") or "memory_events" in deferred:
             kinds.append("memory")
         if rows.get("comm_ops"):
             kinds.append("comm")
