@@ -657,24 +657,106 @@ def _rule_reads_by_report(
 
 
 def _materialise_for_rules(
-    con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
+    con: duckdb.DuckDBPyConnection,
+    report_id: int | None,
+    only: Iterable[str] | None,
+    config: dict[str, Any] | None = None,
+    context: Context | None = None,
 ) -> set[tuple[int, str]]:
     """Load what the rules read; returns the (report, rule) pairs that cannot run because data
     they need was left in a source file that is gone (each said in a warning): the other rules
     still judge the report. Tables the rules can do without (`Rule.optional_reads`) are loaded
-    where their source is still there; where not, a warning says so and the rules run without."""
+    where their source is still there; where not, a warning says so and the rules run without.
+    Those only rules with `Rule.optional_when` read are loaded last, on the reports where one of
+    those says it reads them (`config`: the thresholds' overrides it judges with; `context`: the
+    rules' Context, when it is made already)."""
     cannot: set[tuple[int, str]] = set()
+    gated: list[tuple[list[int], set[str]]] = []
     for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
+        later = _gated_reads(con, only, rids) & wanted - needed
         # the optional tables first: a needed step may read what they copy instead of the source
         # (the steps read the copied NVTX ranges rather than scan the export's again)
-        if wanted - needed:
-            _materialise_optional(con, wanted - needed, rids)
+        if wanted - needed - later:
+            _materialise_optional(con, wanted - needed - later, rids)
         try:
             materialise(con, needed, rids)
         except SourceGoneError:
             for rid in rids:
                 cannot |= _rules_one_by_one(con, rid, only)
+            continue
+        if later:
+            gated.append((rids, later))
+    # once every report's needed tables are in (`context` may answer for all reports at once)
+    for rids, later in gated:
+        for rid in rids:
+            read = _gated_wanted(con, rid, only, config, later, context)
+            if read:
+                _materialise_optional(con, frozenset(read), [rid])
     return cannot
+
+
+def _gated_reads(con: duckdb.DuckDBPyConnection, only: Iterable[str] | None, rids: Iterable[int]) -> set[str]:
+    """Optional tables that on every report of `rids` only rules with `optional_when` read (of
+    the rules `only` that run on it)."""
+    rows = params.execute(
+        con, "SELECT activity_kinds FROM reports WHERE list_contains($ids, report_id)", {"ids": list(rids)}
+    ).fetchall()
+    gated: set[str] | None = None
+    for (kinds,) in rows:
+        mine = _gated_on(only, tuple(kinds or ()))
+        gated = mine if gated is None else gated & mine
+    return gated or set()
+
+
+def _gated_on(only: Iterable[str] | None, kinds: tuple[str, ...]) -> set[str]:
+    chosen = [r for r in rules() if (only is None or r.id in set(only)) and r.runs_on(kinds)]
+    always: set[str] = set()
+    for r in chosen:
+        if r.optional_when is None:
+            always |= rules_reads([r.id])
+        else:
+            always |= rules_reads([r.id], optional=False)
+    return {t for r in chosen if r.optional_when is not None for t in r.optional_reads} - always
+
+
+def _gated_wanted(
+    con: duckdb.DuckDBPyConnection,
+    rid: int,
+    only: Iterable[str] | None,
+    config: dict[str, Any] | None,
+    tables: Iterable[str],
+    context: Context | None = None,
+) -> set[str]:
+    """Of `tables` (read only by rules with `optional_when`), those still to load for report
+    `rid` that a rule running on it says it reads there (its `optional_when`, on `context` or
+    a Context of its own)."""
+    pending = {t for t in tables if _pending(con, {t}, [rid])}
+    if not pending:
+        return set()
+    from .rules import load_config
+    from .rules.context import Context
+
+    kinds = tuple(
+        params.first_row(
+            params.execute(con, "SELECT activity_kinds FROM reports WHERE report_id = $rid", {"rid": rid})
+        )[0]
+        or ()
+    )
+    ctx = Context(con, load_config(overrides=config), rid) if context is None else context
+    wanted: set[str] = set()
+    for r in rules():
+        if r.optional_when is None or (only is not None and r.id not in set(only)) or not r.runs_on(kinds):
+            continue
+        mine = set(r.optional_reads) & pending - wanted
+        if not mine:
+            continue
+        try:
+            reads = r.optional_when(ctx, rid)
+        except (duckdb.Error, QueryError):  # the check itself will say what is wrong
+            reads = True
+        if reads:
+            wanted |= mine
+    return wanted
 
 
 def _materialise_optional(con: duckdb.DuckDBPyConnection, tables: frozenset[str], rids: list[int]) -> None:
@@ -708,20 +790,37 @@ def _rules_one_by_one(
 
 
 def findings_reader(
-    db: str | os.PathLike[str] | None = None, report_id: int | None = None, only: Iterable[str] | None = None
+    db: str | os.PathLike[str] | None = None,
+    report_id: int | None = None,
+    only: Iterable[str] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A read-only connection ready for `findings`: what the rules will read on each report is
     stored first in a short writable session (or read from the sources when the workspace
-    cannot be written); an unknown report stops before anything is copied."""
+    cannot be written); an unknown report stops before anything is copied. `config`: the
+    thresholds `findings` will judge with (what some rules read depends on them)."""
     return _loaded_reader(
         db,
         lambda con: require_reports(con, [report_id]),
-        lambda con: any(
-            _pending(con, wanted, rids)
-            for (_, wanted), rids in _rule_reads_by_report(con, report_id, only).items()
-        ),
-        lambda con: _materialise_for_rules(con, report_id, only),
+        lambda con: _rules_pending(con, report_id, only, config),
+        lambda con: _materialise_for_rules(con, report_id, only, config),
     )
+
+
+def _rules_pending(
+    con: duckdb.DuckDBPyConnection,
+    report_id: int | None,
+    only: Iterable[str] | None,
+    config: dict[str, Any] | None,
+) -> bool:
+    """Would `_materialise_for_rules` load anything?"""
+    for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
+        later = _gated_reads(con, only, rids) & wanted - needed
+        if _pending(con, wanted - later, rids):
+            return True
+        if later and any(_gated_wanted(con, rid, only, config, later) for rid in rids):
+            return True
+    return False
 
 
 def findings(
@@ -735,7 +834,7 @@ def findings(
     """Ranked findings for one report (or all), or for one run (`run`: id or name: the rules on
     each of its reports and the run rules on the run), after materialising what the rules read.
     `context`: what makes the rules' Context (rules.run_rules), the library's by default."""
-    from .rules import run_rules
+    from .rules import load_config, run_rules
     from .rules.context import Context
 
     make = Context if context is None else context
@@ -746,11 +845,16 @@ def findings(
         run_id = resolve_run(con, run)
         cannot: set[tuple[int, str]] = set()
         for rid in _runs.run_reports(con, run_id):
-            cannot |= _materialise_for_rules(con, rid, only)
+            cannot |= _materialise_for_rules(con, rid, only, config)
         return run_rules(con, config=config, only=only, skip=cannot, run_id=run_id, context=make)
     require_reports(con, [report_id])
-    cannot = _materialise_for_rules(con, report_id, only)
-    return run_rules(con, report_id=report_id, config=config, only=only, skip=cannot, context=make)
+    # one Context for the rules and for what decides which of their optional tables to load
+    # (Rule.optional_when): the queries it ran are not run again
+    shared = make(con, load_config(overrides=config), report_id, None)
+    cannot = _materialise_for_rules(con, report_id, only, config, shared)
+    return run_rules(
+        con, report_id=report_id, config=config, only=only, skip=cannot, context=lambda *a: shared
+    )
 
 
 def summary(

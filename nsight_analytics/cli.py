@@ -1084,7 +1084,7 @@ def findings(
         config = api.rules_config(config_path, sets, found_settings)
         if run is not None and report_id is not None:
             raise NsaClickError("give --run or --report, not both.")
-        con = api.findings_reader(db, report_id)
+        con = api.findings_reader(db, report_id, config=config)
         try:
             with timed(log, "findings: rules"):
                 found = api.findings(con, report_id=report_id, config=config, run=run)

@@ -132,9 +132,36 @@ def test_moved_export_gpu_idle_runs_without_host_detail(tmp_path: Path, export: 
     found = {f.rule_id: f for f in nsa.findings(con, rid)}
     assert not [f for f in found.values() if "Host detail missing" in f.message]
     # the stacks name the line in findings; nvtx_summary's rows and the synchronisations are not
-    # read by any rule
-    assert _deferred(con, rid) == ["kernel_launch", "sync_events", "nvtx_kernels", "nvtx_totals"]
+    # read by any rule; with the steps found, gpu-idle judges the steady state, where the GPU idles
+    # under idle_share_warning, so it returns before reading the host detail, which stays
+    assert "gpu-idle" not in found
+    assert _deferred(con, rid) == [
+        "kernel_launch", "sync_events", "nvtx_ranges", "nvtx_kernels", "nvtx_totals", "osrt_api"
+    ]  # fmt: skip
     con.close()
+
+
+def test_host_detail_stays_in_the_export_when_gpu_idle_returns_before_reading_it(
+    tmp_path: Path, export: Path
+) -> None:
+    """gpu-idle reads the host detail (gap_host) only past its idle-share test: findings whose
+    thresholds keep it from firing leave the NVTX ranges and OS runtime calls in the export;
+    once it fires, they are copied (into the workspace, through `findings_reader` too)."""
+    con, rid, _ = _ingest(tmp_path, export)
+    strict = {"idle_share_warning": 1.0, "idle_share_critical": 1.0}  # no report idles 100%
+    assert "gpu-idle" not in {f.rule_id for f in nsa.findings(con, rid, config=strict)}
+    assert {"nvtx_ranges", "osrt_api"} <= set(_deferred(con, rid))
+    assert "steps" not in _deferred(con, rid)  # what gpu-idle needs to decide was loaded
+    con.close()
+    reader = api.findings_reader(tmp_path / "w.duckdb", rid, config=strict)
+    assert {"nvtx_ranges", "osrt_api"} <= set(_deferred(reader, rid))
+    reader.close()
+    # the steady state idles ~3% (15.6 of 490.7 ms): a 1% threshold makes it fire
+    loose = {"idle_share_warning": 0.01}
+    reader = api.findings_reader(tmp_path / "w.duckdb", rid, config=loose)
+    assert not {"nvtx_ranges", "osrt_api"} & set(_deferred(reader, rid))
+    assert "gpu-idle" in {f.rule_id for f in nsa.findings(reader, rid, config=loose)}
+    reader.close()
 
 
 # Per range name (the export's names have no emit_nvtx suffixes: base name = name): count, total,

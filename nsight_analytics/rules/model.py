@@ -137,8 +137,11 @@ class Rule:
     materialised before it runs (the queries' `-- reads` lines, plus `reads`); `optional_reads`,
     which of those tables it can do without: when their rows are still in a source export that is
     gone, it runs on what the workspace holds (`Context.unloaded` says what is missing) instead
-    of being skipped. The check function's docstring is the rule's documentation: its first
-    paragraph the summary, its `Fix:` paragraph the advice.
+    of being skipped. `optional_when(ctx, report_id)`, when given, says whether the check reads
+    its `optional_reads` on that report at all (its cheaper tests passed): where it says no,
+    `nsa findings` leaves them in the export (they are copied on first use) instead of copying
+    them for a check that returns before it reads them. The check function's docstring is the
+    rule's documentation: its first paragraph the summary, its `Fix:` paragraph the advice.
     """
 
     id: str
@@ -151,6 +154,7 @@ class Rule:
     reads: tuple[str, ...] = ()  # canonical tables it reads outside them (ctx.steady: steps)
     scope: str = "report"  # what check's id is: a report ("report") or a run ("run")
     optional_reads: tuple[str, ...] = ()  # of the tables above, those it can judge without
+    optional_when: Callable[[Context, int], bool] | None = None  # None: reads them on every report
 
     @property
     def thresholds(self) -> tuple[str, ...]:
@@ -196,13 +200,15 @@ def rule(
     optional_reads: tuple[str, ...] = (),
     order: int = 1000,
     scope: str = "report",
+    optional_when: Callable[[Context, int], bool] | None = None,
 ) -> Callable[[CheckFn], Rule]:
     """Declare a check function as the rule `rule_id`; its docstring is the rule's documentation.
 
     `needs`: activity kinds the report must hold, one per entry; an entry that is a set is
     satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
     runs; `reads`: canonical tables it reads otherwise; `optional_reads`: of those two, the
-    tables it can judge without (it then says so). `scope`: "report" (check(ctx,
+    tables it can judge without (it then says so); `optional_when(ctx, report_id)`: whether the
+    check reads those on that report (default: always). `scope`: "report" (check(ctx,
     report_id), once per report) or "run" (check(ctx, run_id), once per run).
     """
     groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
@@ -218,7 +224,19 @@ def rule(
     def declare(fn: CheckFn) -> Rule:
         if not (fn.__doc__ or "").strip():
             raise ValueError(f"rule {rule_id} needs a docstring: the anti-pattern and the fix")
-        return Rule(rule_id, groups, severities, thresholds, fn, order, queries, reads, scope, optional_reads)
+        return Rule(
+            rule_id,
+            groups,
+            severities,
+            thresholds,
+            fn,
+            order,
+            queries,
+            reads,
+            scope,
+            optional_reads,
+            optional_when,
+        )
 
     return declare
 

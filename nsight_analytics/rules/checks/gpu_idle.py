@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -73,6 +74,47 @@ _SHORT_GAPS_FIX = {
 _HOST_DETAIL = ("nvtx_ranges", "osrt_api", "cpu_samples", "cpu_ops")
 
 
+def _gaps(ctx: Context, rid: int) -> Any:
+    return ctx.query("gaps", rid, min_gap_ns=int(ctx["idle_gap_min_ns"]))
+
+
+def _at_startup(ctx: Context, rid: int) -> Callable[[Any], bool]:
+    """Is a gap before its device's first kernel (start-up, for a report without steps)?"""
+    first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.query("kernel_span", rid)}
+
+    def at_startup(g: Any) -> bool:
+        first_ns = first.get((g.report_id, g.device_id))
+        return first_ns is None or g.gap_end_ns <= first_ns
+
+    return at_startup
+
+
+def _idle(ctx: Context, rid: int) -> tuple[Any, Any, int, int, int, int] | None:
+    """gpu-idle's tests before it reads the gaps' causes and the host detail: (utilization,
+    steady window, idle time before the first kernels, span, idle time, steady steps), or None
+    when the report has no GPU span worth judging or idles less than `idle_share_warning` of it."""
+    util = ctx.query("utilization", rid, phase="steady")
+    if not util:
+        return None
+    window = ctx.steady(rid)
+    startup_ns = (
+        0 if window is not None else int(_gaps(ctx, rid).where(_at_startup(ctx, rid)).total("gap_ns"))
+    )
+    span = int(util.total("span_ns")) - startup_ns
+    idle = int(util.total("idle_ns")) - startup_ns
+    steps = int(window.steady_steps) if window is not None else 0
+    if span <= 0 or (span < ctx["idle_min_span_ns"] and steps < ctx["idle_min_steps"]):
+        return None
+    if idle / span < ctx["idle_share_warning"]:
+        return None
+    return util, window, startup_ns, span, idle, steps
+
+
+def _reads_host(ctx: Context, rid: int) -> bool:
+    """Does gpu-idle read the host detail (gap_host, gap_stacks) on this report?"""
+    return _idle(ctx, rid) is not None
+
+
 @rule(
     "gpu-idle",
     order=80,
@@ -80,6 +122,7 @@ _HOST_DETAIL = ("nvtx_ranges", "osrt_api", "cpu_samples", "cpu_ops")
     queries=("utilization", "gaps", "kernel_span", "gap_host", "graph_launches", "gap_stacks"),
     reads=("steps", "processes"),
     optional_reads=(*_HOST_DETAIL, *stacks.TABLES),
+    optional_when=_reads_host,
     severities=("warning", "critical"),
     thresholds=(
         Threshold(
@@ -163,31 +206,17 @@ def gpu_idle(ctx: Context, rid: int) -> list[Finding]:
     (cuModuleLoad*, cuLibraryLoad*) inside the gaps is start-up too and is left out. Severity
     follows the steady-state idle share.
     """
-    util = ctx.query("utilization", rid, phase="steady")
-    if not util:
+    judged = _idle(ctx, rid)
+    if judged is None:
         return []
-    gaps = ctx.query("gaps", rid, min_gap_ns=int(ctx["idle_gap_min_ns"]))
-    window = ctx.steady(rid)
+    util, window, startup_ns, span, idle, steps = judged
+    gaps = _gaps(ctx, rid)
     if window is not None:
         steady = gaps.where(lambda g: g.phase == "steady")
-        startup_ns = 0
     else:
-        first = {(r.report_id, r.device_id): r.first_kernel_ns for r in ctx.query("kernel_span", rid)}
-
-        def at_startup(g: Any) -> bool:
-            first_ns = first.get((g.report_id, g.device_id))
-            return first_ns is None or g.gap_end_ns <= first_ns
-
+        at_startup = _at_startup(ctx, rid)
         steady = gaps.where(lambda g: not at_startup(g))
-        startup_ns = int(gaps.where(at_startup).total("gap_ns"))
-    span = int(util.total("span_ns")) - startup_ns
-    idle = int(util.total("idle_ns")) - startup_ns
-    steps = int(window.steady_steps) if window is not None else 0
-    if span <= 0 or (span < ctx["idle_min_span_ns"] and steps < ctx["idle_min_steps"]):
-        return []
     share = idle / span
-    if share < ctx["idle_share_warning"]:
-        return []
     severity = "critical" if share >= ctx["idle_share_critical"] else "warning"
     by_cause = steady.sum_by("cause", "gap_ns")
     gap_total = int(steady.total("gap_ns"))
