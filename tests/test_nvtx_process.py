@@ -270,3 +270,63 @@ def test_a_range_counts_the_launches_at_its_edges_and_none_when_it_ends_before_i
         "before_all": (0, 0, 0, 0),
     }
     con.close()
+
+
+@pytest.mark.parametrize("path", ["deferred", "ranges", "kernels"])
+def test_ranges_within_one_time_bucket_keep_their_launches(tmp_path, path: str) -> None:
+    """The passes drop ranges that start and end in one 2^NVTX_BUCKET-ns bucket where their key
+    launches nothing, before the ASOF join. Launches (host start in ns, GPU ns), B the bucket:
+    main thread A1 at 2B+100 (1000), 2B+5000 (2000), 5B+10 (4000); worker A2 of the same
+    process at 7B+10 (8000). Ranges on A1 at the buckets' edges, answers by hand."""
+    from nsight_analytics.ingest.nvtx import NVTX_BUCKET
+
+    bucket = 1 << NVTX_BUCKET
+    export = tmp_path / "buckets.sqlite"
+    b = fx.ExportBuilder()
+    b.gpu()
+    a1 = b.process(100, "python")
+    a2 = b.thread(100, 101, "worker")
+    for host, gtid, dur in [(2 * bucket + 100, a1, 1000), (2 * bucket + 5000, a1, 2000),
+                            (5 * bucket + 10, a1, 4000), (7 * bucket + 10, a2, 8000)]:  # fmt: skip
+        b.launch_kernel(host, host + 5, dur, "k", gtid=gtid)
+    spans = {
+        "in_bucket": (2 * bucket + 50, 2 * bucket + 200),  # holds 2B+100
+        "between_in_bucket": (2 * bucket + 200, 2 * bucket + 4000),  # the bucket launches, not here
+        "whole_bucket": (2 * bucket, 3 * bucket - 1),  # both of bucket 2
+        "quiet_bucket": (3 * bucket + 10, 3 * bucket + 500),
+        "across": (4 * bucket + 100, 5 * bucket + 100),  # from a quiet bucket to 5B+10
+        "to_the_edge": (4 * bucket + 100, 5 * bucket),  # up to bucket 5, not to its launch
+        "ends_on_launch": (5 * bucket + 1, 5 * bucket + 10),
+        "starts_on_launch": (5 * bucket + 10, 5 * bucket + 20),
+        "worker_bucket": (7 * bucket, 7 * bucket + 100),  # only A2 launches there
+        "inverted": (2 * bucket + 6000, 2 * bucket + 50),
+    }
+    for name, (start, end) in spans.items():
+        b.nvtx(start, end, name, gtid=a1)
+    b.write(export)
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    rid = nsa.ingest(con, export).report_id
+    cols = "kernels, kernel_ns, process_kernels, process_kernel_ns"
+    if path == "kernels":
+        ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels"])
+        got = {r[0]: r[1:] for r in con.execute(f"SELECT name, {cols} FROM nvtx_ranges").fetchall()}
+    else:
+        if path == "ranges":
+            ensure_loaded(con, ["nvtx_ranges"])
+        got = {
+            r[0]: r[1:]
+            for r in nsa.query(con, "nvtx_summary", report_id=rid).select(f"name, {cols}").fetchall()
+        }
+    assert got == {
+        "in_bucket": (1, 1000, 1, 1000),
+        "between_in_bucket": (0, 0, 0, 0),
+        "whole_bucket": (2, 3000, 2, 3000),
+        "quiet_bucket": (0, 0, 0, 0),
+        "across": (1, 4000, 1, 4000),
+        "to_the_edge": (0, 0, 0, 0),
+        "ends_on_launch": (1, 4000, 1, 4000),
+        "starts_on_launch": (1, 4000, 1, 4000),
+        "worker_bucket": (0, 0, 1, 8000),
+        "inverted": (0, 0, 0, 0),
+    }
+    con.close()
