@@ -386,12 +386,19 @@ period AS (
     WHERE d > 0
     GROUP BY ALL
 ),
-sampled AS (
+sample_rows AS (
     SELECT t.tk, x.ts_ns, coalesce(x.function, x.leaf, '(no backtrace)') AS name
     FROM cpu_samples AS x
     JOIN threads AS t ON t.report_id = x.report_id AND t.global_tid = x.global_tid
-    ASOF JOIN cum AS c ON c.tk = t.tk AND x.ts_ns >= c.gap_start_ns
-    WHERE ($report_id IS NULL OR x.report_id = $report_id) AND x.ts_ns < c.gap_end_ns
+    WHERE $report_id IS NULL OR x.report_id = $report_id
+),
+-- (the gaps of the sampled threads only: a capture without samples sorts none of them)
+sampled AS (
+    SELECT x.tk, x.ts_ns, x.name
+    FROM sample_rows AS x
+    ASOF JOIN (SELECT * FROM cum SEMI JOIN (SELECT DISTINCT tk FROM sample_rows) AS s USING (tk)) AS c
+        ON c.tk = x.tk AND x.ts_ns >= c.gap_start_ns
+    WHERE x.ts_ns < c.gap_end_ns
 ),
 sample_parents AS (
     SELECT t.report_id, t.dev, 'sample' AS source, x.name, so.source AS parent_source, nm.name AS parent_name,
