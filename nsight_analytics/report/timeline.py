@@ -416,7 +416,7 @@ def idle_gaps(con: duckdb.DuckDBPyConnection, rid: int, t0: int, t1: int) -> lis
     except (duckdb.OutOfMemoryException, QueryError) as exc:
         if not params.out_of_memory(exc):
             raise
-        limit = params.first_row(con.execute("SELECT current_setting('memory_limit')"))[0]
+        limit = params.memory_limit(con)
         log.warning(
             "report %s: its idle gaps of at least %.3f ms did not fit in DuckDB's memory limit of %s; "
             "the timeline shows those of at least %.3f ms (`nsa query gaps` lists them all).",
