@@ -642,17 +642,19 @@ def rules_reads(
 
 def _rule_reads_by_report(
     con: duckdb.DuckDBPyConnection, report_id: int | None, only: Iterable[str] | None
-) -> dict[tuple[frozenset[str], frozenset[str]], list[int]]:
-    """{(tables needed, tables wanted): report ids}: per report, what the rules that will run on
-    it cannot judge without, and all they read (a rule on GPU metrics does not need the NVTX
-    ranges of a report without GPU metrics)."""
+) -> dict[tuple[frozenset[str], frozenset[str], frozenset[str]], list[int]]:
+    """{(tables needed, tables wanted, tables gated): report ids}: per report, what the rules that
+    will run on it cannot judge without, all they read (a rule on GPU metrics does not need the
+    NVTX ranges of a report without GPU metrics), and of the tables they can do without, those
+    only rules with `Rule.optional_when` read (loaded where one of those says it reads them)."""
     rows = con.execute("SELECT report_id, activity_kinds FROM reports ORDER BY report_id").fetchall()
-    groups: dict[tuple[frozenset[str], frozenset[str]], list[int]] = {}
+    groups: dict[tuple[frozenset[str], frozenset[str], frozenset[str]], list[int]] = {}
     for rid, kinds in rows:
         if report_id is None or rid == report_id:
             needed = frozenset(rules_reads(only, kinds or (), optional=False))
             wanted = frozenset(rules_reads(only, kinds or ()))
-            groups.setdefault((needed, wanted), []).append(int(rid))
+            gated = frozenset(_gated_on(only, tuple(kinds or ()))) & (wanted - needed)
+            groups.setdefault((needed, wanted, gated), []).append(int(rid))
     return groups
 
 
@@ -671,9 +673,8 @@ def _materialise_for_rules(
     those says it reads them (`config`: the thresholds' overrides it judges with; `context`: the
     rules' Context, when it is made already)."""
     cannot: set[tuple[int, str]] = set()
-    gated: list[tuple[list[int], set[str]]] = []
-    for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
-        later = _gated_reads(con, only, rids) & wanted - needed
+    gated: list[tuple[list[int], frozenset[str]]] = []
+    for (needed, wanted, later), rids in _rule_reads_by_report(con, report_id, only).items():
         # the optional tables first: a needed step may read what they copy instead of the source
         # (the steps read the copied NVTX ranges rather than scan the export's again)
         if wanted - needed - later:
@@ -695,20 +696,9 @@ def _materialise_for_rules(
     return cannot
 
 
-def _gated_reads(con: duckdb.DuckDBPyConnection, only: Iterable[str] | None, rids: Iterable[int]) -> set[str]:
-    """Optional tables that on every report of `rids` only rules with `optional_when` read (of
-    the rules `only` that run on it)."""
-    rows = params.execute(
-        con, "SELECT activity_kinds FROM reports WHERE list_contains($ids, report_id)", {"ids": list(rids)}
-    ).fetchall()
-    gated: set[str] | None = None
-    for (kinds,) in rows:
-        mine = _gated_on(only, tuple(kinds or ()))
-        gated = mine if gated is None else gated & mine
-    return gated or set()
-
-
 def _gated_on(only: Iterable[str] | None, kinds: tuple[str, ...]) -> set[str]:
+    """Tables that, of the rules `only` running on a report holding `kinds`, only rules with
+    `Rule.optional_when` read, and those only as optional."""
     chosen = [r for r in rules() if (only is None or r.id in set(only)) and r.runs_on(kinds)]
     always: set[str] = set()
     for r in chosen:
@@ -814,8 +804,7 @@ def _rules_pending(
     config: dict[str, Any] | None,
 ) -> bool:
     """Would `_materialise_for_rules` load anything?"""
-    for (needed, wanted), rids in _rule_reads_by_report(con, report_id, only).items():
-        later = _gated_reads(con, only, rids) & wanted - needed
+    for (needed, wanted, later), rids in _rule_reads_by_report(con, report_id, only).items():
         if _pending(con, wanted - later, rids):
             return True
         if later and any(_gated_wanted(con, rid, only, config, later) for rid in rids):
