@@ -26,11 +26,26 @@
 -- col host_ns BIGINT: summed duration of those op instances on the host (ns).
 -- col gpu_pct DOUBLE: share of the report's GPU time (sum of all its kernels, copies and memsets) (%).
 -- col launch_bound BOOLEAN: gpu_ns < host_ns: the op keeps the host busier than the GPU.
-WITH act AS (
-    SELECT report_id, pid, correlation_id, kind, end_ns - start_ns AS gpu_ns, rowid AS id,
-           api_calls > 0 AS called, api_start_ns, api_end_ns
-    FROM gpu_timeline
-    WHERE $report_id IS NULL OR report_id = $report_id
+WITH
+-- the reports with ops to name
+named AS (SELECT DISTINCT report_id FROM cpu_ops WHERE $report_id IS NULL OR report_id = $report_id),
+-- the work of reports with ops, one row each
+act AS (
+    SELECT a.report_id, a.pid, a.correlation_id, a.kind, a.end_ns - a.start_ns AS gpu_ns, a.rowid AS id,
+           a.api_start_ns, a.api_end_ns
+    FROM gpu_timeline AS a
+    SEMI JOIN named AS n ON n.report_id = a.report_id
+    WHERE $report_id IS NULL OR a.report_id = $report_id
+),
+-- the work of reports without ops, all '(no op)' or '(no launch call)': counted per report, kind
+-- and whether it has launch calls, the names written on those few groups
+plain AS (
+    SELECT a.report_id, coalesce(a.api_calls > 0, false) AS called, a.kind, count(*) AS n,
+           sum(a.end_ns - a.start_ns) AS gpu_ns
+    FROM gpu_timeline AS a
+    ANTI JOIN named AS n ON n.report_id = a.report_id
+    WHERE $report_id IS NULL OR a.report_id = $report_id
+    GROUP BY ALL
 ),
 -- the ops that can be named at this level
 ops AS (
@@ -42,7 +57,6 @@ ops AS (
             END
 ),
 -- the thread of each launch, for the reports with ops
-named AS (SELECT DISTINCT report_id FROM cpu_ops WHERE $report_id IS NULL OR report_id = $report_id),
 tids AS (
     SELECT c.report_id, c.pid, c.correlation_id, min(c.tid) AS tid
     FROM cuda_api AS c
@@ -52,9 +66,8 @@ tids AS (
 ),
 launch AS (
     SELECT a.report_id, a.pid, a.id, a.kind, a.gpu_ns, c.tid, a.api_start_ns AS start_ns, a.api_end_ns AS end_ns,
-           CASE WHEN n.report_id IS NULL THEN NOT coalesce(a.called, false) ELSE c.tid IS NULL END AS uncalled
+           c.tid IS NULL AS uncalled
     FROM act AS a
-    LEFT JOIN named AS n USING (report_id)
     LEFT JOIN tids AS c USING (report_id, pid, correlation_id)
 ),
 -- 'top': in (start, longest first) order on a thread, the outermost op enclosing a launch is the
@@ -133,6 +146,13 @@ per_op AS (
            count(*) FILTER (WHERE kind IN ('memcpy', 'memset')) AS copies,
            sum(gpu_ns) AS gpu_ns
     FROM attributed
+    GROUP BY ALL
+    UNION ALL
+    SELECT report_id, CASE WHEN called THEN '(no op)' ELSE '(no launch call)' END AS op_name,
+           CAST(coalesce(sum(n) FILTER (WHERE kind = 'kernel'), 0) AS BIGINT) AS kernels,
+           CAST(coalesce(sum(n) FILTER (WHERE kind IN ('memcpy', 'memset')), 0) AS BIGINT) AS copies,
+           sum(gpu_ns) AS gpu_ns
+    FROM plain
     GROUP BY ALL
 )
 SELECT
