@@ -2,7 +2,7 @@
 returns on the same Parquet dataset (`nsa export`), and the rest are refused by name.
 
 One local SparkSession serves the whole run (local[2], UI off, quiet logs); without pyspark,
-sqlglot or Java the file is skipped with the reason (CI's 3.10 / 3.13 runs install `.[test]`
+sqlglot or Java the file is skipped with the reason (CI's 3.10 / 3.13 runs install `.[test-core]`
 only). The dataset holds real captures of each kind the queries read: an nsys training loop
 (../shared/realdata, when it is there), a PyTorch profiler trace, and a two-rank DDP run.
 """
