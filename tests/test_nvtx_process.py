@@ -272,13 +272,20 @@ def test_a_range_counts_the_launches_at_its_edges_and_none_when_it_ends_before_i
     con.close()
 
 
+@pytest.mark.parametrize("prune", [True, False])
 @pytest.mark.parametrize("path", ["deferred", "ranges", "kernels"])
-def test_ranges_within_one_time_bucket_keep_their_launches(tmp_path, path: str) -> None:
+def test_ranges_within_one_time_bucket_keep_their_launches(
+    tmp_path, monkeypatch, path: str, prune: bool
+) -> None:
     """The passes drop ranges that start and end in one 2^NVTX_BUCKET-ns bucket where their key
-    launches nothing, before the ASOF join. Launches (host start in ns, GPU ns), B the bucket:
+    launches nothing, before the ASOF join, where that pays (prune_pays; here forced either
+    way: the same answers). Launches (host start in ns, GPU ns), B the bucket:
     main thread A1 at 2B+100 (1000), 2B+5000 (2000), 5B+10 (4000); worker A2 of the same
     process at 7B+10 (8000). Ranges on A1 at the buckets' edges, answers by hand."""
+    from nsight_analytics.ingest import nvtx
     from nsight_analytics.ingest.nvtx import NVTX_BUCKET
+
+    monkeypatch.setattr(nvtx, "prune_pays", lambda con, ranges, running: prune)
 
     bucket = 1 << NVTX_BUCKET
     export = tmp_path / "buckets.sqlite"
@@ -329,4 +336,60 @@ def test_ranges_within_one_time_bucket_keep_their_launches(tmp_path, path: str) 
         "worker_bucket": (0, 0, 1, 8000),
         "inverted": (0, 0, 0, 0),
     }
+    con.close()
+
+
+@pytest.mark.parametrize("path", ["deferred", "ranges", "kernels"])
+@pytest.mark.parametrize(("ranges", "launches", "pruned"), [(5, 3, True), (4, 3, False), (2, 6, False)])
+def test_the_bucket_pruning_runs_only_where_ranges_outnumber_launches(
+    tmp_path, monkeypatch, path: str, ranges: int, launches: int, pruned: bool
+) -> None:
+    """NVTX_NEAR's semi join hashes every launch: the passes run it only where the ranges
+    outnumber the launches. Thread A1 launches `launches` kernels two buckets apart, and its
+    `ranges` ranges lie one bucket apart, every other one around a launch while there is one;
+    worker A2 of the same process launches one kernel more, so the process pass runs too. Each
+    pass (same thread, process) asked once, with the same answer."""
+    from nsight_analytics.ingest import nvtx
+    from nsight_analytics.ingest.nvtx import NVTX_BUCKET
+
+    bucket = 1 << NVTX_BUCKET
+    asked: list[bool] = []
+    pass_sql = nvtx.pass_sql
+
+    def recorded(keys: str, running: str, key: str, prune: bool) -> str:
+        asked.append(prune)
+        return pass_sql(keys, running, key, prune)
+
+    monkeypatch.setattr(nvtx, "pass_sql", recorded)
+    export = tmp_path / "gate.sqlite"
+    b = fx.ExportBuilder()
+    b.gpu()
+    a1 = b.process(100, "python")
+    a2 = b.thread(100, 101, "worker")
+    for i in range(launches):
+        b.launch_kernel(2 * i * bucket + 100, 2 * i * bucket + 105, 1000, "k", gtid=a1)
+    b.launch_kernel(2 * launches * bucket + 100, 2 * launches * bucket + 105, 1000, "k", gtid=a2)
+    held = 0
+    for i in range(ranges):
+        start = i * bucket + 50  # even i: around launch i/2 while there is one
+        holds = i % 2 == 0 and i // 2 < launches
+        held += holds
+        b.nvtx(start, start + 100, f"r{i}", gtid=a1)
+    b.write(export)
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    rid = nsa.ingest(con, export).report_id
+    if path == "kernels":
+        ensure_loaded(con, ["nvtx_ranges", "nvtx_kernels"])
+        got = con.execute("SELECT sum(kernels), sum(process_kernels) FROM nvtx_ranges").fetchone()
+    else:
+        if path == "ranges":
+            ensure_loaded(con, ["nvtx_ranges"])
+        got = (
+            nsa.query(con, "nvtx_summary", report_id=rid)
+            .aggregate("sum(kernels), sum(process_kernels)")
+            .fetchone()
+        )
+    # both passes' running totals hold the process's launches + 1 rows (one start each)
+    assert asked == [pruned, pruned]
+    assert tuple(got) == (held, held)
     con.close()

@@ -61,18 +61,20 @@ FROM (SELECT report_id, pid, start_ns, sum(kernels) AS kernels, sum(kernel_ns) A
 WINDOW w AS (PARTITION BY report_id, pid ORDER BY start_ns ROWS UNBOUNDED PRECEDING)
 """
 # `n`: the first launch at or after the range's start; its totals less its own launches are the
-# totals before the range (a sum of no durations is NULL: 0). Before that join, a hash semi join
-# drops the ranges that start and end in one time bucket (2^NVTX_BUCKET ns of their key) where
-# the key launches nothing: they hold no launch, and they are most ranges (at x300, 2.7M of the
-# 5.03M go; the ASOF sort of the rest is what the pass costs).
+# totals before the range (a sum of no durations is NULL: 0). Before that join, `near` may drop
+# the ranges that start and end in one time bucket (2^NVTX_BUCKET ns of their key) where the key
+# launches nothing, by a hash semi join (NVTX_NEAR): they hold no launch, and where ranges are
+# many they are most of them (at x300, 2.7M of the 5.03M go; the ASOF sort of the rest is what
+# the pass costs). The semi join hashes every launch, so it runs only where the ranges outnumber
+# the launches (prune_pays): at tr250, 18,000 ranges beside 2.05M launches, it saved nothing.
 NVTX_BUCKET = 16
+NVTX_NEAR = """
+SELECT * FROM r
+WHERE r.start_ns >> {bucket} <> r.end_ns >> {bucket}
+    OR (r.{key}, r.start_ns >> {bucket}) IN (SELECT DISTINCT (b.{key}, b.start_ns >> {bucket}) FROM running AS b)
+"""
 NVTX_PASS = """
-WITH r AS ({keys}), running AS ({running}),
-near AS (
-    SELECT * FROM r
-    WHERE r.start_ns >> {bucket} <> r.end_ns >> {bucket}
-        OR (r.{key}, r.start_ns >> {bucket}) IN (SELECT DISTINCT (b.{key}, b.start_ns >> {bucket}) FROM running AS b)
-),
+WITH r AS ({keys}), running AS ({running}), near AS ({near}),
 launching AS (
     SELECT
         r.src_row, r.{key}, r.end_ns,
@@ -123,10 +125,13 @@ PASSES = {
 }
 
 
-def _nvtx_chunks(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> list[tuple[str, str]]:
+def _nvtx_chunks(
+    con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int
+) -> tuple[list[tuple[str, str]], int]:
     """Split the report's closed ranges that a pass works out (PASSES, by `key`:
     global_tid or pid) into parts of about `chunk` ranges, as (filter on `key`, filter on the
-    rowid): whole keys grouped while they fit, a larger key cut at quantiles of its rowids."""
+    rowid): whole keys grouped while they fit, a larger key cut at quantiles of its rowids.
+    Returns the parts and how many ranges they hold."""
     counts = con.execute(
         f"SELECT {key}, count(*) FROM nvtx_ranges WHERE report_id = {rid} AND end_ns IS NOT NULL "
         f"AND {PASSES[key].ranges} GROUP BY ALL ORDER BY 1"
@@ -157,7 +162,7 @@ def _nvtx_chunks(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int)
         size += n
     if group:
         parts.append((f"{key} IN ({', '.join(map(str, group))})", "true"))
-    return parts
+    return parts, sum(n for _, n in counts)
 
 
 def _pass(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> None:
@@ -168,18 +173,31 @@ def _pass(con: duckdb.DuckDBPyConnection, rid: int, key: str, chunk: int) -> Non
         f"CREATE OR REPLACE TEMP TABLE {spec.table} (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
     )
     within = f" AND {spec.ranges}" if spec.per_range else ""
-    chunks = _nvtx_chunks(con, rid, key, chunk)
+    chunks, ranges = _nvtx_chunks(con, rid, key, chunk)
     if chunks and spec.build:
         con.execute(f"CREATE OR REPLACE TEMP TABLE {spec.running} AS {spec.build}")
+    prune = bool(chunks) and prune_pays(con, ranges, spec.running)
     for of_keys, of_rows in chunks:
         keys = (
             "SELECT rowid AS src_row, report_id, pid, global_tid, start_ns, end_ns FROM nvtx_ranges "
             f"WHERE report_id = {rid} AND end_ns IS NOT NULL AND {of_keys} AND {of_rows}{within}"
         )
         running = f"SELECT * FROM {spec.running} WHERE {of_keys}"
-        con.execute(
-            f"INSERT INTO {spec.table} {NVTX_PASS.format(keys=keys, running=running, key=key, bucket=NVTX_BUCKET)}"
-        )
+        con.execute(f"INSERT INTO {spec.table} {pass_sql(keys, running, key, prune)}")
+
+
+def prune_pays(con: duckdb.DuckDBPyConnection, ranges: int, running: str) -> bool:
+    """Does NVTX_NEAR's pruning pay in a pass over about `ranges` ranges (an upper bound will
+    do) and the running totals of the temp table `running`? Only where the ranges outnumber the
+    launches it hashes (a table's row count: no scan)."""
+    return ranges > params.first_row(con.execute(f"SELECT count(*) FROM {running}"))[0]
+
+
+def pass_sql(keys: str, running: str, key: str, prune: bool) -> str:
+    """NVTX_PASS by `key` over the ranges `keys` and the running totals `running`, the ranges
+    that cannot hold a launch dropped first when `prune` (NVTX_NEAR)."""
+    near = NVTX_NEAR.format(key=key, bucket=NVTX_BUCKET) if prune else "SELECT * FROM r"
+    return NVTX_PASS.format(keys=keys, running=running, key=key, near=near)
 
 
 def fill_nvtx_kernels(con: duckdb.DuckDBPyConnection, report_id: int, chunk: int = NVTX_CHUNK) -> int:
@@ -339,12 +357,14 @@ class NvtxSource:
     (the same src_row). Each may read the export itself. `resolved`: `ranges` holds src_row,
     domain, name, base_name, end_ns and duration_ns (the workspace's ranges), so one aggregation
     by domain and base name (NVTX_TOTALS_OF_RANGES) replaces the keys and their fold, and
-    `threads` gives pid and global_tid of every thread with a range."""
+    `threads` gives pid and global_tid of every thread with a range. `size`: SQL of one number,
+    at least the rows of `spans`, known without reading them (it decides prune_pays)."""
 
     ranges: str
     keys: tuple[str, ...]
     named: str
     spans: str
+    size: str
     threads: str = ""
     resolved: bool = False
 
@@ -373,18 +393,19 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: Nvt
     rid = int(report_id)
     closed = f"SELECT * FROM ({source.spans}) AS s WHERE s.end_ns IS NOT NULL"
     same = f"{closed} AND s.global_tid IN (SELECT global_tid FROM _nsa_running)"
+    size = int(params.first_row(con.execute(source.size))[0])
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE _nsa_running AS {NVTX_RUNNING.format(rid=rid, calls=calls)}"
         )
-        _pass_table(con, rid, "_nsa_nvtx", same, "_nsa_running", "global_tid")
+        _pass_table(con, rid, "_nsa_nvtx", same, size, "_nsa_running", "global_tid")
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _nsa_nvtx_process (src_row BIGINT, kernels BIGINT, kernel_ns BIGINT)"
         )
         if source.resolved:
             process = f"SELECT s.* FROM ({closed}) AS s {OTHER_LAUNCHERS} WHERE {OTHERS}"
             if _other_launchers(con, source.threads):
-                _pass_table(con, rid, "_nsa_nvtx_process", process, "_nsa_running_process", "pid")
+                _pass_table(con, rid, "_nsa_nvtx_process", process, size, "_nsa_running_process", "pid")
             ranges = NVTX_RANGE_KERNELS.format(ranges=source.ranges)
             return _insert_totals(con, rid, NVTX_TOTALS_OF_RANGES.format(rid=rid, ranges=ranges))
         keys = ", ".join(source.keys)
@@ -397,7 +418,9 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, report_id: int, source: Nvt
                 f"s.end_ns - s.duration_ns AS start_ns, s.end_ns FROM ({source.ranges}) AS s {OTHER_LAUNCHERS} "
                 f"WHERE s.end_ns IS NOT NULL AND ({OTHERS})"
             )
-            _pass_table(con, rid, "_nsa_nvtx_process", process, "_nsa_running_process", "pid", summed=True)
+            _pass_table(
+                con, rid, "_nsa_nvtx_process", process, size, "_nsa_running_process", "pid", summed=True
+            )
             con.execute(
                 "UPDATE _nsa_nvtx_keys AS k SET process_kernels = p.kernels, process_kernel_ns = p.kernel_ns "
                 f"FROM _nsa_nvtx_process AS p WHERE p.src_row IS NOT DISTINCT FROM {_key_of(source.keys, 'k')}"
@@ -428,15 +451,17 @@ def _pass_table(
     rid: int,
     table: str,
     spans: str,
+    size: int,
     running: str,
     key: str,
     summed: bool = False,
 ) -> None:
     """Make `table` (src_row, kernels, kernel_ns) of the ranges of `spans` (src_row, pid,
-    global_tid, start_ns, end_ns of closed ranges) that launched any kernel, by NVTX_PASS on
-    `key` over the temp table `running`; `summed`: several ranges share a src_row, summed."""
+    global_tid, start_ns, end_ns of closed ranges; at most `size`) that launched any kernel, by
+    NVTX_PASS on `key` over the temp table `running`; `summed`: several ranges share a src_row,
+    summed."""
     keys = f"SELECT src_row, {rid} AS report_id, pid, global_tid, start_ns, end_ns FROM ({spans})"
-    sql = NVTX_PASS.format(keys=keys, running=f"SELECT * FROM {running}", key=key, bucket=NVTX_BUCKET)
+    sql = pass_sql(keys, f"SELECT * FROM {running}", key, prune_pays(con, size, running))
     if summed:
         sql = f"SELECT src_row, sum(kernels) AS kernels, sum(kernel_ns) AS kernel_ns FROM ({sql}) GROUP BY src_row"
     con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}")
@@ -450,6 +475,7 @@ def ranges_of(report_id: int) -> NvtxSource:
         keys=("domain", "name", "base_name"),
         named="SELECT * FROM _nsa_nvtx_keys",
         spans=f"SELECT rowid AS src_row, pid, global_tid, start_ns, end_ns {of}",
+        size=f"SELECT count(*) {of}",
         threads=f"SELECT DISTINCT pid, global_tid {of}",
         resolved=True,
     )
