@@ -172,16 +172,31 @@ flat AS NOT MATERIALIZED (
     FROM overlapping
     WHERE key % 8 IN (0, 1, 5)
 ),
--- the ranges, ops and frames that overlap the gaps, with their names (row: rowid in their table)
+-- the ranges, ops and frames that overlap the gaps, with their names (row: rowid in their table),
+-- looked up by a mark join (`rowid IN`, which hashes the overlapping rows: few) rather than a join
+-- on rowid, which DuckDB's estimates (ASOF joins) make hash the whole table with its names
 nested AS (
     SELECT o.tk, 2 AS src, o.key // 8 AS row, o.start_ns, o.end_ns, o.g_start, o.g_end,
            coalesce(r.base_name, r.name) AS name
     FROM (SELECT * FROM overlapping WHERE key % 8 = 2) AS o
-    JOIN nvtx_ranges AS r ON r.rowid = o.key // 8
+    JOIN (
+        SELECT * FROM (
+            SELECT rowid, base_name, name,
+                   rowid IN (SELECT key // 8 FROM overlapping WHERE key % 8 = 2) AS hit
+            FROM nvtx_ranges
+        )
+        WHERE hit
+    ) AS r ON r.rowid = o.key // 8
     UNION ALL
     SELECT o.tk, o.key % 8 AS src, o.key // 8 AS row, o.start_ns, o.end_ns, o.g_start, o.g_end, p.name
     FROM (SELECT * FROM overlapping WHERE key % 8 IN (3, 4)) AS o
-    JOIN cpu_ops AS p ON p.rowid = o.key // 8
+    JOIN (
+        SELECT * FROM (
+            SELECT rowid, name, rowid IN (SELECT key // 8 FROM overlapping WHERE key % 8 IN (3, 4)) AS hit
+            FROM cpu_ops
+        )
+        WHERE hit
+    ) AS p ON p.rowid = o.key // 8
 ),
 nested_names AS (
     SELECT src, name, -row_number() OVER (ORDER BY src, name) AS nid
