@@ -18,7 +18,7 @@ import pytest
 import nsight_analytics as nsa
 from conftest import ROOT
 from nsight_analytics import api
-from nsight_analytics.ingest import stacks
+from nsight_analytics.ingest import stacks, timeline
 from nsight_analytics.ingest.nsys import nsys_cli
 
 DATA = ROOT / "tests" / "data" / "stacks"
@@ -686,6 +686,7 @@ def test_each_idle_gap_has_one_ending_activity(ws) -> None:
     end among the ends before it), so no two of a device's gaps start at one time. The gaps
     counted from the exports' GPU activity by a sort (sqlite3) are the timeline's, one start each."""
     con, ids, plain = ws
+    timeline.ensure(con)  # worked out on first use: this test may run before any query
     tables = (
         "CUPTI_ACTIVITY_KIND_KERNEL",
         "CUPTI_ACTIVITY_KIND_MEMCPY",
