@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from .. import params
 from ..errors import InputError, NsaError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -118,6 +119,16 @@ def attach(
 # SQLite opens no file whose full path (symbolic links resolved) is this long or longer: its unix
 # VFS takes 512 bytes, less room for a journal suffix. The export itself is fine.
 SQLITE_MAX_PATH = 504
+
+
+def open_attached(con: duckdb.DuckDBPyConnection, alias: str) -> sqlite3.Connection:
+    """The export attached as `alias`, opened by sqlite3 itself (read-only, immutable), for what
+    DuckDB's SQLite reader does slowly or refuses: a table's largest rowid (the reader scans the
+    table for it), a BLOB column declared TEXT. The caller closes it."""
+    path = params.first_row(
+        params.execute(con, "SELECT path FROM duckdb_databases() WHERE database_name = $a", {"a": alias})
+    )[0]
+    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
 
 
 def _refuse_long_path(path: Path) -> None:

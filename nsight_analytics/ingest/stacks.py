@@ -27,7 +27,6 @@ so are stacks (one stack_id per list of frames), so a million samples of one loo
 from __future__ import annotations
 
 import re
-import sqlite3
 import struct
 import sys
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 import duckdb
 
 from .. import params, schema
+from .sqlite_source import open_attached
 
 if TYPE_CHECKING:  # imported where used: ~0.1 s that every CLI command paid (issue 31)
     import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
@@ -273,10 +273,7 @@ def _python_rows(con: duckdb.DuckDBPyConnection, src: Source) -> tuple[pa.Table,
     blob = "binaryData" if "binaryData" in cols else "NULL"
     domains = ", ".join(str(d) for d in layouts)
     # read with sqlite3: nsys declares binaryData TEXT, which DuckDB's SQLite reader refuses for a BLOB
-    path = params.first_row(
-        params.execute(con, "SELECT path FROM duckdb_databases() WHERE database_name = $a", {"a": src.alias})
-    )[0]
-    db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    db = open_attached(con, src.alias)
     cur = db.execute(
         f"SELECT domainId, start, globalTid, {blob} FROM {NVTX} "
         f"WHERE eventType = {PYTHON_EVENT} AND domainId IN ({domains})"

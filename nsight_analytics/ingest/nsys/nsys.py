@@ -20,7 +20,7 @@ from ...errors import InputError
 from .. import stacks
 from ..nvtx import WAIT_RANGES, NvtxSource, calls_of, fill_nvtx_kernels, ranges_of, sum_nvtx_totals
 from ..nvtx import fill_nvtx_totals as nvtx_totals
-from ..sqlite_source import EXPORT_HINT
+from ..sqlite_source import EXPORT_HINT, open_attached
 from ..steps import GRAPH_LAUNCH, STEP_HINT, fill_steps
 from . import nsys_gpu_metrics
 
@@ -518,11 +518,8 @@ def _export_rows(con: duckdb.DuckDBPyConnection, src: Source, table: str) -> int
     """At least the rows of the export's `table`: its largest rowid, which SQLite answers
     without a scan (DuckDB's SQLite reader scans the table for it: 2.1 s at 5M rows); when
     SQLite cannot say, more rows than any export holds."""
-    path = params.first_row(
-        params.execute(con, "SELECT path FROM duckdb_databases() WHERE database_name = $a", {"a": src.alias})
-    )[0]
     try:
-        with closing(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)) as db:
+        with closing(open_attached(con, src.alias)) as db:
             return int(db.execute(f'SELECT coalesce(max(rowid), 0) FROM "{table}"').fetchone()[0])
     except sqlite3.Error:
         return 2**62
