@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import nsight_analytics as nsa
+from nsight_analytics.ingest import timeline
 from rows import gunzipped_sqlite
 
 DDP = Path(__file__).resolve().parent / "data" / "ddp"
@@ -593,6 +594,7 @@ def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
         end = work[nxt][0] if nxt is not None else max(last, steps[j][1])
         if steps[j][2] and (nxt is None or work[nxt][0] > first):
             want[j] = (first, end)
+    timeline.ensure(con)  # nsa_rank_steps reads the GPU activity from the stored timeline
     got = con.execute("SELECT step, start_ns, end_ns FROM nsa_rank_steps(1)").fetchall()
     con.close()
     assert want and {s: (a, b) for s, a, b in got} == want

@@ -58,9 +58,10 @@ CREATE OR REPLACE MACRO nsa_rank_activity(nsa_run) AS TABLE
 --     (kernel-pattern steps); of several series (threads), the one with the most steady steps
 --     (ties: the lowest series id).
 --   - NVTX steps (and graph steps: host ranges from one graph launch call to the next): a
---     step's work is the GPU activity of the rank's GPU launched inside the step's host range
---     by the range's process (its launch call, cuda_api joined on report_id, pid,
---     correlation_id, starts in the range; without a launch call the GPU start stands in).
+--     step's work is the GPU activity of the rank's GPU (gpu_timeline's rows) launched inside
+--     the step's host range by the range's process (its launch call, cuda_api joined on
+--     report_id, pid, correlation_id, starts in the range; without a launch call the GPU start
+--     stands in).
 --     diff/timeline.py takes every GPU of the process: the same windows for a process on one GPU. Its window runs from the first GPU start of
 --     its work to the first GPU start of the next step's (steps without work are skipped; a step
 --     whose next step starts no later is dropped); the last step's, to the later of its work's
@@ -88,11 +89,15 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
     ),
     mine AS (SELECT rs.* FROM rs SEMI JOIN pick USING (run_id, rank, series)),
     nvtx AS (SELECT * FROM mine WHERE source IN ('nvtx', 'graphs')),
+    -- the rank's GPU activity as gpu_timeline lists it (kernels, communication kernels among
+    -- them, copies, memsets, graph executions): which is communication does not matter here
     step_work AS (
-        SELECT a.run_id, a.rank, a.report_id, a.pid, a.correlation_id, a.start_ns, a.end_ns
-        FROM nsa_rank_activity(nsa_run) AS a
+        SELECT r.run_id, r.rank, a.report_id, a.pid, a.correlation_id, a.start_ns, a.end_ns
+        FROM gpu_timeline AS a
+        JOIN r ON r.report_id = a.report_id AND r.device_id = a.device_id
         SEMI JOIN (SELECT DISTINCT run_id, rank, pid FROM nvtx) AS m
-            ON m.run_id = a.run_id AND m.rank = a.rank AND m.pid = a.pid
+            ON m.run_id = r.run_id AND m.rank = r.rank AND m.pid = a.pid
+        WHERE r.rank_pid IS NULL OR a.pid = r.rank_pid
     ),
     -- the launch calls of that work only: the semi join keeps the grouping to the calls that
     -- launched GPU work (most CUDA API calls launch nothing: event records, syncs, queries)
