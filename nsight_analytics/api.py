@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +74,14 @@ def _open(
     """The workspace with the query library's TEMP macros (they exist per connection). A folder
     is a Parquet dataset (`nsa export`): opened read-only, whatever `read_only` says.
     `standalone`: see workspace.open_workspace."""
+    load_plugins()  # before the macros: a plugin's queries get theirs
+    builtin = queries.builtin_macros()
     if db is not None and Path(db).expanduser().is_dir():
         con = dataset.open_dataset(db)
-    else:
-        con = open_workspace(db, read_only=read_only, standalone=standalone)
-    load_plugins()  # before the macros: a plugin's queries get theirs
-    queries.install_macros(con)
+    else:  # a new file: a copy of the cached empty workspace that has this library's macros
+        fill = partial(queries.install_macros, builtin=builtin)
+        con = open_workspace(db, read_only=read_only, standalone=standalone, template=(builtin.stamp, fill))
+    queries.install_macros(con, builtin)
     return con
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache, partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 
@@ -493,7 +493,23 @@ def _writable_file(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(row and row[0] and not row[1])
 
 
-def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+class Builtin(NamedTuple):
+    """The built-in library's macros: shared files' SQL, (query, CREATE statement) per query,
+    and their stamp (a hash of both and of the duckdb version)."""
+
+    shared: list[str]
+    tables: list[tuple[str, str]]
+    stamp: str
+
+
+def builtin_macros() -> Builtin:
+    macro_sources()  # a team macro that replaces the library's is refused before anything runs
+    shared, tables = _statements(builtin=True)
+    stamp = hashlib.sha256("\x00".join([duckdb.__version__, *shared, *(s for _, s in tables)]).encode())
+    return Builtin(shared, tables, stamp.hexdigest())
+
+
+def install_macros(con: duckdb.DuckDBPyConnection, builtin: Builtin | None = None) -> dict[str, str]:
     """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
 
     The built-in library's are stored in the workspace when nsa can write it (see STAMP_MACRO),
@@ -503,15 +519,14 @@ def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     macro that overrides a library macro hides the stored one. Returns {query: error} for queries
     that could not become macros: one broken file must not take the workspace down with it;
     `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
+    `builtin`: builtin_macros(), when the caller has it.
     """
-    macro_sources()
-    shared, tables = _statements(builtin=True)
-    stamp = hashlib.sha256("\x00".join([duckdb.__version__, *shared, *(s for _, s in tables)]).encode())
+    shared, tables, stamp = builtin or builtin_macros()
     stored = _stored(con)
-    if stored is not None and stored.get("stamp") == stamp.hexdigest():
+    if stored is not None and stored.get("stamp") == stamp:
         failed = dict(stored.get("failed") or {})
     elif _writable_file(con):
-        failed = _store(con, shared, tables, stamp.hexdigest(), stored)
+        failed = _store(con, shared, tables, stamp, stored)
     else:
         failed = _create(con, shared, tables, temp=True)
     team_shared, team_tables = _statements(builtin=False)

@@ -12,7 +12,9 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -96,15 +98,25 @@ def _explain(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: f
     )
 
 
+# What a new workspace file holds besides the canonical tables (the query library's macros):
+# `key` names that content (changes whenever it does), `fill` writes it into a connection.
+Template = tuple[str, Callable[[duckdb.DuckDBPyConnection], object]]
+
+
 def open_workspace(
-    db: str | os.PathLike[str] | None = None, *, read_only: bool = False, standalone: bool = False
+    db: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+    standalone: bool = False,
+    template: Template | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Open (creating when writable) the workspace and make sure the canonical tables exist.
 
-    The query library's macros are not installed here: the facade (api) does that, a layer up.
-    `:memory:` is a workspace in memory, as in DuckDB (not a file of that name). `standalone`:
-    the caller is an nsa command, which runs no one else's SQL and opens the file nowhere else
-    in its process (see STANDALONE)."""
+    The query library's macros are not installed here: the facade (api) does that, a layer up,
+    and gives `template` for a new file, which is then a copy of a cached empty workspace with
+    the tables and that content (see _copy_template). `:memory:` is a workspace in memory, as
+    in DuckDB (not a file of that name). `standalone`: the caller is an nsa command, which runs
+    no one else's SQL and opens the file nowhere else in its process (see STANDALONE)."""
     if db is not None and os.fspath(db) == MEMORY:
         con = params.connect(MEMORY)
         con.execute("SET asof_loop_join_threshold = 0")
@@ -125,7 +137,17 @@ def open_workspace(
                 f"with --db or ${ENV_DB}."
             )
     _refuse_export(path)
-    con = _connect_waiting(path, read_only, standalone)  # extensions are never downloaded (params.connect)
+    copied = template is not None and not read_only and _copy_template(path, template)
+    try:  # extensions are never downloaded (params.connect)
+        con = _connect_waiting(path, read_only, standalone)
+    except WorkspaceError as exc:
+        cause = exc.__cause__
+        if not copied or template is None or not isinstance(cause, duckdb.Error) or _is_lock_error(cause):
+            raise
+        # the cached copy is not a workspace this DuckDB opens (damaged): made anew, without it
+        _remove_template(template[0])
+        path.unlink(missing_ok=True)
+        return open_workspace(path, standalone=standalone)
     # DuckDB runs an ASOF join as a nested loop when it guesses the probing side has under 64
     # rows; its guesses for CTEs and macros are often that low while the real side has
     # thousands (step windows, collectives): a 104M-row loop in rank_balance at 1M kernels.
@@ -138,6 +160,107 @@ def open_workspace(
         open_workspace(path, standalone=standalone).close()
         return open_workspace(path, read_only=True, standalone=standalone)
     return con
+
+
+# The cached templates: an empty workspace (canonical tables, views, the library's macros) per
+# library, layout and DuckDB version, made on the first new workspace and copied for the next
+# ones, which then cost a file copy instead of creating ~40 tables and storing ~70 macros (DuckDB
+# parsing ~245k characters of SQL, ~0.1 CPU-s). $NSA_CACHE_DIR names the folder; empty, no
+# template is used.
+ENV_CACHE = "NSA_CACHE_DIR"
+_TEMPLATE = "workspace-{}.duckdb"
+_KEEP_TEMPLATES = 4  # the newest: a few nsa versions side by side each keep theirs
+
+
+def cache_dir() -> Path | None:
+    """nsa's folder in the user's cache ($NSA_CACHE_DIR, else the platform's): None when
+    $NSA_CACHE_DIR is empty or no home folder is known."""
+    env = os.environ.get(ENV_CACHE)
+    if env is not None:
+        return Path(env).expanduser() if env else None
+    base = os.environ.get("LOCALAPPDATA" if sys.platform == "win32" else "XDG_CACHE_HOME")
+    try:
+        if sys.platform == "win32":
+            root = Path(base) if base else None
+        elif sys.platform == "darwin":
+            root = Path.home() / "Library" / "Caches"
+        else:
+            root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    except RuntimeError:  # no home folder
+        return None
+    return root / "nsight-analytics" if root else None
+
+
+def _template_path(key: str) -> Path | None:
+    """The template of this content key, schema (tables, views, layout version) and DuckDB version."""
+    folder = cache_dir()
+    if folder is None:
+        return None
+    parts = [key, str(SCHEMA_VERSION), duckdb.__version__, *(t.ddl() for t in schema.TABLES)]
+    return folder / _TEMPLATE.format(hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32])
+
+
+def _copy_template(path: Path, template: Template) -> bool:
+    """Make the new workspace `path` a copy of the cached template (made first when missing);
+    False, changing nothing, where the file exists, or the cache cannot be read or written
+    (the caller then creates the workspace statement by statement)."""
+    if path.exists() or path.with_name(path.name + ".wal").exists():
+        return False
+    try:
+        cached = _template_path(template[0])
+        if cached is None:
+            return False
+        if not cached.is_file():
+            _make_template(cached, template[1])
+        # copied under another name, then linked: a concurrent `nsa ingest` to the same path sees
+        # either no file or a whole one, and the one that links second opens the first's
+        partial = path.with_name(f"{path.name}.template-{os.getpid()}")
+        try:
+            shutil.copyfile(cached, partial)
+            os.link(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    except (OSError, duckdb.Error) as exc:
+        log.debug("new workspace %s made without the cached template: %s", path, exc)
+        return False
+    return True
+
+
+def _make_template(cached: Path, fill: Callable[[duckdb.DuckDBPyConnection], object]) -> None:
+    """Write the template under a name of this process, then rename it: a reader never copies a
+    partial one. The oldest templates beyond _KEEP_TEMPLATES go."""
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.stem}.partial-{os.getpid()}")
+    try:
+        con = params.connect(str(partial))
+        try:
+            ensure_schema(con)
+            fill(con)
+        finally:
+            con.close()
+        partial.replace(cached)
+    finally:
+        partial.unlink(missing_ok=True)
+        partial.with_name(partial.name + ".wal").unlink(missing_ok=True)
+    made = sorted(cached.parent.glob(_TEMPLATE.format("*")), key=_mtime, reverse=True)
+    for old in made[_KEEP_TEMPLATES:]:
+        old.unlink(missing_ok=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by another nsa
+        return 0.0
+
+
+def _remove_template(key: str) -> None:
+    cached = _template_path(key)
+    if cached is not None:
+        try:
+            cached.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _refuse_export(path: Path) -> None:

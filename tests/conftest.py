@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,17 @@ NVTX_KERNEL_NS_SQL = """
     JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
          AND k.globalPid / 16777216 = r.globalTid / 16777216
     WHERE e.eventType IN (59, 60) AND e."end" IS NOT NULL"""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _template_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """New workspaces are copies of a template cached per library version (workspace.cache_dir):
+    the session's own folder, not the user's cache, and shared by its tests, as by a user's runs."""
+    from nsight_analytics.workspace import ENV_CACHE
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ENV_CACHE, str(tmp_path_factory.mktemp("nsa_cache")))
+        yield
 
 
 @pytest.fixture(autouse=True)
