@@ -214,3 +214,47 @@ def test_a_plugin_reads_rules_and_queries_from_the_cli(toy_venv: Path, tmp_path:
     rules = _nsa(toy_venv, tmp_path, "rules", "--format", "json")
     row = next(r for r in json.loads(rules.stdout) if r["rule"] == "toy-long-kernel")
     assert row["looks for"] == "A toy kernel runs long." and row["thresholds"] == "toy_long_ns=1000"
+
+
+def _dist(site: Path, name: str, entry_points: str | None) -> None:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if entry_points is not None:
+        (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_the_entry_point_scan_is_skipped_only_when_no_distribution_names_an_nsa_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nsight_analytics import plugins
+
+    site = tmp_path / "site"
+    _dist(site, "other", "[console_scripts]\nother = other:main\n")
+    _dist(site, "bare", None)
+    (site / "old.egg-info").write_text("Name: old\n")  # an egg-info file, not a folder
+    monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "gone")])
+    assert not plugins._may_declare_plugins()
+    _dist(site, "toy", "[nsa.rules]\ntoy = nsa_toy.rules\n")
+    assert plugins._may_declare_plugins()
+    zipped = tmp_path / "lib.zip"
+    zipfile.ZipFile(zipped, "w").close()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "gone"), str(zipped)])  # a zip: unsure, so scan
+    assert plugins._may_declare_plugins()
+
+
+def test_plugins_load_reads_no_entry_points_when_none_can_be_declared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib import metadata
+
+    from nsight_analytics import plugins
+
+    def scanned() -> None:
+        raise AssertionError("entry points scanned")
+
+    monkeypatch.setattr(plugins, "_LOADED", {})
+    monkeypatch.setattr(plugins, "_may_declare_plugins", lambda: False)
+    monkeypatch.setattr(metadata, "entry_points", scanned)
+    assert plugins.load() == []
+    assert plugins.loaded() == {g: [] for g in plugins.GROUPS}
