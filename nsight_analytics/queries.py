@@ -261,9 +261,7 @@ def add_folder(folder: str | Path) -> None:
         raise QueryError(f"query folder {folder} is not a directory; give a folder of .sql files.")
     if path not in _FOLDERS and path != query_root().resolve():
         _FOLDERS.append(path)
-        library.cache_clear()
-        _macro_bodies.cache_clear()
-        macro_sources.cache_clear()
+        _forget()
 
 
 def remove_folder(folder: str | Path) -> None:
@@ -271,9 +269,7 @@ def remove_folder(folder: str | Path) -> None:
     path = Path(folder).expanduser().resolve()
     if path in _FOLDERS:
         _FOLDERS.remove(path)
-        library.cache_clear()
-        _macro_bodies.cache_clear()
-        macro_sources.cache_clear()
+        _forget()
 
 
 def folders() -> list[Path]:
@@ -284,9 +280,15 @@ def folders() -> list[Path]:
 def reset_folders() -> None:
     """Forget the added folders: the library is the built-in queries again."""
     _FOLDERS.clear()
+    _forget()
+
+
+def _forget() -> None:
+    """Drop what was worked out from the folders (they changed)."""
     library.cache_clear()
     _macro_bodies.cache_clear()
     macro_sources.cache_clear()
+    builtin_macros.cache_clear()
 
 
 @cache
@@ -502,6 +504,7 @@ class Builtin(NamedTuple):
     stamp: str
 
 
+@cache  # every workspace opened reads it (a reader that loads deferred tables opens three): ~6 ms each
 def builtin_macros() -> Builtin:
     macro_sources()  # a team macro that replaces the library's is refused before anything runs
     shared, tables = _statements(builtin=True)

@@ -135,3 +135,22 @@ def test_an_existing_workspace_is_not_replaced(cache: Path, tmp_path: Path) -> N
         assert con.execute("SELECT count(*) FROM reports").fetchone() == (1,)
     finally:
         con.close()
+
+
+def test_the_library_macros_worked_out_once_are_worked_out_again_when_a_folder_changes(
+    tmp_path: Path,
+) -> None:
+    """builtin_macros is kept per process (every workspace opened reads it), but a query folder
+    added later is still checked: a team macro named like a library macro is refused."""
+    first = queries.builtin_macros()
+    assert queries.builtin_macros() is first
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "_macros.sql").write_text("CREATE MACRO nsa_gpu_activity(rid) AS TABLE SELECT 1 AS x;\n")
+    queries.add_folder(team)
+    try:
+        with pytest.raises(queries.QueryError, match="would replace the library's"):
+            queries.builtin_macros()
+    finally:
+        queries.reset_folders()
+    assert queries.builtin_macros().stamp == first.stamp
