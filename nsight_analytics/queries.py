@@ -413,12 +413,17 @@ def macro_param_name(param: str, q: Query) -> str:
     named like a column (`report_id`) is spelled without its `_id` in the macro:
     `SELECT * FROM gaps(report := 3, min_gap_ns := 100000)`.
     """
-    from .schema import TABLES
-
-    taken = {c.name for t in TABLES for c in t.cols} | {c.name for c in q.columns}
-    if param not in taken:
+    if param not in _schema_columns() and param not in {c.name for c in q.columns}:
         return param
     return param.removesuffix("_id") if param.endswith("_id") else f"p_{param}"
+
+
+@cache  # asked for every parameter of every query when the library's macros are worked out
+def _schema_columns() -> frozenset[str]:
+    """The column names of the canonical tables."""
+    from .schema import TABLES
+
+    return frozenset(c.name for t in TABLES for c in t.cols)
 
 
 def _macro_param(names: dict[str, str], m: re.Match[str]) -> str:
