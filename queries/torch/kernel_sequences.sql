@@ -13,45 +13,42 @@
 -- col occurrences BIGINT: times the sequence starts on a stream.
 -- col kernel_ns BIGINT: summed GPU time of the kernels in all occurrences (ns).
 -- col avg_ns DOUBLE: mean GPU time of one occurrence (ns).
--- each kernel with the names and durations of the kernels after it on its stream (as many as
--- `length` asks). A lead past the sequence's end repeats its last kernel's (offset length - 1):
--- an identical window expression, worked out once (a constant NULL would still cost its own
--- lead over every kernel), and a group key that splits no group, as it equals that kernel's.
+-- each kernel with the (name, duration) pairs of the kernels after it on its stream (as many as
+-- `length` asks), one lead per offset. A lead past the sequence's end repeats its last kernel's
+-- (offset length - 1): an identical window expression, worked out once (a constant NULL would
+-- still cost its own lead over every kernel), and a group key that splits no group, as it
+-- equals that kernel's. x7 is always the last kernel's pair: a struct, NULL only past the
+-- stream's end.
 WITH k AS (
-    SELECT report_id, name_id,
-           lead(name_id, 1) OVER w AS n1,
-           lead(name_id, least(2, least(greatest($length, 2), 8) - 1)) OVER w AS n2,
-           lead(name_id, least(3, least(greatest($length, 2), 8) - 1)) OVER w AS n3,
-           lead(name_id, least(4, least(greatest($length, 2), 8) - 1)) OVER w AS n4,
-           lead(name_id, least(5, least(greatest($length, 2), 8) - 1)) OVER w AS n5,
-           lead(name_id, least(6, least(greatest($length, 2), 8) - 1)) OVER w AS n6,
-           lead(name_id, least(7, least(greatest($length, 2), 8) - 1)) OVER w AS n7,
-           duration_ns AS d0,
-           lead(duration_ns, 1) OVER w AS d1,
-           CASE WHEN $length >= 3 THEN lead(duration_ns, least(2, least(greatest($length, 2), 8) - 1)) OVER w END AS d2,
-           CASE WHEN $length >= 4 THEN lead(duration_ns, least(3, least(greatest($length, 2), 8) - 1)) OVER w END AS d3,
-           CASE WHEN $length >= 5 THEN lead(duration_ns, least(4, least(greatest($length, 2), 8) - 1)) OVER w END AS d4,
-           CASE WHEN $length >= 6 THEN lead(duration_ns, least(5, least(greatest($length, 2), 8) - 1)) OVER w END AS d5,
-           CASE WHEN $length >= 7 THEN lead(duration_ns, least(6, least(greatest($length, 2), 8) - 1)) OVER w END AS d6,
-           CASE WHEN $length >= 8 THEN lead(duration_ns, least(7, least(greatest($length, 2), 8) - 1)) OVER w END AS d7,
-           -- the sequence's last kernel is on the stream (start_ns is never NULL here)
-           lead(start_ns, least(greatest($length, 2), 8) - 1) OVER w IS NOT NULL AS whole
+    SELECT report_id, name_id, duration_ns AS d0,
+           lead({'n': name_id, 'd': duration_ns}, 1) OVER w AS x1,
+           lead({'n': name_id, 'd': duration_ns}, least(2, least(greatest($length, 2), 8) - 1)) OVER w AS x2,
+           lead({'n': name_id, 'd': duration_ns}, least(3, least(greatest($length, 2), 8) - 1)) OVER w AS x3,
+           lead({'n': name_id, 'd': duration_ns}, least(4, least(greatest($length, 2), 8) - 1)) OVER w AS x4,
+           lead({'n': name_id, 'd': duration_ns}, least(5, least(greatest($length, 2), 8) - 1)) OVER w AS x5,
+           lead({'n': name_id, 'd': duration_ns}, least(6, least(greatest($length, 2), 8) - 1)) OVER w AS x6,
+           lead({'n': name_id, 'd': duration_ns}, least(7, least(greatest($length, 2), 8) - 1)) OVER w AS x7
     FROM kernel_rows
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns IS NOT NULL
     WINDOW w AS (PARTITION BY report_id, device_id, stream_id ORDER BY start_ns, end_ns)
 ),
 counted AS (
     SELECT report_id,
-           list_value(name_id, n1, n2, n3, n4, n5, n6, n7)[1:least(greatest($length, 2), 8)] AS ids,
+           list_value(name_id, x1.n, x2.n, x3.n, x4.n, x5.n, x6.n, x7.n)[1:least(greatest($length, 2), 8)] AS ids,
            count(*) AS occurrences,
            -- summed GPU time, NULL only when every duration is (a sum over the frame would be)
-           CASE WHEN count(d0) + count(d1) + count(d2) + count(d3) + count(d4) + count(d5) + count(d6) + count(d7) > 0
-               THEN coalesce(sum(d0), 0) + coalesce(sum(d1), 0) + coalesce(sum(d2), 0) + coalesce(sum(d3), 0)
-                   + coalesce(sum(d4), 0) + coalesce(sum(d5), 0) + coalesce(sum(d6), 0) + coalesce(sum(d7), 0)
+           CASE WHEN count(d0) + count(x1.d) + count(CASE WHEN $length >= 3 THEN x2.d END) + count(CASE WHEN $length >= 4 THEN x3.d END)
+                   + count(CASE WHEN $length >= 5 THEN x4.d END) + count(CASE WHEN $length >= 6 THEN x5.d END)
+                   + count(CASE WHEN $length >= 7 THEN x6.d END) + count(CASE WHEN $length >= 8 THEN x7.d END) > 0
+               THEN coalesce(sum(d0), 0) + coalesce(sum(x1.d), 0)
+                   + coalesce(sum(CASE WHEN $length >= 3 THEN x2.d END), 0) + coalesce(sum(CASE WHEN $length >= 4 THEN x3.d END), 0)
+                   + coalesce(sum(CASE WHEN $length >= 5 THEN x4.d END), 0) + coalesce(sum(CASE WHEN $length >= 6 THEN x5.d END), 0)
+                   + coalesce(sum(CASE WHEN $length >= 7 THEN x6.d END), 0) + coalesce(sum(CASE WHEN $length >= 8 THEN x7.d END), 0)
            END AS kernel_ns
     FROM k
-    WHERE whole
-    GROUP BY report_id, name_id, n1, n2, n3, n4, n5, n6, n7
+    -- the sequence's last kernel is on the stream
+    WHERE x7 IS NOT NULL
+    GROUP BY report_id, name_id, x1.n, x2.n, x3.n, x4.n, x5.n, x6.n, x7.n
     HAVING count(*) >= $min_count
 ),
 names AS (
