@@ -598,3 +598,84 @@ def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
     got = con.execute("SELECT step, start_ns, end_ns FROM nsa_rank_steps(1)").fetchall()
     con.close()
     assert want and {s: (a, b) for s, a, b in got} == want
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rank_windows_are_the_unions_within_each_window(tmp_path, seed):
+    """nsa_rank_windows' communication, compute, either and any-activity time per window, on
+    random kernels (communication kernels among them: those comm_ops holds), copies and graph
+    replays: a rank alone on its GPU (read from the stored timeline's maxima) and a rank sharing
+    its GPU with another process (the sorted pass) must each give the union of their activity's
+    intervals of each class within each step window, worked out here by sort and merge."""
+    import random
+
+    from rows import insert, union_within
+
+    rnd = random.Random(seed)
+    rid = 1
+    con = nsa.connect(tmp_path / "w.duckdb")
+    insert(con, "runs", [{"run_id": 1, "name": "random", "world_size": 2, "ranks_seen": 2, "hosts": 1}])
+    insert(con, "ranks", [
+        {"run_id": 1, "rank": 0, "report_id": rid, "pid": None, "device_id": 0},
+        {"run_id": 1, "rank": 1, "report_id": rid, "pid": 200, "device_id": 1},
+    ])  # fmt: skip
+    # kernel-pattern steps (GPU windows already), disjoint or touching
+    windows = {0: [(100, 400), (400, 700), (900, 1500)], 1: [(0, 600), (600, 1200), (1300, 1900)]}
+    insert(con, "steps", [
+        {"report_id": rid, "step": i, "name": f"step {i}", "number": i, "source": "kernels", "series": 1 + dev,
+         "pid": None, "device_id": dev, "start_ns": a, "end_ns": b, "duration_ns": b - a, "steady": True}
+        for dev, ws in windows.items() for i, (a, b) in enumerate(ws)
+    ])  # fmt: skip
+    kernels, comm, copies, graphs = [], [], [], []
+    acts: dict[tuple[int, int], list[tuple[str, int, int]]] = {}
+    for dev, pids in ((0, (100,)), (1, (200, 300))):
+        for _ in range(80):
+            pid = rnd.choice(pids)
+            a = 10 * rnd.randrange(-10, 200)
+            b = a + 10 * rnd.randrange(0, 30)
+            kind = rnd.choice(("compute", "compute", "comm", "copy", "graph"))
+            row = {
+                "report_id": rid,
+                "device_id": dev,
+                "pid": pid,
+                "start_ns": a,
+                "end_ns": b,
+                "duration_ns": b - a,
+            }
+            if kind in ("compute", "comm"):
+                stream = 9 if kind == "comm" else 7
+                kernels.append({**row, "stream_id": stream, "name": kind})
+                if kind == "comm":
+                    comm.append({**row, "stream_id": stream, "seq": len(comm)})
+            elif kind == "copy":
+                copies.append({**row, "direction": "HtoD"})
+            else:
+                graphs.append({**row, "graph_id": 1})
+            acts.setdefault((dev, pid), []).append((kind, a, b))
+    insert(con, "kernels", kernels)
+    insert(con, "comm_ops", comm)
+    insert(con, "memcpy", copies)
+    insert(con, "graph_executions", graphs)
+    timeline.ensure(con)
+    got = {
+        (rank, start): (comm_ns, compute_ns, cc_ns, busy_ns)
+        for rank, start, comm_ns, compute_ns, cc_ns, busy_ns in con.execute(
+            "SELECT rank, start_ns, comm_ns, compute_ns, cc_ns, busy_ns FROM nsa_rank_windows(1)"
+        ).fetchall()
+    }
+    con.close()
+    mine = {0: acts[(0, 100)], 1: acts[(1, 200)]}
+    want = {}
+    for rank, rows in mine.items():
+        for lo, hi in windows[rank]:
+
+            def within(kinds: tuple[str, ...], rows=rows, lo=lo, hi=hi) -> int:
+                return union_within([(a, b) for k, a, b in rows if k in kinds], lo, hi)
+
+            want[(rank, lo)] = (
+                within(("comm",)),
+                within(("compute", "graph")),
+                within(("comm", "compute", "graph")),
+                within(("comm", "compute", "graph", "copy")),
+            )
+    assert got == want
