@@ -604,9 +604,9 @@ def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
 def test_rank_windows_are_the_unions_within_each_window(tmp_path, seed):
     """nsa_rank_windows' communication, compute, either and any-activity time per window, on
     random kernels (communication kernels among them: those comm_ops holds), copies and graph
-    replays: a rank alone on its GPU (read from the stored timeline's maxima) and a rank sharing
-    its GPU with another process (the sorted pass) must each give the union of their activity's
-    intervals of each class within each step window, worked out here by sort and merge."""
+    replays: a rank alone on its GPU and a rank sharing its GPU with another process must each
+    give the union of their activity's intervals of each class within each step window, worked
+    out here by sort and merge."""
     import random
 
     from rows import insert, union_within
