@@ -69,9 +69,11 @@ attributed AS (
     GROUP BY ALL
 ),
 -- the launching threads, one number (tk) per report, device and thread: the one key of the sorts
--- below (a thread that launched work on two devices is two)
+-- below (a thread that launched work on two devices is two); INTEGER, as the names' numbers below:
+-- narrower rows through the sorts
 threads AS (
-    SELECT report_id, dev, global_tid, row_number() OVER (ORDER BY report_id, dev, global_tid) AS tk
+    SELECT report_id, dev, global_tid,
+           CAST(row_number() OVER (ORDER BY report_id, dev, global_tid) AS INTEGER) AS tk
     FROM (SELECT DISTINCT report_id, dev, global_tid FROM gap WHERE global_tid IS NOT NULL)
 ),
 -- G(t), a thread's gap time before t: before_ns of the last gap starting at or before t, plus
@@ -168,7 +170,8 @@ overlapping AS (
 ),
 -- the calls (cuda, osrt, mpi) that overlap the gaps
 flat AS NOT MATERIALIZED (
-    SELECT tk, key % 8 AS src, nullif(key // 8, 0) AS nid, start_ns, end_ns, g_start, g_end
+    SELECT tk, CAST(key % 8 AS INTEGER) AS src, CAST(nullif(key // 8, 0) AS INTEGER) AS nid,
+           start_ns, end_ns, g_start, g_end
     FROM overlapping
     WHERE key % 8 IN (0, 1, 5)
 ),
@@ -199,7 +202,7 @@ nested AS (
     ) AS p ON p.rowid = o.key // 8
 ),
 nested_names AS (
-    SELECT src, name, -row_number() OVER (ORDER BY src, name) AS nid
+    SELECT src, name, CAST(-row_number() OVER (ORDER BY src, name) AS INTEGER) AS nid
     FROM (SELECT DISTINCT src, name FROM nested WHERE name IS NOT NULL)
 ),
 names AS (SELECT * FROM call_names UNION ALL SELECT * FROM nested_names),
@@ -314,20 +317,21 @@ cover AS (
            max(g_end) OVER w AS g_reach,
            max(open_seq) OVER w AS parent_seq
     FROM (
-        SELECT tk, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
+        SELECT tk, start_ns, src, nid, g_start, g_end, NULL AS open_seq
         FROM flat
         UNION ALL
-        SELECT tk, start_ns, 0 AS kind, src, nid, g_start, g_end, NULL AS open_seq
+        SELECT tk, start_ns, src, nid, g_start, g_end, NULL AS open_seq
         FROM inside
         WHERE NOT encloses
         UNION ALL
-        SELECT tk, t, 1, NULL, NULL, NULL, NULL, open_seq FROM named_open
+        SELECT tk, t, NULL, NULL, NULL, NULL, open_seq FROM named_open
     )
+    -- (open_seq NULL for the activities: the named_open rows sort after those starting with them)
     WINDOW w AS (
-        PARTITION BY tk ORDER BY start_ns, kind
+        PARTITION BY tk ORDER BY start_ns, open_seq NULLS FIRST
         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
     )
-    QUALIFY kind = 0
+    QUALIFY open_seq IS NULL
 ),
 -- per thread, name and parent (parent_seq): the activities' time in the gaps (ns), how many
 -- (n), and the part of it past the earlier activities' reach (new_ns: summed, the union of them,
