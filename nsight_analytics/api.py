@@ -16,7 +16,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,13 +74,12 @@ def _open(
     is a Parquet dataset (`nsa export`): opened read-only, whatever `read_only` says.
     `standalone`: see workspace.open_workspace."""
     load_plugins()  # before the macros: a plugin's queries get theirs
-    builtin = queries.builtin_macros()
     if db is not None and Path(db).expanduser().is_dir():
         con = dataset.open_dataset(db)
     else:  # a new file: a copy of the cached empty workspace that has this library's macros
-        fill = partial(queries.install_macros, builtin=builtin)
-        con = open_workspace(db, read_only=read_only, standalone=standalone, template=(builtin.stamp, fill))
-    queries.install_macros(con, builtin)
+        template = (queries.builtin_macros().stamp, queries.install_macros)
+        con = open_workspace(db, read_only=read_only, standalone=standalone, template=template)
+    queries.install_macros(con)
     return con
 
 

@@ -517,7 +517,7 @@ def builtin_macros() -> Builtin:
     return Builtin(shared, tables, stamp.hexdigest())
 
 
-def install_macros(con: duckdb.DuckDBPyConnection, builtin: Builtin | None = None) -> dict[str, str]:
+def install_macros(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Shared scalar macros, then one table macro per query: `SELECT * FROM gaps(min_gap_ns := 1e5)`.
 
     The built-in library's are stored in the workspace when nsa can write it (see STAMP_MACRO),
@@ -527,9 +527,8 @@ def install_macros(con: duckdb.DuckDBPyConnection, builtin: Builtin | None = Non
     macro that overrides a library macro hides the stored one. Returns {query: error} for queries
     that could not become macros: one broken file must not take the workspace down with it;
     `nsa query NAME` still reports the real error, and the contract test requires this to be empty.
-    `builtin`: builtin_macros(), when the caller has it.
     """
-    shared, tables, stamp = builtin or builtin_macros()
+    shared, tables, stamp = builtin_macros()
     stored = _stored(con)
     if stored is not None and stored.get("stamp") == stamp:
         failed = dict(stored.get("failed") or {})
