@@ -45,15 +45,20 @@ class ConfigFile:
         return f"{self.path} [{self.table}]" if self.table else str(self.path)
 
 
-def user_file(environ: Mapping[str, str] | None = None) -> Path:
-    """The user's settings file, by the XDG base directory rule (a relative $XDG_CONFIG_HOME is
-    ignored, as the rule says)."""
+def xdg_home(var: str, fallback: str, environ: Mapping[str, str] | None = None) -> Path:
+    """An XDG base directory ($XDG_CONFIG_HOME, $XDG_CACHE_HOME): the variable's value where it
+    is absolute (a relative one is ignored, as the rule says), else `fallback` in the home folder.
+    Raises RuntimeError where no home folder is known."""
     env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME", "")
-    if not base or not Path(base).is_absolute():
-        home = env.get("HOME") or str(Path.home())
-        base = str(Path(home) / ".config")
-    return Path(base) / USER_FILE
+    base = env.get(var, "")
+    if base and Path(base).is_absolute():
+        return Path(base)
+    return Path(env.get("HOME") or Path.home()) / fallback
+
+
+def user_file(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's settings file, by the XDG base directory rule."""
+    return xdg_home("XDG_CONFIG_HOME", ".config", environ) / USER_FILE
 
 
 def searched(cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import params, schema
+from . import config_files, params, schema
 from .errors import WorkspaceError, os_problem
 from .names import ENV_DB
 
@@ -178,14 +178,14 @@ def cache_dir() -> Path | None:
     env = os.environ.get(ENV_CACHE)
     if env is not None:
         return Path(env).expanduser() if env else None
-    base = os.environ.get("LOCALAPPDATA" if sys.platform == "win32" else "XDG_CACHE_HOME")
     try:
         if sys.platform == "win32":
+            base = os.environ.get("LOCALAPPDATA")
             root = Path(base) if base else None
         elif sys.platform == "darwin":
             root = Path.home() / "Library" / "Caches"
         else:
-            root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+            root = config_files.xdg_home("XDG_CACHE_HOME", ".cache")
     except RuntimeError:  # no home folder
         return None
     return root / "nsight-analytics" if root else None

@@ -6,6 +6,7 @@ another library, and never needed: without a usable cache the workspace is creat
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import duckdb
@@ -114,6 +115,18 @@ def test_no_usable_cache_makes_the_workspace_as_before(
         report, rows = _kernels(db)
         assert report == 1 and sum(r[2] for r in rows) == _export_kernels()
     assert not (blocker / "cache").exists()
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG rule is for other systems")
+def test_the_cache_folder_follows_the_xdg_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(workspace.ENV_CACHE, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert workspace.cache_dir() == tmp_path / "xdg" / "nsight-analytics"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # ignored, as the rule says
+    assert workspace.cache_dir() == tmp_path / "home" / ".cache" / "nsight-analytics"
+    monkeypatch.setenv(workspace.ENV_CACHE, str(tmp_path / "mine"))  # nsa's own variable wins
+    assert workspace.cache_dir() == tmp_path / "mine"
 
 
 def test_a_damaged_template_is_made_again(cache: Path, tmp_path: Path) -> None:
