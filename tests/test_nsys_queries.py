@@ -99,6 +99,54 @@ def test_utilization_matches_interval_arithmetic(workspace, seed: int) -> None:
     assert _rows(workspace, "utilization") == expected
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_memcpy_summary_busy_matches_interval_arithmetic(workspace, seed: int) -> None:
+    # groups of copies one after the other (ends in start order: the previous copy's end is the
+    # running max), groups with copies inside longer ones (the running max is an earlier copy's),
+    # ties on start and end, zero lengths; each copy launched by one call, blocking or not
+    rnd = random.Random(seed)
+    groups = [("HtoD", "pinned", "device"), ("DtoH", "device", "pageable"), ("DtoD", "device", "device")]
+    copies, calls = [], []
+    for dev in (0, 1):
+        for kind, src, dst in groups:
+            start, nested = rnd.randint(0, 20), rnd.random() < 0.5
+            for _ in range(rnd.randint(0, 30)):
+                last = copies[-1] if copies else None
+                if nested and last and last["end_ns"] - last["start_ns"] > 2 and rnd.random() < 0.4:
+                    # inside the previous copy: its end comes before the running max
+                    s = rnd.randint(last["start_ns"], last["end_ns"] - 1)
+                    e = rnd.randint(s, last["end_ns"] - 1)
+                else:
+                    s = start + rnd.choice([0, 1, 5, rnd.randint(0, 40)])
+                    e = s + rnd.choice([0, 3, rnd.randint(0, 50)])
+                    start = s
+                corr = len(copies) + 1
+                copies.append(
+                    _cp(1, s, e, kind, src, dst, nbytes=rnd.randint(1, 9) * 100, corr=corr, dev=dev)
+                )
+                calls.append(_api(1, s - 1, s, rnd.choice(["cudaMemcpy", "cudaMemcpyAsync"]), corr))
+    _insert(workspace, "memcpy", copies)
+    _insert(workspace, "cuda_api", calls)
+    span = {d: max(c["end_ns"] for c in copies if c["device_id"] == d) - min(c["start_ns"] for c in copies if c["device_id"] == d)
+            for d in {c["device_id"] for c in copies}}  # fmt: skip
+    expected = {}
+    for (dev, kind, src, dst), mine in itertools.groupby(
+        sorted(copies, key=lambda c: (c["device_id"], c["direction"], c["src_memory"], c["dst_memory"])),
+        key=lambda c: (c["device_id"], c["direction"], c["src_memory"], c["dst_memory"]),
+    ):
+        mine = list(mine)
+        busy = union_within([(c["start_ns"], c["end_ns"]) for c in mine])
+        apis = {calls[c["correlation_id"] - 1]["name"] for c in mine}
+        sync = sum(calls[c["correlation_id"] - 1]["name"] == "cudaMemcpy" for c in mine)
+        total = sum(c["duration_ns"] for c in mine)
+        expected[(dev, kind, src, dst)] = (
+            len(mine), sum(c["bytes"] for c in mine), total, busy,
+            pytest.approx(100.0 * busy / span[dev]) if span[dev] > 0 else None, sync, ",".join(sorted(apis)),
+        )  # fmt: skip
+    got = {tuple(r[1:5]): (*r[5:10], r[12], r[13]) for r in _rows(workspace, "memcpy_summary")}
+    assert got == expected
+
+
 def test_small_kernels_none_under_the_threshold(workspace) -> None:
     _insert(workspace, "kernels", [_k(1, 0, 2000, "a", 1), _k(1, 30_000, 35_000, "b", 2)])
     assert _rows(workspace, "small_kernels", max_kernel_ns=1000)[0][1:3] == (2, 0)

@@ -49,16 +49,27 @@ mg AS (
         AND g.direction IS NOT DISTINCT FROM m.direction AND g.src_memory IS NOT DISTINCT FROM m.src_memory
         AND g.dst_memory IS NOT DISTINCT FROM m.dst_memory
 ),
--- each copy's share of the union (the part not covered by earlier copies of its group)
+-- each copy's share of the union (the part not covered by earlier copies of its group): the
+-- running max of the earlier copies' ends is the previous copy's end (lag) in a group whose
+-- ends never fall in (start_ns, end_ns) order, as copies that run one after the other; only
+-- the other groups take the running max (a segment tree: several times lag's cost)
+ml AS (
+    SELECT *, lag(end_ns) OVER (PARTITION BY gid ORDER BY start_ns, end_ns) AS prev_end
+    FROM mg
+),
+nested AS (SELECT DISTINCT gid FROM ml WHERE end_ns < prev_end),
 mw AS (
+    SELECT gid, report_id, pid, correlation_id, duration_ns, bytes, nsa_union_ns(end_ns, start_ns, prev_end) AS busy_ns
+    FROM ml ANTI JOIN nested USING (gid)
+    UNION ALL
     SELECT gid, report_id, pid, correlation_id, duration_ns, bytes, nsa_union_ns(end_ns, start_ns, prev_end) AS busy_ns
     FROM (
         SELECT
-            *,
+            gid, report_id, pid, correlation_id, start_ns, end_ns, duration_ns, bytes,
             max(end_ns) OVER (
                 PARTITION BY gid ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
             ) AS prev_end
-        FROM mg
+        FROM ml SEMI JOIN nested USING (gid)
     )
 ),
 -- copies per group and launching API (a few rows), so the API name tests run once per name; a
