@@ -281,6 +281,66 @@ def test_memory_steps_counts_each_steps_events_however_steps_overlap(workspace) 
             assert r["freed_bytes"] == sum(size for op, size in inside if op == "free")
 
 
+def test_memory_series_of_one_device_and_process_differ_by_memory_kind(workspace) -> None:
+    """Series that share report, device and process but not the memory kind ('device' and
+    'device_static', as nsys writes them), and one whose process is unknown (pid NULL), each
+    hold and count their own bytes in memory_timeline and memory_steps."""
+    events = [  # ts, pid, memory, operation, bytes
+        (5, 1, "device", "alloc", 8),
+        (6, 1, "device_static", "alloc", 1000),
+        (12, 1, "device", "alloc", 4),
+        (14, None, "device", "alloc", 50),
+        (15, 1, "device_static", "free", 1000),
+        (18, 1, "device", "free", 8),
+        (22, None, "device", "free", 50),
+        (24, 1, "device_static", "alloc", 30),
+    ]
+    for ts, pid, memory, op, size in events:
+        workspace.execute(
+            "INSERT INTO memory_events (report_id, device_id, pid, ts_ns, operation, bytes, delta_bytes, memory) "
+            "VALUES (9, 0, ?, ?, ?, ?, ?, ?)",
+            [pid, ts, op, size, size if op == "alloc" else -size, memory],
+        )
+    workspace.execute(
+        "INSERT INTO steps (report_id, step, name, source, series, start_ns, end_ns, duration_ns, steady) "
+        "VALUES (9, 0, 'step 0', 'nvtx', 1, 10, 20, 10, true)"
+    )
+    held: dict[tuple, int] = {}
+    expected_held = []
+    for ts, pid, memory, op, size in events:
+        held[(pid, memory)] = held.get((pid, memory), 0) + (size if op == "alloc" else -size)
+        expected_held.append(((pid, memory), ts, held[(pid, memory)]))
+    got = [
+        ((r["pid"], r["memory"]), r["ts_ns"], r["held_bytes"]) for r in _rows(workspace, "memory_timeline")
+    ]
+    assert sorted(got, key=str) == sorted(expected_held, key=str)
+    steps = {(r["pid"], r["memory"]): r for r in _rows(workspace, "memory_steps")}
+    assert set(steps) == {(1, "device"), (1, "device_static"), (None, "device")}
+    for key, r in steps.items():
+        mine = [
+            (ts, op, size, h)
+            for (k, ts, h), (_, _, _, op, size) in zip(expected_held, events, strict=True)
+            if k == key
+        ]
+        inside = [(op, size, h) for ts, op, size, h in mine if 10 <= ts <= 20]
+        start = ([h for ts, _, _, h in mine if ts < 10] or [0])[-1]
+        assert r["held_start_bytes"] == start
+        assert r["held_end_bytes"] == ([h for ts, _, _, h in mine if ts <= 20] or [0])[-1]
+        assert r["peak_bytes"] == max([start] + [h for _, _, h in inside])
+        assert (r["allocations"], r["frees"]) == (
+            sum(op == "alloc" for op, _, _ in inside),
+            sum(op == "free" for op, _, _ in inside),
+        )
+        assert (r["allocated_bytes"], r["freed_bytes"]) == (
+            sum(size for op, size, _ in inside if op == "alloc"),
+            sum(size for op, size, _ in inside if op == "free"),
+        )
+    assert (steps[(1, "device_static")]["held_start_bytes"], steps[(1, "device_static")]["peak_bytes"]) == (
+        1000,
+        1000,
+    )
+
+
 def test_memory_steps_with_stated_counts_tied_steps_and_a_step_without_events(workspace) -> None:
     """Where the source states what is held (allocated_bytes) the steps follow it; two steps that
     start at the same time, a step that starts when another ends, events tied with those times
