@@ -631,3 +631,72 @@ def test_every_call_counts_its_time_in_the_gaps_of_its_thread(unpack, tmp_path: 
         con.close()
     got = {(r[2], r[3]): r[4] for r in rows if r[2] in ("cuda", "osrt")}
     assert got == expected
+
+
+def test_every_call_is_placed_in_the_range_open_just_before_it_starts(unpack, tmp_path: Path) -> None:
+    """parent_name and parent_ns of each CUDA API and OS runtime call name on the idle-gaps
+    program: each call's time in the gaps of its thread goes to the innermost NVTX range of that
+    thread open just before the call starts (started before it, not ended before it: the latest
+    to start), among the ranges with time in those gaps, the steps left out; the parent is the
+    range holding most of the name's time (ties by name)."""
+    db, path = unpack(DATA / "h100_nsys2025.3_idle_gaps.sqlite")
+    start, _ = steady_start(nvtx_steps(db, "step_"))
+    gaps = idle_gaps(nsys_activity(db), start)
+    thread_of = nsys_threads(db)
+    steps = set(nvtx_steps(db, "step_"))
+    merged: dict[int, list[tuple[int, int]]] = {}
+    for s, e, key in gaps:
+        tid = thread_of.get(key)
+        if tid is not None:
+            merged.setdefault(tid, []).append((s, e))
+    merged = {tid: union(spans) for tid, spans in merged.items()}  # sorted, apart
+    ends = {tid: [e for _, e in spans] for tid, spans in merged.items()}
+
+    def in_gaps(tid: int, s: int, e: int) -> int:
+        spans, i, ns = merged[tid], bisect.bisect_right(ends[tid], s), 0
+        while i < len(spans) and spans[i][0] < e:  # the gaps that end after s and start before e
+            ns += min(e, spans[i][1]) - max(s, spans[i][0])
+            i += 1
+        return ns
+
+    ranges: dict[int, list[tuple[int, int, str]]] = {}
+    for tid, s, e, text in db.execute(
+        'SELECT globalTid, start, "end", coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) '
+        "FROM NVTX_EVENTS WHERE eventType = 59"
+    ):
+        if tid in merged and e is not None and (s, e) not in steps and in_gaps(tid, s, e) > 0:
+            ranges.setdefault(tid, []).append((s, e, text))
+    calls = [
+        ("cuda", *r)
+        for r in db.execute(
+            'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+            "JOIN StringIds s ON s.id = r.nameId"
+        )
+    ] + [
+        ("osrt", *r)
+        for r in db.execute(
+            'SELECT o.globalTid, o.start, o."end", s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId'
+        )
+    ]
+    per_parent: dict[tuple[str, str], dict[str, int]] = {}
+    for source, tid, s, e, name in calls:
+        if tid not in merged or e < s or (ns := in_gaps(tid, s, e)) == 0:
+            continue
+        # open just before s: started before it, ended at or after it; the innermost starts last
+        # (of two starting together, the shorter)
+        open_ranges = [(rs, -r_end, text) for rs, r_end, text in ranges.get(tid, []) if rs < s <= r_end]
+        if open_ranges:
+            sums = per_parent.setdefault((source, re.sub(r"_v[0-9]+$", "", name)), {})
+            parent = max(open_ranges)[2]
+            sums[parent] = sums.get(parent, 0) + ns
+    expected = {key: min(sums.items(), key=lambda kv: (-kv[1], kv[0])) for key, sums in per_parent.items()}
+    assert len(expected) > 10 and len({p for p, _ in expected.values()}) >= 3
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        rows = nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
+    finally:
+        con.close()
+    got = {(r[2], r[3]): (r[9], r[10]) for r in rows if r[2] in ("cuda", "osrt") and r[9] is not None}
+    assert {r[8] for r in rows if r[2] in ("cuda", "osrt") and r[9] is not None} == {"nvtx"}
+    assert got == expected
