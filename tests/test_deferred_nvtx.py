@@ -296,3 +296,39 @@ def test_steps_read_the_copied_ranges_once_copied(tmp_path: Path, export: Path) 
     assert [(s[2], s[8], s[9], s[4]) for s in found["export"][0]] == want
     assert found["copied"] == found["export"]
     assert [s[2] for s in found["dropped"][0]] == [w[0] for w in want if w != want[2]]
+
+
+# The export's blocking OS runtime calls (nsys.WAIT_CALLS), by plain SQL: host_waits' osrt rows.
+OSRT_WAITS_SQL = """
+    SELECT s.value, o.start, o."end" FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId
+    WHERE s.value IN ({names}) ORDER BY 1, 2, 3"""
+
+
+def test_steps_read_the_copied_os_runtime_calls_once_copied(tmp_path: Path, export: Path) -> None:
+    """The blocking OS runtime calls among the host waits come from the export while osrt_api is
+    deferred and from the workspace's once copied (`nsa report` copies them before the steps):
+    the same rows either way, the export's calls of those names; and once copied, a call dropped
+    from the workspace is a wait fewer (the export is not read again)."""
+    from nsight_analytics.ingest.nsys.nsys import WAIT_CALLS
+
+    with sqlite3.connect(export) as db:
+        names = ", ".join(f"'{c}'" for c in WAIT_CALLS)
+        want = [tuple(r) for r in db.execute(OSRT_WAITS_SQL.format(names=names))]
+    assert len(want) >= 100
+    found = {}
+    for how in ("export", "copied", "dropped"):
+        (tmp_path / how).mkdir()
+        con, rid, _ = _ingest(tmp_path / how, export)
+        if how != "export":
+            api.materialise(con, {"osrt_api"})
+            assert "steps" in _deferred(con, rid)
+        if how == "dropped":
+            con.execute("DELETE FROM osrt_api WHERE report_id = ? AND start_ns = ?", [rid, want[0][1]])
+        api.materialise(con, {"steps"})
+        assert ("osrt_api" in _deferred(con, rid)) == (how == "export")
+        found[how] = _steps_and_waits(con, rid)
+        con.close()
+    osrt = sorted((w[7], w[4], w[5]) for w in found["export"][1] if w[8] == "osrt")
+    assert osrt == want
+    assert found["copied"] == found["export"]
+    assert len(found["dropped"][1]) == len(found["export"][1]) - 1

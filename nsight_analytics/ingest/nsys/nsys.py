@@ -738,16 +738,22 @@ WHERE report_id = {{rid}} AND end_ns IS NOT NULL AND regexp_matches(name, {param
 """
 
 
-def _ranges_copied(con: duckdb.DuckDBPyConnection, report_id: int) -> bool:
-    """Are the report's NVTX ranges in the workspace already (its nvtx_ranges step has run)? At
-    ingest, where the report's row is not written yet: when it holds any of them."""
+def _copied(con: duckdb.DuckDBPyConnection, report_id: int, table: str) -> bool:
+    """Are the report's rows of `table` (nvtx_ranges, osrt_api) in the workspace already (its step
+    has run)? At ingest, where the report's row is not written yet: when it holds any of them."""
     rid = int(report_id)
     steps = _deferred_steps(con, rid)
     if steps is None:
-        return bool(
-            params.first_row(con.execute(f"SELECT EXISTS (FROM nvtx_ranges WHERE report_id = {rid})"))[0]
-        )
-    return "nvtx_ranges" not in steps
+        return bool(params.first_row(con.execute(f"SELECT EXISTS (FROM {table} WHERE report_id = {rid})"))[0])
+    return table not in steps
+
+
+# The blocking OS runtime calls (osrt_waits_sql) from the workspace's osrt_api, once copied: `nsa
+# report` copies the calls before its steps, which then filter them there rather than scan the
+# export's (7.4M at tr250) again.
+WORKSPACE_OSRT_WAITS = f"""
+SELECT {{cols}} FROM osrt_api WHERE report_id = $rid AND name IN ({", ".join(f"'{c}'" for c in WAIT_CALLS)})
+"""
 
 
 def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
@@ -757,7 +763,7 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
     marks = marker_ranges_sql(src)
     if marks is None:
         return 0
-    if src.has(NVTX) and _ranges_copied(con, report_id):
+    if src.has(NVTX) and _copied(con, report_id, "nvtx_ranges"):
         marks = WORKSPACE_MARKS.format(rid=int(report_id))
     rid = {"rid": report_id}
     # CREATE TABLE AS cannot be prepared: the report id goes in as a literal
@@ -770,8 +776,14 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
             ranges += f" AND NOT regexp_matches(name, {params.literal(MPI_RANGES)})"
         sql = f"INSERT INTO host_waits ({cols}, source) SELECT {cols}, 'nvtx' FROM _nsa_marks WHERE {ranges}"
         params.execute(con, sql)
-        cols = ", ".join(f'"{c}"' for c in schema.BY_NAME["host_waits"].col_names)
-        for waits in (mpi, osrt_waits_sql(src)):
+        names = schema.BY_NAME["host_waits"].col_names
+        cols = ", ".join(f'"{c}"' for c in names)
+        osrt = osrt_waits_sql(src)
+        if osrt and _copied(con, report_id, "osrt_api"):
+            osrt = WORKSPACE_OSRT_WAITS.format(
+                cols=", ".join("'osrt'" if c == "source" else f'"{c}"' for c in names)
+            )
+        for waits in (mpi, osrt):
             if waits:
                 params.execute(con, f"INSERT INTO host_waits ({cols}) {waits}", rid)
         return fill_steps(
