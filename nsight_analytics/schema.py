@@ -352,6 +352,20 @@ TABLES: tuple[Table, ...] = (
                 "Latest end of a memcpy or memset before this row on the device.",
             ),
             _c(
+                "comm",
+                "BOOLEAN",
+                "",
+                "A communication kernel: one comm_ops holds (same report, GPU, stream and start, as "
+                "the run queries match them); false for every other row.",
+            ),
+            _c(
+                "prev_compute_end_ns",
+                "BIGINT",
+                "ns",
+                "Latest end of compute before this row on the device: the kernels but the "
+                "communication ones (comm), and CUDA graph executions (the run queries' compute).",
+            ),
+            _c(
                 "busy_through_ns",
                 "BIGINT",
                 "ns",

@@ -41,23 +41,38 @@ TABLE = "gpu_timeline"
 # The activities as the query macro nsa_gpu_activity lists them (rows without a start, or ending
 # before they start, cannot be placed on a timeline), with its labels but for the kernels, which
 # keep their name id (a million kernels share a few dozen names: no strings in their rows).
+# comm: a kernel that comm_ops holds (same report, GPU, stream and start, as the run queries
+# match them); `{kernels}` lists the kernels with that flag (_KERNELS).
 _ACTIVITY = """
-SELECT report_id, device_id, 'kernel' AS kind, start_ns, end_ns, duration_ns, pid, stream_id,
-       correlation_id, name_id, CAST(NULL AS VARCHAR) AS label
-FROM kernel_rows WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
+{kernels}
 UNION ALL
 SELECT report_id, device_id, 'memcpy', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memcpy ' || coalesce(direction, 'Unknown')
+       'memcpy ' || coalesce(direction, 'Unknown'), false
 FROM memcpy WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'memset', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memset'
+       'memset', false
 FROM memset WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'graph', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?')
+       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?'), false
 FROM graph_executions WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 """
+# The kernels of `{where}` with their flag `{comm}`: only the kernels of the streams that carry
+# communication (a few of a GPU's streams) are matched against comm_ops; the others are false.
+_KERNELS = """
+SELECT report_id, device_id, 'kernel' AS kind, start_ns, end_ns, duration_ns, pid, stream_id,
+       correlation_id, name_id, CAST(NULL AS VARCHAR) AS label, {comm} AS comm
+FROM kernel_rows AS k WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} AND {where}
+"""
+# Compute's running maximum (the kernels but communication, and graph executions) in the same
+# sort, for reports with communication kernels; for the others it is the kernels' and graphs'.
+_COMPUTE = "max(CASE WHEN kind = 'graph' OR (kind = 'kernel' AND NOT comm) THEN end_ns END) OVER prev AS prev_compute_end_ns,"
+_COMM = """EXISTS (
+    SELECT 1 FROM comm_ops AS c
+    WHERE c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
+      AND c.stream_id IS NOT DISTINCT FROM k.stream_id
+)"""
 
 # One sort per device in (start_ns, end_ns) order for the running maxima (ROWS ... 1 PRECEDING:
 # the rows before this one) and the last row of each start time; a second ordered pass for the
@@ -72,6 +87,7 @@ m AS (
         max(CASE WHEN kind = 'kernel' THEN end_ns END) OVER prev AS prev_kernel_end_ns,
         max(CASE WHEN kind = 'graph' THEN end_ns END) OVER prev AS prev_graph_end_ns,
         max(CASE WHEN kind IN ('memcpy', 'memset') THEN end_ns END) OVER prev AS prev_copy_end_ns,
+        {compute}
         lead(start_ns) OVER ord IS DISTINCT FROM start_ns AS last_at_start,
         row_number() OVER ord AS seq
     FROM a
@@ -83,7 +99,8 @@ p AS (SELECT *, greatest(prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns
 t AS (
     SELECT
         report_id, device_id, kind, start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, name_id, label,
-        prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns,
+        prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns, comm,
+        {compute_end} AS prev_compute_end_ns,
         CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) OVER (
             PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
         ) AS BIGINT) AS busy_through_ns,
@@ -139,7 +156,7 @@ _STALE = """
 WITH src AS ({source}),
 have AS (
     SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked,
-           count(*) - count(seq) > 0 AS unnumbered
+           count(*) - count(seq) > 0 OR count(*) - count(comm) > 0 AS unnumbered
     FROM gpu_timeline WHERE true {only} GROUP BY report_id
 ),
 d AS (
@@ -361,7 +378,15 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
                 select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
-            con.execute(_BUILD.format(activity=_ACTIVITY.format(only=only), select=select))
+            streams = _comm_streams(con, only)
+            con.execute(
+                _BUILD.format(
+                    activity=_activity(streams, only),
+                    select=select,
+                    compute=_COMPUTE if streams else "",
+                    compute_end="prev_compute_end_ns" if streams else "greatest(prev_kernel_end_ns, prev_graph_end_ns)",
+                )
+            )
         if linked:  # stale only for want of their launch calls, which are in the workspace
             only = _only(linked)
             con.execute(_UNLINK.format(only=only))
@@ -373,6 +398,31 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
             rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
         raise
     return own
+
+
+def _comm_streams(con: duckdb.DuckDBPyConnection, only: str) -> str | None:
+    """SQL: is a kernel on a stream that carries communication (comm_ops) in the reports `only`?
+    None where they have none."""
+    ids = {r for (r,) in con.execute(f"SELECT DISTINCT stream_id FROM comm_ops WHERE true {only}").fetchall()}
+    if not ids:
+        return None
+    listed = ", ".join(str(int(i)) for i in sorted(i for i in ids if i is not None))
+    test = f"stream_id IN ({listed})" if listed else "false"
+    return f"(stream_id IS NULL OR {test})" if None in ids else f"({test})"
+
+
+def _activity(streams: str | None, only: str) -> str:
+    """_ACTIVITY of the reports `only`, their kernels flagged comm or not (`streams`: those that
+    carry communication, _comm_streams)."""
+    if streams is None:
+        kernels = _KERNELS.format(comm="false", only=only, where="true")
+    else:
+        kernels = (
+            _KERNELS.format(comm=_COMM, only=only, where=streams)
+            + "UNION ALL"
+            + _KERNELS.format(comm="false", only=only, where=f"NOT coalesce({streams}, false)")
+        )
+    return _ACTIVITY.format(kernels=kernels, only=only)
 
 
 def _has_rowid(con: duckdb.DuckDBPyConnection, database: str) -> bool:

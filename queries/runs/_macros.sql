@@ -178,9 +178,11 @@ CREATE OR REPLACE MACRO nsa_clip(nsa_end, nsa_hi) AS CASE WHEN nsa_end > nsa_hi 
 -- (the latest end of the windows started so far); what earlier activity still covers when a
 -- window starts (the running max of earlier ends) is counted at that start, so activity reaching
 -- across a window bound is split exactly. The running maxima come from one of two places:
---   - a rank whose GPU's stored timeline is its own (no comm_ops on that GPU, and the rank is the
---     whole report or its process the only one there) reads them from gpu_timeline (compute:
---     kernels and graph executions, copy: memcpy and memset): no sort. Its activities meet their
+--   - a rank whose GPU's stored timeline is its own (the rank is the whole report, or its process
+--     the only one there) reads them from gpu_timeline (compute: the kernels but the communication
+--     ones, gpu_timeline.comm, and graph executions; either: every kernel and graph execution;
+--     anything: copies and memsets too); communication's, from one sorted pass over the
+--     communication kernels alone (a few percent of the rows). Its activities meet their
 --     windows in time buckets of about a window's length (each window owns its start up to the
 --     next one's; bucket 0 what comes before the first), and a window's start takes the largest
 --     maxima of the slots before it;
@@ -204,7 +206,6 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
         SELECT rk.run_id, rk.rank, rk.report_id, rk.device_id, d.lo, d.hi
         FROM rk
         JOIN dev AS d ON d.report_id = rk.report_id AND d.device_id = rk.device_id
-        ANTI JOIN comm_ops AS c ON c.report_id = rk.report_id AND c.device_id = rk.device_id
         WHERE rk.rank_pid IS NULL OR (d.n_pid = d.n AND d.lo_pid = rk.rank_pid AND d.hi_pid = rk.rank_pid)
     ),
     a AS MATERIALIZED (
@@ -305,25 +306,41 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
     ranked AS (
         SELECT DISTINCT run_id, rank, report_id, device_id, o, bw FROM slots
     ),
+    -- each activity: its end by class (comm, compute, either, any) and the running maxima of
+    -- earlier ends (the stored ones; communication's over its own kernels, in time order)
     tl AS (
-        SELECT r.run_id, r.rank, g.start_ns AS t,
+        SELECT r.run_id, r.rank, g.start_ns AS t, g.end_ns AS a_end, NULL::BIGINT AS c_end,
                CASE WHEN g.kind IN ('kernel', 'graph') THEN g.end_ns END AS k_end,
-               CASE WHEN g.kind IN ('memcpy', 'memset') THEN g.end_ns END AS o_end,
-               greatest(g.prev_kernel_end_ns, g.prev_graph_end_ns) AS k_prev,
-               g.prev_copy_end_ns AS o_prev,
+               CASE WHEN g.kind IN ('kernel', 'graph') THEN g.end_ns END AS cc_end,
+               NULL::BIGINT AS c_prev, g.prev_compute_end_ns AS k_prev,
+               greatest(g.prev_kernel_end_ns, g.prev_graph_end_ns) AS cc_prev, g.prev_end_ns AS a_prev,
                (g.start_ns - r.o) // r.bw AS b
         FROM gpu_timeline AS g
         JOIN ranked AS r ON r.report_id = g.report_id AND r.device_id = g.device_id
+        WHERE NOT g.comm
+        UNION ALL
+        SELECT r.run_id, r.rank, g.start_ns, g.end_ns, g.end_ns, NULL, g.end_ns,
+               max(g.end_ns) OVER (
+                   PARTITION BY r.run_id, r.rank ORDER BY g.start_ns, g.end_ns
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+               ),
+               NULL, greatest(g.prev_kernel_end_ns, g.prev_graph_end_ns), g.prev_end_ns,
+               (g.start_ns - r.o) // r.bw
+        FROM gpu_timeline AS g
+        JOIN ranked AS r ON r.report_id = g.report_id AND r.device_id = g.device_id
+        WHERE g.comm
     ),
     -- per slot: what its activities add (those starting before its reach) and the maxima after it
     per_slot AS (
         SELECT sb.run_id, sb.rank, sb.wid,
+               max(greatest(tl.c_prev, tl.c_end)) AS c_max,
                max(greatest(tl.k_prev, tl.k_end)) AS k_max,
-               max(greatest(tl.k_prev, tl.k_end, tl.o_prev, tl.o_end)) AS any_max,
+               max(greatest(tl.cc_prev, tl.cc_end)) AS cc_max,
+               max(greatest(tl.a_prev, tl.a_end)) AS any_max,
+               sum(CASE WHEN tl.t < sb.reach THEN nsa_union_ns(nsa_clip(tl.c_end, sb.reach), tl.t, tl.c_prev) END) AS comm_add,
                sum(CASE WHEN tl.t < sb.reach THEN nsa_union_ns(nsa_clip(tl.k_end, sb.reach), tl.t, tl.k_prev) END) AS comp_add,
-               sum(CASE WHEN tl.t < sb.reach
-                        THEN nsa_union_ns(nsa_clip(greatest(tl.k_end, tl.o_end), sb.reach), tl.t, greatest(tl.k_prev, tl.o_prev))
-                   END) AS any_add
+               sum(CASE WHEN tl.t < sb.reach THEN nsa_union_ns(nsa_clip(tl.cc_end, sb.reach), tl.t, tl.cc_prev) END) AS cc_add,
+               sum(CASE WHEN tl.t < sb.reach THEN nsa_union_ns(nsa_clip(tl.a_end, sb.reach), tl.t, tl.a_prev) END) AS any_add
         FROM tl
         JOIN sb ON sb.run_id = tl.run_id AND sb.rank = tl.rank AND sb.b = tl.b
         WHERE tl.t >= sb.s_lo AND tl.t < sb.s_hi
@@ -332,8 +349,10 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
     -- each window of those ranks: what covers its start (the maxima of the slots before it) and
     -- what its own slot adds
     pz AS (
-        SELECT sl.run_id, sl.rank, sl.wid, ps.comp_add, ps.any_add,
+        SELECT sl.run_id, sl.rank, sl.wid, ps.comm_add, ps.comp_add, ps.cc_add, ps.any_add,
+               max(ps.c_max) OVER before AS c_before,
                max(ps.k_max) OVER before AS k_before,
+               max(ps.cc_max) OVER before AS cc_before,
                max(ps.any_max) OVER before AS any_before
         FROM slots AS sl
         LEFT JOIN per_slot AS ps ON ps.run_id = sl.run_id AND ps.rank = sl.rank AND ps.wid = sl.wid
@@ -348,9 +367,10 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
         FROM z
         GROUP BY run_id, rank, wid
         UNION ALL
-        SELECT pz.run_id, pz.rank, pz.wid, 0,
+        SELECT pz.run_id, pz.rank, pz.wid,
+               coalesce(greatest(0, nsa_clip(pz.c_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.comm_add, 0),
                coalesce(greatest(0, nsa_clip(pz.k_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.comp_add, 0),
-               coalesce(greatest(0, nsa_clip(pz.k_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.comp_add, 0),
+               coalesce(greatest(0, nsa_clip(pz.cc_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.cc_add, 0),
                coalesce(greatest(0, nsa_clip(pz.any_before, w.end_ns) - w.start_ns), 0) + coalesce(pz.any_add, 0)
         FROM pz
         JOIN w ON w.run_id = pz.run_id AND w.rank = pz.rank AND w.wid = pz.wid
