@@ -124,6 +124,53 @@ def test_seq_is_the_order_the_maxima_count(workspace) -> None:
     assert workspace.execute("SELECT count(*) - count(seq) FROM gpu_timeline").fetchone() == (0,)
 
 
+def test_communication_flag_and_compute_maximum_match_python(workspace) -> None:
+    """A kernel that comm_ops holds (same report, GPU, stream and start) is flagged comm, with
+    the running maximum of compute's ends (the other kernels and the graph executions) before each
+    row (Python over the same rows); a report without communication kernels has none, its compute
+    maximum the kernels' and graphs'; a timeline stored without the flag (an older nsa's) is
+    worked out again."""
+    _fill(workspace)
+    # a kernel on a stream that carries communication (7) but not one comm_ops holds
+    insert(workspace, "kernels", [dict(report_id=1, device_id=0, pid=5, stream_id=7, start_ns=600,
+                                       end_ns=800, duration_ns=200, name="c")])  # fmt: skip
+    report2 = [
+        dict(r, report_id=2) for r in KERNELS if r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]
+    ]
+    insert(workspace, "kernels", report2)
+    insert(workspace, "graph_executions", [dict(r, report_id=2) for r in GRAPHS])
+    # kernel b at 50 on device 0 communicates; the op at 400 is on another stream than the
+    # kernels there (NULL), the one at 10 on another GPU: neither flags a kernel
+    insert(
+        workspace,
+        "comm_ops",
+        [
+            dict(report_id=1, device_id=0, stream_id=None, pid=5, start_ns=50, end_ns=150, seq=0),
+            dict(report_id=1, device_id=0, stream_id=7, pid=5, start_ns=400, end_ns=420, seq=1),
+            dict(report_id=1, device_id=2, stream_id=None, pid=5, start_ns=10, end_ns=30, seq=2),
+        ],
+    )
+    nsa.query(workspace, "utilization").fetchall()
+    rows = workspace.execute(
+        "SELECT report_id, device_id, kind, start_ns, end_ns, comm, prev_compute_end_ns FROM gpu_timeline"
+    ).fetchall()
+    flagged = {(1, 0, 50)}
+    assert len(rows) == 11 + 7  # report 1: 7 kernels, 2 copies, a memset, a graph; report 2: 6 + 1
+    for rid, dev, kind, s, e, comm, prev_compute in rows:
+        assert comm == ((rid, dev, s) in flagged)
+        if (dev, s, e) == (0, 400, 420):
+            continue  # tied on start and end: each sees the other or not, by which comes first
+        before = [r for r in rows if r[:2] == (rid, dev) and (r[3], r[4]) < (s, e)]
+        compute_ends = [
+            r[4] for r in before if r[2] in ("kernel", "graph") and (r[0], r[1], r[3]) not in flagged
+        ]
+        assert prev_compute == (max(compute_ends) if compute_ends else None), (rid, dev, kind, s, e)
+    workspace.execute("UPDATE gpu_timeline SET comm = NULL WHERE report_id = 2")
+    assert timeline.stale(workspace) == [2]
+    nsa.query(workspace, "utilization").fetchall()
+    assert workspace.execute("SELECT count(*) - count(comm) FROM gpu_timeline").fetchone() == (0,)
+
+
 def test_reworked_when_the_rows_change(workspace) -> None:
     _fill(workspace)
     first = nsa.query(workspace, "utilization").fetchall()

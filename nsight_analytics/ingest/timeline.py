@@ -20,6 +20,11 @@ a fraction of the sorts again, and the rules never read them. Until then api_cal
 report whose rows lack them (an older nsa's timeline too) has them added when they are read and
 its CUDA API calls are in the workspace: an UPDATE of those four columns from the grouped calls,
 no second sort (a report whose GPU rows changed is worked out again whole, with them).
+
+The run queries' communication kernels are flagged (comm: the kernels comm_ops holds, matched
+only on the few streams that carry communication) and compute's running maximum (the other
+kernels and graph executions) kept in the same sort, for reports with comm_ops; communication's
+own running maximum is left to the run queries, over those kernels alone.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ FROM kernel_rows AS k WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} A
 # Compute's running maximum (the kernels but communication, and graph executions) in the same
 # sort, for reports with communication kernels; for the others it is the kernels' and graphs'.
 _COMPUTE = "max(CASE WHEN kind = 'graph' OR (kind = 'kernel' AND NOT comm) THEN end_ns END) OVER prev AS prev_compute_end_ns,"
+_NO_COMM_COMPUTE = "greatest(prev_kernel_end_ns, prev_graph_end_ns)"
 _COMM = """EXISTS (
     SELECT 1 FROM comm_ops AS c
     WHERE c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
@@ -384,7 +390,7 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
                     activity=_activity(streams, only),
                     select=select,
                     compute=_COMPUTE if streams else "",
-                    compute_end="prev_compute_end_ns" if streams else "greatest(prev_kernel_end_ns, prev_graph_end_ns)",
+                    compute_end="prev_compute_end_ns" if streams else _NO_COMM_COMPUTE,
                 )
             )
         if linked:  # stale only for want of their launch calls, which are in the workspace
