@@ -186,8 +186,9 @@ CREATE OR REPLACE MACRO nsa_clip(nsa_end, nsa_hi) AS CASE WHEN nsa_end > nsa_hi 
 --     windows in time buckets of about a window's length (each window owns its start up to the
 --     next one's; bucket 0 what comes before the first), and a window's start takes the largest
 --     maxima of the slots before it;
---   - any other rank: one sorted pass per rank over its activity (nsa_rank_activity) and its
---     windows' starts, with the running maxima of comm, compute and copy ends.
+--   - any other rank: one sorted pass per rank over its activity (nsa_rank_activity's, read from
+--     gpu_timeline with its comm flag) and its windows' starts, with the running maxima of comm,
+--     compute and copy ends.
 CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
     WITH rk AS (
         SELECT run_id, rank, report_id, pid AS rank_pid, device_id
@@ -208,10 +209,15 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
         JOIN dev AS d ON d.report_id = rk.report_id AND d.device_id = rk.device_id
         WHERE rk.rank_pid IS NULL OR (d.n_pid = d.n AND d.lo_pid = rk.rank_pid AND d.hi_pid = rk.rank_pid)
     ),
+    -- the other ranks' activity (nsa_rank_activity's, its classes from the stored flag): the
+    -- join is empty where every rank has its GPU to itself
     a AS MATERIALIZED (
-        SELECT x.run_id, x.rank, x.start_ns, x.end_ns, x.class
-        FROM nsa_rank_activity(nsa_run) AS x
-        ANTI JOIN plain AS p ON p.run_id = x.run_id AND p.rank = x.rank
+        SELECT r.run_id, r.rank, g.start_ns, g.end_ns,
+               CASE WHEN g.comm THEN 'comm' WHEN g.kind IN ('memcpy', 'memset') THEN 'copy' ELSE 'compute' END AS class
+        FROM gpu_timeline AS g
+        JOIN (SELECT * FROM rk ANTI JOIN plain AS p ON p.run_id = rk.run_id AND p.rank = rk.rank) AS r
+            ON r.report_id = g.report_id AND r.device_id = g.device_id
+        WHERE r.rank_pid IS NULL OR g.pid = r.rank_pid
     ),
     s AS MATERIALIZED (SELECT * FROM nsa_rank_steps(nsa_run)),
     w AS MATERIALIZED (
