@@ -407,11 +407,21 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
 
 
 def _comm_streams(con: duckdb.DuckDBPyConnection, only: str) -> str | None:
-    """SQL: is a kernel on a stream that carries communication (comm_ops) in the reports `only`?
-    None where they have none."""
+    """SQL: can a kernel of the reports `only` be one comm_ops holds? None where they have none.
+    comm_ops lists the kernels of communication names (ingest.comm): a kernel of another name is
+    never matched against it, unless some op's name is not a kernel name of its report (rows
+    written by hand): then every kernel on a stream that carries communication is."""
     ids = {r for (r,) in con.execute(f"SELECT DISTINCT stream_id FROM comm_ops WHERE true {only}").fetchall()}
     if not ids:
         return None
+    names = con.execute(
+        f"""SELECT DISTINCT n.report_id, n.name_id, c.name IS NULL OR n.name_id IS NULL
+        FROM (SELECT DISTINCT report_id, name FROM comm_ops WHERE true {only}) AS c
+        LEFT JOIN kernel_names AS n ON n.report_id = c.report_id AND coalesce(n.name, n.short_name) = c.name"""
+    ).fetchall()
+    if names and not any(unnamed for _, _, unnamed in names):
+        keys = ", ".join(str(int(r) * 2**32 + int(n)) for r, n, _ in names)
+        return f"(report_id * {2**32} + name_id IN ({keys}))"
     listed = ", ".join(str(int(i)) for i in sorted(i for i in ids if i is not None))
     test = f"stream_id IN ({listed})" if listed else "false"
     return f"(stream_id IS NULL OR {test})" if None in ids else f"({test})"
