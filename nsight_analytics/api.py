@@ -229,13 +229,14 @@ def materialise(
     # the GPU timeline is worked out from the workspace's GPU rows, after anything they wait for
     timeline = _timeline.TABLE in tables
     launches = timeline and _timeline.LAUNCHES in tables
+    comm = timeline and _timeline.COMM in tables
     if launches and not tables >= set(_timeline.LAUNCH_READS):
         # launch calls are worked out from the CUDA API calls: load those first (an export that is
         # gone stops here with the usual error, as for any query of the calls)
         materialise(con, _timeline.LAUNCH_READS, report_ids)
     todo = deferred_for(con, tables, report_ids)
     if not todo:
-        return _timeline.ensure(con, report_ids, launches) if timeline else 0
+        return _timeline.ensure(con, report_ids, launches, comm) if timeline else 0
     if is_read_only(con):
         temp = {
             name
@@ -247,7 +248,7 @@ def materialise(
         for name in sorted(shadow - temp):
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{stored}".main."{name}"')
     loaded = ensure_loaded(con, tables, report_ids=report_ids)
-    return loaded + (_timeline.ensure(con, report_ids, launches) if timeline else 0)
+    return loaded + (_timeline.ensure(con, report_ids, launches, comm) if timeline else 0)
 
 
 def _pending(
@@ -260,7 +261,7 @@ def _pending(
         tables |= set(_timeline.LAUNCH_READS)
     ids = None if report_ids is None else list(report_ids)
     return bool(deferred_for(con, tables, ids)) or (
-        _timeline.TABLE in tables and bool(_timeline.stale(con, ids, launches))
+        _timeline.TABLE in tables and bool(_timeline.stale(con, ids, launches, _timeline.COMM in tables))
     )
 
 

@@ -605,6 +605,7 @@ def run(
             con,
             None if bound.get("report_id") is None else [bound["report_id"]],
             launches=timeline.LAUNCHES in q.reads,
+            comm=timeline.COMM in q.reads,
         )
     try:
         return params_sql(con, q.sql, bound)

@@ -356,14 +356,16 @@ TABLES: tuple[Table, ...] = (
                 "BOOLEAN",
                 "",
                 "A communication kernel: one comm_ops holds (same report, GPU, stream and start, as "
-                "the run queries match them); false for every other row.",
+                "the run queries match them); false for every other row. Worked out for what reads "
+                "it (`-- reads gpu_timeline, gpu_comm`); NULL until then in reports with comm_ops.",
             ),
             _c(
                 "prev_compute_end_ns",
                 "BIGINT",
                 "ns",
                 "Latest end of compute before this row on the device: the kernels but the "
-                "communication ones (comm), and CUDA graph executions (the run queries' compute).",
+                "communication ones (comm), and CUDA graph executions (the run queries' compute). "
+                "Worked out with comm.",
             ),
             _c(
                 "busy_through_ns",
@@ -1488,6 +1490,7 @@ COMPUTED: dict[str, tuple[str, tuple[str, ...]]] = {
         "gpu_timeline",
         ("api_calls", "api_start_ns", "api_end_ns", "api_global_tid"),
     ),
+    "gpu_comm": ("gpu_timeline", ("comm", "prev_compute_end_ns")),
 }
 
 STORED: tuple[Table, ...] = tuple(t for t in TABLES if not t.view)

@@ -124,12 +124,33 @@ def test_seq_is_the_order_the_maxima_count(workspace) -> None:
     assert workspace.execute("SELECT count(*) - count(seq) FROM gpu_timeline").fetchone() == (0,)
 
 
-def test_communication_flag_and_compute_maximum_match_python(workspace) -> None:
+def _check_flag(rows, flagged) -> None:
+    """Each row's comm flag is whether (report, GPU, start) is `flagged`, its prev_compute_end_ns
+    the latest end of the kernels not flagged and the graph executions before it (Python)."""
+    for rid, dev, kind, s, e, comm, prev_compute in rows:
+        assert comm == ((rid, dev, s) in flagged)
+        if (dev, s, e) == (0, 400, 420):
+            continue  # tied on start and end: each sees the other or not, by which comes first
+        before = [r for r in rows if r[:2] == (rid, dev) and (r[3], r[4]) < (s, e)]
+        compute_ends = [
+            r[4] for r in before if r[2] in ("kernel", "graph") and (r[0], r[1], r[3]) not in flagged
+        ]
+        assert prev_compute == (max(compute_ends) if compute_ends else None), (rid, dev, kind, s, e)
+
+
+_FLAG_ROWS = (
+    "SELECT report_id, device_id, kind, start_ns, end_ns, comm, prev_compute_end_ns FROM gpu_timeline"
+)
+
+
+@pytest.mark.parametrize("first", ["utilization", "comm_overlap"])
+def test_communication_flag_and_compute_maximum_match_python(workspace, first) -> None:
     """A kernel that comm_ops holds (same report, GPU, stream and start) is flagged comm, with
     the running maximum of compute's ends (the other kernels and the graph executions) before each
     row (Python over the same rows); a report without communication kernels has none, its compute
-    maximum the kernels' and graphs'; a timeline stored without the flag (an older nsa's) is
-    worked out again."""
+    maximum the kernels' and graphs'. Worked out only for what reads them (gpu_comm): a timeline
+    built first for another query (utilization) has them NULL in reports with comm_ops, and added
+    on the first use of a run query; comm_ops rows added later are noticed."""
     _fill(workspace)
     # a kernel on a stream that carries communication (7) but not one comm_ops holds
     insert(workspace, "kernels", [dict(report_id=1, device_id=0, pid=5, stream_id=7, start_ns=600,
@@ -150,25 +171,32 @@ def test_communication_flag_and_compute_maximum_match_python(workspace) -> None:
             dict(report_id=1, device_id=2, stream_id=None, pid=5, start_ns=10, end_ns=30, seq=2),
         ],
     )
-    nsa.query(workspace, "utilization").fetchall()
-    rows = workspace.execute(
-        "SELECT report_id, device_id, kind, start_ns, end_ns, comm, prev_compute_end_ns FROM gpu_timeline"
-    ).fetchall()
-    flagged = {(1, 0, 50)}
-    assert len(rows) == 11 + 7  # report 1: 7 kernels, 2 copies, a memset, a graph; report 2: 6 + 1
-    for rid, dev, kind, s, e, comm, prev_compute in rows:
-        assert comm == ((rid, dev, s) in flagged)
-        if (dev, s, e) == (0, 400, 420):
-            continue  # tied on start and end: each sees the other or not, by which comes first
-        before = [r for r in rows if r[:2] == (rid, dev) and (r[3], r[4]) < (s, e)]
-        compute_ends = [
-            r[4] for r in before if r[2] in ("kernel", "graph") and (r[0], r[1], r[3]) not in flagged
-        ]
-        assert prev_compute == (max(compute_ends) if compute_ends else None), (rid, dev, kind, s, e)
-    workspace.execute("UPDATE gpu_timeline SET comm = NULL WHERE report_id = 2")
-    assert timeline.stale(workspace) == [2]
-    nsa.query(workspace, "utilization").fetchall()
-    assert workspace.execute("SELECT count(*) - count(comm) FROM gpu_timeline").fetchone() == (0,)
+    if first == "utilization":
+        nsa.query(workspace, "utilization").fetchall()
+        rows = workspace.execute(_FLAG_ROWS).fetchall()
+        assert len(rows) == 11 + 7  # report 1: 7 kernels, 2 copies, a memset, a graph; report 2: 6 + 1
+        assert {(r[0], r[5], r[6]) for r in rows if r[0] == 1} == {(1, None, None)}
+        _check_flag([r for r in rows if r[0] == 2], set())
+        assert timeline.stale(workspace) == []
+        assert timeline.stale(workspace, comm=True) == [1]
+    assert timeline.ensure(workspace, comm=True) == (1 if first == "utilization" else 2)
+    rows = workspace.execute(_FLAG_ROWS).fetchall()
+    assert len(rows) == 11 + 7
+    _check_flag(rows, {(1, 0, 50)})
+    assert timeline.stale(workspace, comm=True) == []
+    # an op of report 2's kernel at 10 on device 1 (stream NULL), added after the flag
+    insert(workspace, "comm_ops", [dict(report_id=2, device_id=1, stream_id=None, pid=5, start_ns=10,
+                                        end_ns=30, seq=0)])  # fmt: skip
+    assert timeline.stale(workspace) == []
+    assert timeline.stale(workspace, comm=True) == [2]
+    assert timeline.ensure(workspace, comm=True) == 1
+    _check_flag(workspace.execute(_FLAG_ROWS).fetchall(), {(1, 0, 50), (2, 1, 10)})
+    # a timeline stored without the flag (an older nsa's): added when it is read
+    workspace.execute("UPDATE gpu_timeline SET comm = NULL, prev_compute_end_ns = NULL WHERE report_id = 2")
+    assert timeline.stale(workspace) == []
+    assert timeline.stale(workspace, comm=True) == [2]
+    nsa.query(workspace, "comm_overlap", run_id=1).fetchall()
+    _check_flag(workspace.execute(_FLAG_ROWS).fetchall(), {(1, 0, 50), (2, 1, 10)})
 
 
 def test_reworked_when_the_rows_change(workspace) -> None:
@@ -295,12 +323,12 @@ def test_a_build_out_of_memory_under_the_cap_runs_again_without_it(workspace, mo
     tries: list[str | None] = []
     build = timeline._build
 
-    def failing_once(con, todo, launches):
+    def failing_once(con, todo, *wanted):
         if not tries:
             tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
             raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
         tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
-        return build(con, todo, launches)
+        return build(con, todo, *wanted)
 
     _fill(workspace)
     workspace.execute("SET memory_limit = '2GB'")
@@ -321,11 +349,11 @@ def test_a_build_out_of_memory_inside_another_cap_runs_again_past_both(workspace
     tries: list[str] = []
     build = timeline._build
 
-    def failing_once(con, todo, launches):
+    def failing_once(con, todo, *wanted):
         tries.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
         if len(tries) == 1:
             raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
-        return build(con, todo, launches)
+        return build(con, todo, *wanted)
 
     _fill(workspace)
     workspace.execute("SET memory_limit = '2GiB'")  # shown as set: '2GB' shows as a rounded '1.8 GiB'

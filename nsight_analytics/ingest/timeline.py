@@ -22,9 +22,14 @@ its CUDA API calls are in the workspace: an UPDATE of those four columns from th
 no second sort (a report whose GPU rows changed is worked out again whole, with them).
 
 The run queries' communication kernels are flagged (comm: the kernels comm_ops holds, matched
-only on the few streams that carry communication) and compute's running maximum (the other
-kernels and graph executions) kept in the same sort, for reports with comm_ops; communication's
-own running maximum is left to the run queries, over those kernels alone.
+only on the kernels of communication names) and compute's running maximum (the other kernels and
+graph executions) kept beside the other maxima, likewise only for a query that reads them (its
+contract reads `gpu_comm`): in the build's sort when that query works the timeline out, else
+added to the stored rows (an UPDATE of those two columns, one window over the stored order).
+Until then a report with comm_ops has them NULL; one without has them as they are (no flag, the
+kernels' and graphs' maximum). The flagged rows' count and start times are compared with those
+of the kernels comm_ops matches, so comm_ops rows added later are noticed.
+Communication's own running maximum is left to the run queries, over its kernels alone.
 """
 
 from __future__ import annotations
@@ -47,20 +52,21 @@ TABLE = "gpu_timeline"
 # before they start, cannot be placed on a timeline), with its labels but for the kernels, which
 # keep their name id (a million kernels share a few dozen names: no strings in their rows).
 # comm: a kernel that comm_ops holds (same report, GPU, stream and start, as the run queries
-# match them); `{kernels}` lists the kernels with that flag (_KERNELS).
+# match them); `{kernels}` lists the kernels with that flag (_KERNELS), `{flag}` the others' (false,
+# or NULL where it is not worked out).
 _ACTIVITY = """
 {kernels}
 UNION ALL
 SELECT report_id, device_id, 'memcpy', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memcpy ' || coalesce(direction, 'Unknown'), false
+       'memcpy ' || coalesce(direction, 'Unknown'), {flag}
 FROM memcpy WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'memset', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memset', false
+       'memset', {flag}
 FROM memset WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'graph', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?'), false
+       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?'), {flag}
 FROM graph_executions WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 """
 # The kernels of `{where}` with their flag `{comm}`: only the kernels of the streams that carry
@@ -71,9 +77,11 @@ SELECT report_id, device_id, 'kernel' AS kind, start_ns, end_ns, duration_ns, pi
 FROM kernel_rows AS k WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} AND {where}
 """
 # Compute's running maximum (the kernels but communication, and graph executions) in the same
-# sort, for reports with communication kernels; for the others it is the kernels' and graphs'.
-_COMPUTE = "max(CASE WHEN kind = 'graph' OR (kind = 'kernel' AND NOT comm) THEN end_ns END) OVER prev AS prev_compute_end_ns,"
-_NO_COMM_COMPUTE = "greatest(prev_kernel_end_ns, prev_graph_end_ns)"
+# sort, for reports with communication kernels; for the others it is the kernels' and graphs'
+# (NULL with the flag where it is not worked out: _NOT_FLAGGED).
+_COMPUTE_END = "CASE WHEN kind = 'graph' OR (kind = 'kernel' AND NOT comm) THEN end_ns END"
+_COMPUTE = f"max({_COMPUTE_END}) OVER prev AS prev_compute_end_ns,"
+_NO_COMM_COMPUTE = "CASE WHEN comm IS NOT NULL THEN greatest(prev_kernel_end_ns, prev_graph_end_ns) END"
 _COMM = """EXISTS (
     SELECT 1 FROM comm_ops AS c
     WHERE c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
@@ -162,18 +170,33 @@ _STALE = """
 WITH src AS ({source}),
 have AS (
     SELECT report_id, count(*) AS n, sum(start_ns) + sum(end_ns) AS t, count(*) - count(api_calls) AS unlinked,
-           count(*) - count(seq) > 0 OR count(*) - count(comm) > 0 AS unnumbered
+           count(*) - count(seq) > 0 AS unnumbered, {flagged}
     FROM gpu_timeline WHERE true {only} GROUP BY report_id
 ),
 d AS (
     SELECT report_id, src.n IS DISTINCT FROM have.n OR src.t IS DISTINCT FROM have.t OR have.unnumbered AS changed,
-           have.unlinked
-    FROM src FULL JOIN have USING (report_id)
+           have.unlinked > 0 AND NOT {pending} AS link, {unflagged} AS flag
+    FROM src FULL JOIN have USING (report_id) {comm}
 )
-SELECT report_id, changed FROM d
-WHERE changed OR (unlinked > 0 AND NOT {pending})
+SELECT report_id, changed, coalesce(link, false), coalesce(flag, false) FROM d
+WHERE changed OR link OR flag
 ORDER BY report_id
 """
+# With the comm flag (COMM): a report's rows lack it, or its flagged kernels are not those that
+# comm_ops now holds (their count and start times): comm_ops rows added or replaced after the flag
+# was worked out. comm_ops is a few percent of the kernels: the hash table of a semi join.
+_FLAGGED = """count(*) - count(comm) AS unflagged, count(*) FILTER (WHERE comm) AS n_comm,
+           sum(start_ns) FILTER (WHERE comm) AS t_comm"""
+_UNFLAGGED = """have.unflagged > 0 OR coalesce(have.n_comm, 0) IS DISTINCT FROM coalesce(ops.n, 0)
+               OR coalesce(have.t_comm, 0) IS DISTINCT FROM coalesce(ops.t, 0)"""
+_OPS = """LEFT JOIN (
+        SELECT k.report_id, count(*) AS n, sum(k.start_ns) AS t
+        FROM (SELECT report_id, device_id, stream_id, start_ns FROM gpu_timeline WHERE kind = 'kernel' {only}) AS k
+        SEMI JOIN (SELECT report_id, device_id, stream_id, start_ns FROM comm_ops WHERE true {only}) AS c
+            ON c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
+           AND c.stream_id IS NOT DISTINCT FROM k.stream_id
+        GROUP BY k.report_id
+    ) AS ops USING (report_id)"""
 
 # The launch calls added to the stored rows of reports whose GPU rows have not changed: every row
 # unlinked (api_calls 0), then those with calls of their key linked (one group per key: a row
@@ -190,6 +213,30 @@ SET api_calls = c.api_calls, api_start_ns = c.api_start_ns, api_end_ns = c.api_e
 FROM ({calls}) AS c
 WHERE c.report_id = t.report_id AND c.pid = t.pid AND c.correlation_id = t.correlation_id
 """
+# The comm flag and compute's running maximum added to the stored rows of reports whose GPU rows
+# have not changed: one window over each device's rows in their stored order (seq), the flag as
+# the build works it out (`{comm}`, `{streams}`: _comm_streams).
+_FLAG = """
+UPDATE gpu_timeline AS t SET comm = f.comm, prev_compute_end_ns = f.prev_compute_end_ns
+FROM (
+    SELECT report_id, device_id, seq, comm,
+           max({compute_end}) OVER (
+               PARTITION BY report_id, device_id ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ) AS prev_compute_end_ns
+    FROM (
+        SELECT report_id, device_id, seq, kind, end_ns, {comm} AS comm
+        FROM gpu_timeline AS k WHERE kind = 'kernel' AND {streams} {only}
+        UNION ALL
+        SELECT report_id, device_id, seq, kind, end_ns, false
+        FROM gpu_timeline WHERE NOT (kind = 'kernel' AND coalesce({streams}, false)) {only}
+    )
+) AS f
+WHERE f.report_id = t.report_id AND f.device_id IS NOT DISTINCT FROM t.device_id AND f.seq = t.seq
+"""
+_NO_FLAG = """
+UPDATE gpu_timeline SET comm = false, prev_compute_end_ns = greatest(prev_kernel_end_ns, prev_graph_end_ns)
+WHERE true {only}
+"""
 
 
 def _only(report_ids: list[int] | None) -> str:
@@ -204,6 +251,8 @@ _SOURCES = ("kernel_rows", "memcpy", "memset", "graph_executions")
 # CUDA API calls (loaded first by api.materialise where the export still has them).
 LAUNCHES = "gpu_launches"
 LAUNCH_READS = ("cuda_api",)
+# The communication flag and compute's running maximum (schema.COMPUTED), for what reads them.
+COMM = "gpu_comm"
 
 # A read-only connection remembers the reports it found up to date (a DuckDB variable: one per
 # connection, gone with it), so that a query checks once, not in the reader, in materialise and
@@ -211,20 +260,26 @@ LAUNCH_READS = ("cuda_api",)
 # writers out (other processes; this process cannot open it writable beside it) and the GPU
 # tables are the stored ones (no TEMP copy of them, which this connection could write). With
 # launch calls, a second variable: the reports whose rows have them (not those whose calls are
-# still in the export, which this connection may load into TEMP tables).
+# still in the export, which this connection may load into TEMP tables); with the comm flag, a
+# third.
 _FRESH = "nsa_gpu_timeline_fresh"
 _FRESH_LINKED = "nsa_gpu_timeline_linked"
+_FRESH_FLAGGED = "nsa_gpu_timeline_flagged"
 _ALL = "*"
 
 
-def _frozen(con: duckdb.DuckDBPyConnection, launches: bool = False) -> tuple[bool, str]:
-    """(can the GPU rows not change while this connection is open, what it found up to date,
-    with `launches` with the launch calls)."""
+def _variable(launches: bool = False, comm: bool = False) -> str:
+    return _FRESH_LINKED if launches else _FRESH_FLAGGED if comm else _FRESH
+
+
+def _frozen(con: duckdb.DuckDBPyConnection, variable: str = _FRESH) -> tuple[bool, str]:
+    """(can the GPU rows not change while this connection is open, what it found up to date in
+    `variable`: _FRESH, or _FRESH_LINKED / _FRESH_FLAGGED with the launch calls / the comm flag)."""
     read_only, temp, seen = params.first_row(
         con.execute(
             "SELECT current_setting('access_mode') = 'read_only', "
             f"(SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}), "
-            f"coalesce(CAST(getvariable('{_FRESH_LINKED if launches else _FRESH}') AS VARCHAR), '')"
+            f"coalesce(CAST(getvariable('{variable}') AS VARCHAR), '')"
         )
     )
     return bool(read_only) and not temp, str(seen)
@@ -237,39 +292,58 @@ def _known_fresh(seen: str, ids: list[int] | None) -> bool:
 
 
 def _remember(
-    con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None, launches: bool = False
+    con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None, variable: str = _FRESH
 ) -> None:
     if ids is None:
         value = _ALL
     else:
         value = ",".join(str(r) for r in sorted(set(ids) | {int(r) for r in seen.split(",") if r}))
-    con.execute(f"SET VARIABLE {_FRESH_LINKED if launches else _FRESH} = '{value}'")  # digits and commas only
+    con.execute(f"SET VARIABLE {variable} = '{value}'")  # digits and commas only
 
 
 def stale(
-    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None, launches: bool = False
+    con: duckdb.DuckDBPyConnection,
+    report_ids: Iterable[int] | None = None,
+    launches: bool = False,
+    comm: bool = False,
 ) -> list[int]:
     """The reports (of `report_ids`, default all) whose stored timeline is missing or out of date;
     with `launches`, also those whose rows lack their launch calls (LAUNCHES) though the calls are
-    in the workspace."""
-    return sorted(_stale(con, report_ids, launches))
+    in the workspace; with `comm`, those whose rows lack the comm flag or whose flag is not
+    comm_ops' (COMM)."""
+    return sorted(_stale(con, report_ids, launches, comm))
 
 
 def _stale(
-    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None, launches: bool
-) -> dict[int, bool]:
-    """stale's reports, each with whether its GPU rows changed (worked out again whole) or only
-    its launch calls are to be added."""
+    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None, launches: bool, comm: bool = False
+) -> dict[int, tuple[bool, bool, bool]]:
+    """stale's reports, each with (whether its GPU rows changed: worked out again whole, whether
+    its launch calls are to be added, whether its comm flag is)."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    frozen, seen = _frozen(con, launches)
-    if frozen and _known_fresh(seen, ids):
+    wanted = [_variable(launches=launches)] + ([_FRESH_FLAGGED] if comm else [])
+    states = [_frozen(con, v) for v in wanted]
+    frozen = states[0][0]
+    if frozen and all(_known_fresh(seen, ids) for _, seen in states):
         return {}
     only = _only(ids)
     pending = sorted(_reports_pending(con)) if launches else None
-    sql = _STALE.format(source=_SIGNATURE.format(only=only), only=only, pending=_in("report_id", pending))
-    todo = {int(r): bool(changed) for r, changed in con.execute(sql).fetchall()}
-    if frozen and not todo and (not launches or _all_linked(con, ids)):
-        _remember(con, seen, ids, launches)
+    sql = _STALE.format(
+        source=_SIGNATURE.format(only=only),
+        only=only,
+        pending=_in("report_id", pending),
+        flagged=_FLAGGED if comm else "",
+        unflagged=_UNFLAGGED if comm else "false",
+        comm=_OPS.format(only=only) if comm else "",
+    )
+    todo = {
+        int(r): (bool(changed), bool(link), bool(flag))
+        for r, changed, link, flag in con.execute(sql).fetchall()
+    }
+    if frozen and not todo:
+        if not launches or _all_linked(con, ids):
+            _remember(con, states[0][1], ids, wanted[0])
+        if comm:
+            _remember(con, states[-1][1], ids, _FRESH_FLAGGED)
     return todo
 
 
@@ -313,13 +387,17 @@ def _stored_table(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def ensure(
-    con: duckdb.DuckDBPyConnection, report_ids: Iterable[int] | None = None, launches: bool = False
+    con: duckdb.DuckDBPyConnection,
+    report_ids: Iterable[int] | None = None,
+    launches: bool = False,
+    comm: bool = False,
 ) -> int:
     """Work out the timeline of every report (of `report_ids`, default all) whose stored one is
-    missing or out of date, with `launches` its rows' launch calls too (LAUNCHES); returns how
-    many reports were worked out (or had their launch calls added)."""
+    missing or out of date, with `launches` its rows' launch calls too (LAUNCHES), with `comm`
+    its comm flag and compute's running maximum (COMM); returns how many reports were worked out
+    (or had their launch calls or flag added)."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    todo = _stale(con, ids, launches)
+    todo = _stale(con, ids, launches, comm)
     if not todo:
         return 0
     if not _stored_table(con):  # read-only file or dataset: this connection's own copy
@@ -328,13 +406,17 @@ def ensure(
         con.execute(f'CREATE TEMP TABLE {TABLE} AS SELECT {cols} FROM "{stored}".main.{TABLE}')
     which = ", ".join(str(r) for r in sorted(todo))
     done = f"report{'s' if len(todo) > 1 else ''} {which}: worked out gpu_timeline"
-    if not any(todo.values()):
-        done += "'s launch calls"
+    if not any(changed for changed, _, _ in todo.values()):
+        done += "'s " + " and ".join(
+            what
+            for what, wanted in (("launch calls", 1), ("comm flag", 2))
+            if any(parts[wanted] for parts in todo.values())
+        )
     # under the inputs' size, as the deferred steps: past it DuckDB spills its sort to disk
     with memory_cap(con, todo) as uncapped:
         try:
             with timed(log, done):
-                own = _build(con, todo, launches)
+                own = _build(con, todo, launches, comm)
         except duckdb.OutOfMemoryException:
             # DuckDB spills most of the build past the cap, but at its edge an allocation can
             # still fail (seen once in eight launch-call builds of a 596 MB export): the build is
@@ -344,12 +426,14 @@ def ensure(
                 raise
             log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
             with raised_limit(con, uncapped) if uncapped else nullcontext(), timed(log, done):
-                own = _build(con, todo, launches)
+                own = _build(con, todo, launches, comm)
     frozen, seen = _frozen(con)
     if frozen and own:  # this connection's TEMP copy, now up to date
         _remember(con, seen, ids)
         if launches and _all_linked(con, ids):
-            _remember(con, _frozen(con, launches)[1], ids, launches)
+            _remember(con, _frozen(con, _FRESH_LINKED)[1], ids, _FRESH_LINKED)
+        if comm:
+            _remember(con, _frozen(con, _FRESH_FLAGGED)[1], ids, _FRESH_FLAGGED)
     return len(todo)
 
 
@@ -363,12 +447,19 @@ def _own_transaction(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool) -> bool:
-    """Replace the timeline rows of the reports `todo` whose GPU rows changed (True) and, with
-    `launches`, add the launch calls to the rows of the others, in a transaction of its own when
-    the caller has none (returns whether it had one; a failure rolls it back)."""
-    changed = sorted(r for r, whole in todo.items() if whole)
-    linked = sorted(r for r, whole in todo.items() if not whole) if launches else []
+def _build(
+    con: duckdb.DuckDBPyConnection,
+    todo: dict[int, tuple[bool, bool, bool]],
+    launches: bool,
+    comm: bool = False,
+) -> bool:
+    """Replace the timeline rows of the reports `todo` whose GPU rows changed and, with
+    `launches`, add the launch calls to the rows of the others that lack them, with `comm` their
+    comm flag, in a transaction of its own when the caller has none (returns whether it had one;
+    a failure rolls it back)."""
+    changed = sorted(r for r, (whole, _, _) in todo.items() if whole)
+    linked = sorted(r for r, (whole, link, _) in todo.items() if link and not whole) if launches else []
+    flagged = sorted(r for r, (whole, _, flag) in todo.items() if flag and not whole) if comm else []
     try:
         con.execute("BEGIN TRANSACTION")
         own = True
@@ -384,10 +475,10 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
                 select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
-            streams = _comm_streams(con, only)
+            streams = _comm_streams(con, only) if comm else None
             con.execute(
                 _BUILD.format(
-                    activity=_activity(streams, only),
+                    activity=_activity(streams, only, None if comm else _comm_reports(con, only)),
                     select=select,
                     compute=_COMPUTE if streams else "",
                     compute_end="prev_compute_end_ns" if streams else _NO_COMM_COMPUTE,
@@ -397,6 +488,14 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
             only = _only(linked)
             con.execute(_UNLINK.format(only=only))
             con.execute(_LINK.format(calls=_CALLS.format(only=only, keys=_TIMELINE_KEYS.format(only=only))))
+        if flagged:  # stale only for want of their comm flag
+            only = _only(flagged)
+            streams = _comm_streams(con, only)
+            con.execute(
+                _NO_FLAG.format(only=only)
+                if streams is None
+                else _FLAG.format(streams=streams, comm=_COMM, compute_end=_COMPUTE_END, only=only)
+            )
         if own:
             con.execute("COMMIT")
     except BaseException:
@@ -404,6 +503,15 @@ def _build(con: duckdb.DuckDBPyConnection, todo: dict[int, bool], launches: bool
             rollback(con)  # a failed COMMIT (full disk) has ended it: its error is the one to tell
         raise
     return own
+
+
+def _comm_reports(con: duckdb.DuckDBPyConnection, only: str) -> list[int]:
+    """The reports of `only` with comm_ops rows: their flag is left NULL by a build for what does
+    not read it."""
+    return [
+        int(r)
+        for (r,) in con.execute(f"SELECT DISTINCT report_id FROM comm_ops WHERE true {only}").fetchall()
+    ]
 
 
 def _comm_streams(con: duckdb.DuckDBPyConnection, only: str) -> str | None:
@@ -427,9 +535,14 @@ def _comm_streams(con: duckdb.DuckDBPyConnection, only: str) -> str | None:
     return f"(stream_id IS NULL OR {test})" if None in ids else f"({test})"
 
 
-def _activity(streams: str | None, only: str) -> str:
+def _activity(streams: str | None, only: str, unflagged: list[int] | None = None) -> str:
     """_ACTIVITY of the reports `only`, their kernels flagged comm or not (`streams`: those that
-    carry communication, _comm_streams)."""
+    carry communication, _comm_streams), or (`unflagged`: the reports whose flag is not worked
+    out now) NULL."""
+    if unflagged is not None:
+        comm = f"CASE WHEN {_in('report_id', unflagged)} THEN NULL ELSE false END" if unflagged else "false"
+        kernels = _KERNELS.format(comm=comm, only=only, where="true")
+        return _ACTIVITY.format(kernels=kernels, only=only, flag=comm)
     if streams is None:
         kernels = _KERNELS.format(comm="false", only=only, where="true")
     else:
@@ -438,7 +551,7 @@ def _activity(streams: str | None, only: str) -> str:
             + "UNION ALL"
             + _KERNELS.format(comm="false", only=only, where=f"NOT coalesce({streams}, false)")
         )
-    return _ACTIVITY.format(kernels=kernels, only=only)
+    return _ACTIVITY.format(kernels=kernels, only=only, flag="false")
 
 
 def _has_rowid(con: duckdb.DuckDBPyConnection, database: str) -> bool:
