@@ -52,36 +52,36 @@ TABLE = "gpu_timeline"
 # before they start, cannot be placed on a timeline), with its labels but for the kernels, which
 # keep their name id (a million kernels share a few dozen names: no strings in their rows).
 # comm: a kernel that comm_ops holds (same report, GPU, stream and start, as the run queries
-# match them); `{kernels}` lists the kernels with that flag (_KERNELS), `{flag}` the others' (false,
-# or NULL where it is not worked out).
+# match them); `{kernels}` lists the kernels with that flag (_KERNELS), `{flag}` the others'
+# (`, false`; none where the flag is not worked out: the build's sort carries no column for it).
 _ACTIVITY = """
 {kernels}
 UNION ALL
 SELECT report_id, device_id, 'memcpy', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memcpy ' || coalesce(direction, 'Unknown'), {flag}
+       'memcpy ' || coalesce(direction, 'Unknown'){flag}
 FROM memcpy WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'memset', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'memset', {flag}
+       'memset'{flag}
 FROM memset WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 UNION ALL
 SELECT report_id, device_id, 'graph', start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, NULL,
-       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?'), {flag}
+       'CUDA graph ' || coalesce(CAST(graph_id AS VARCHAR), '?'){flag}
 FROM graph_executions WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only}
 """
 # The kernels of `{where}` with their flag `{comm}`: only the kernels of the streams that carry
 # communication (a few of a GPU's streams) are matched against comm_ops; the others are false.
 _KERNELS = """
 SELECT report_id, device_id, 'kernel' AS kind, start_ns, end_ns, duration_ns, pid, stream_id,
-       correlation_id, name_id, CAST(NULL AS VARCHAR) AS label, {comm} AS comm
+       correlation_id, name_id, CAST(NULL AS VARCHAR) AS label{comm}
 FROM kernel_rows AS k WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} AND {where}
 """
 # Compute's running maximum (the kernels but communication, and graph executions) in the same
 # sort, for reports with communication kernels; for the others it is the kernels' and graphs'
-# (NULL with the flag where it is not worked out: _NOT_FLAGGED).
+# (NULL with the flag in reports with comm_ops where they are not worked out).
 _COMPUTE_END = "CASE WHEN kind = 'graph' OR (kind = 'kernel' AND NOT comm) THEN end_ns END"
 _COMPUTE = f"max({_COMPUTE_END}) OVER prev AS prev_compute_end_ns,"
-_NO_COMM_COMPUTE = "CASE WHEN comm IS NOT NULL THEN greatest(prev_kernel_end_ns, prev_graph_end_ns) END"
+_NO_COMM_COMPUTE = "greatest(prev_kernel_end_ns, prev_graph_end_ns)"
 _COMM = """EXISTS (
     SELECT 1 FROM comm_ops AS c
     WHERE c.report_id = k.report_id AND c.device_id = k.device_id AND c.start_ns = k.start_ns
@@ -113,7 +113,7 @@ p AS (SELECT *, greatest(prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns
 t AS (
     SELECT
         report_id, device_id, kind, start_ns, end_ns, duration_ns, pid, stream_id, correlation_id, name_id, label,
-        prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns, comm,
+        prev_end_ns, prev_kernel_end_ns, prev_graph_end_ns, prev_copy_end_ns, {comm} AS comm,
         {compute_end} AS prev_compute_end_ns,
         CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) OVER (
             PARTITION BY report_id, device_id ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING
@@ -475,13 +475,25 @@ def _build(
                 select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
-            streams = _comm_streams(con, only) if comm else None
+            if comm:
+                streams = _comm_streams(con, only)
+                activity = _activity(streams, only)
+                flag, compute_end = "comm", "prev_compute_end_ns" if streams else _NO_COMM_COMPUTE
+            else:  # NULL in the reports with comm_ops, worked out on a run query's first use
+                unflagged = _in("report_id", _comm_reports(con, only))
+                streams = None
+                activity = _ACTIVITY.format(
+                    kernels=_KERNELS.format(comm="", only=only, where="true"), only=only, flag=""
+                )
+                flag = f"CASE WHEN {unflagged} THEN NULL ELSE false END"
+                compute_end = f"CASE WHEN {unflagged} THEN NULL ELSE {_NO_COMM_COMPUTE} END"
             con.execute(
                 _BUILD.format(
-                    activity=_activity(streams, only, None if comm else _comm_reports(con, only)),
+                    activity=activity,
                     select=select,
                     compute=_COMPUTE if streams else "",
-                    compute_end="prev_compute_end_ns" if streams else _NO_COMM_COMPUTE,
+                    compute_end=compute_end,
+                    comm=flag,
                 )
             )
         if linked:  # stale only for want of their launch calls, which are in the workspace
@@ -535,23 +547,18 @@ def _comm_streams(con: duckdb.DuckDBPyConnection, only: str) -> str | None:
     return f"(stream_id IS NULL OR {test})" if None in ids else f"({test})"
 
 
-def _activity(streams: str | None, only: str, unflagged: list[int] | None = None) -> str:
+def _activity(streams: str | None, only: str) -> str:
     """_ACTIVITY of the reports `only`, their kernels flagged comm or not (`streams`: those that
-    carry communication, _comm_streams), or (`unflagged`: the reports whose flag is not worked
-    out now) NULL."""
-    if unflagged is not None:
-        comm = f"CASE WHEN {_in('report_id', unflagged)} THEN NULL ELSE false END" if unflagged else "false"
-        kernels = _KERNELS.format(comm=comm, only=only, where="true")
-        return _ACTIVITY.format(kernels=kernels, only=only, flag=comm)
+    carry communication, _comm_streams)."""
     if streams is None:
-        kernels = _KERNELS.format(comm="false", only=only, where="true")
+        kernels = _KERNELS.format(comm=", false AS comm", only=only, where="true")
     else:
         kernels = (
-            _KERNELS.format(comm=_COMM, only=only, where=streams)
+            _KERNELS.format(comm=f", {_COMM} AS comm", only=only, where=streams)
             + "UNION ALL"
-            + _KERNELS.format(comm="false", only=only, where=f"NOT coalesce({streams}, false)")
+            + _KERNELS.format(comm=", false AS comm", only=only, where=f"NOT coalesce({streams}, false)")
         )
-    return _ACTIVITY.format(kernels=kernels, only=only, flag="false")
+    return _ACTIVITY.format(kernels=kernels, only=only, flag=", false")
 
 
 def _has_rowid(con: duckdb.DuckDBPyConnection, database: str) -> bool:
