@@ -184,12 +184,19 @@ ORDER BY report_id
 """
 # With the comm flag (COMM): a report's rows lack it, or its flagged kernels are not those that
 # comm_ops now holds (their count and start times): comm_ops rows added or replaced after the flag
-# was worked out. comm_ops is a few percent of the kernels: the hash table of a semi join.
+# was worked out. First against comm_ops' own rows (_OPS: one op per communication kernel, as
+# ingest.comm writes them; a few percent of the kernels), then, for the reports where those
+# differ, against the kernels comm_ops matches (_MATCHED: rows written by hand may hold ops of no
+# kernel).
 _FLAGGED = """count(*) - count(comm) AS unflagged, count(*) FILTER (WHERE comm) AS n_comm,
            sum(start_ns) FILTER (WHERE comm) AS t_comm"""
 _UNFLAGGED = """have.unflagged > 0 OR coalesce(have.n_comm, 0) IS DISTINCT FROM coalesce(ops.n, 0)
                OR coalesce(have.t_comm, 0) IS DISTINCT FROM coalesce(ops.t, 0)"""
 _OPS = """LEFT JOIN (
+        SELECT report_id, count(*) AS n, sum(start_ns) AS t FROM comm_ops
+        WHERE start_ns IS NOT NULL AND end_ns >= start_ns {only} GROUP BY report_id
+    ) AS ops USING (report_id)"""
+_MATCHED = """LEFT JOIN (
         SELECT k.report_id, count(*) AS n, sum(k.start_ns) AS t
         FROM (SELECT report_id, device_id, stream_id, start_ns FROM gpu_timeline WHERE kind = 'kernel' {only}) AS k
         SEMI JOIN (SELECT report_id, device_id, stream_id, start_ns FROM comm_ops WHERE true {only}) AS c
@@ -325,26 +332,39 @@ def _stale(
     frozen = states[0][0]
     if frozen and all(_known_fresh(seen, ids) for _, seen in states):
         return {}
-    only = _only(ids)
     pending = sorted(_reports_pending(con)) if launches else None
-    sql = _STALE.format(
-        source=_SIGNATURE.format(only=only),
-        only=only,
-        pending=_in("report_id", pending),
-        flagged=_FLAGGED if comm else "",
-        unflagged=_UNFLAGGED if comm else "false",
-        comm=_OPS.format(only=only) if comm else "",
-    )
-    todo = {
-        int(r): (bool(changed), bool(link), bool(flag))
-        for r, changed, link, flag in con.execute(sql).fetchall()
-    }
+    todo = _signatures(con, ids, pending, _OPS if comm else None)
+    recheck = sorted(r for r, (changed, _, flag) in todo.items() if flag and not changed)
+    if recheck:  # comm_ops' rows are not the flagged kernels: are the kernels they match?
+        exact = _signatures(con, recheck, pending, _MATCHED)
+        todo.update({r: exact.get(r, (False, todo[r][1], False)) for r in recheck})
+        todo = {r: parts for r, parts in todo.items() if any(parts)}
     if frozen and not todo:
         if not launches or _all_linked(con, ids):
             _remember(con, states[0][1], ids, wanted[0])
         if comm:
             _remember(con, states[-1][1], ids, _FRESH_FLAGGED)
     return todo
+
+
+def _signatures(
+    con: duckdb.DuckDBPyConnection, ids: list[int] | None, pending: list[int] | None, ops: str | None
+) -> dict[int, tuple[bool, bool, bool]]:
+    """_STALE of the reports `ids` (None: all), with the comm flag checked against `ops` (_OPS or
+    _MATCHED; None: not checked)."""
+    only = _only(ids)
+    sql = _STALE.format(
+        source=_SIGNATURE.format(only=only),
+        only=only,
+        pending=_in("report_id", pending),
+        flagged=_FLAGGED if ops else "",
+        unflagged=_UNFLAGGED if ops else "false",
+        comm=ops.format(only=only) if ops else "",
+    )
+    return {
+        int(r): (bool(changed), bool(link), bool(flag))
+        for r, changed, link, flag in con.execute(sql).fetchall()
+    }
 
 
 def _all_linked(con: duckdb.DuckDBPyConnection, ids: list[int] | None) -> bool:
