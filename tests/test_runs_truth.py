@@ -137,13 +137,32 @@ def step_truth(src: sqlite3.Connection, pid: int, device: int) -> dict[int, dict
 @pytest.mark.parametrize("tag", ["ddp_w4", "ddp_w4_slow2", "ddp_w4_job", "ddp_w2"])
 def test_exposed_communication_equals_plain_interval_arithmetic(ws, tag):
     con, runs, root = ws
+    relation = nsa.query(con, "comm_overlap", run_id=runs[tag], per="step")
+    _check_steps(con, runs[tag], relation.fetchall(), [d[0] for d in relation.description], root)
+
+
+def test_the_table_macro_on_a_timeline_worked_out_for_another_query(tmp_path):
+    """SQL calling comm_overlap's macro itself, on a timeline a single-GPU query worked out (no
+    communication flag stored): the same exposed communication per step as the arithmetic."""
+    con = nsa.connect(tmp_path / "w.duckdb")
+    run = nsa.make_run(con, [nsa.ingest(con, f).report_id for f in per_rank("ddp_w2", 2)], "w2")
+    con.close()
+    con = nsa.connect(tmp_path / "w.duckdb")  # copies what the ingest deferred, for plain SQL
+    nsa.query(con, "utilization").fetchall()
+    assert con.execute("SELECT count(*) - count(comm) FROM gpu_timeline").fetchone()[0] > 0
+    relation = con.sql(f"SELECT * FROM comm_overlap(run := {run}, per := 'step')")
+    _check_steps(con, run, relation.fetchall(), relation.columns, tmp_path)
+    con.close()
+
+
+def _check_steps(con: Any, run_id: int, rows: list[tuple], cols: list[str], root: Path) -> None:
+    """comm_overlap's rows per step (`rows`, `cols`) of run `run_id` against plain interval
+    arithmetic on each rank's export."""
     ranks = con.execute(
         "SELECT k.rank, r.source_path, coalesce(k.pid, (SELECT min(pid) FROM kernel_rows x WHERE x.report_id = "
         "k.report_id)), k.device_id FROM ranks k JOIN reports r USING (report_id) WHERE k.run_id = ? ORDER BY k.rank",
-        [runs[tag]],
+        [run_id],
     ).fetchall()
-    rows = nsa.query(con, "comm_overlap", run_id=runs[tag], per="step").fetchall()
-    cols = [d[0] for d in nsa.query(con, "comm_overlap", run_id=runs[tag], per="step").description]
     got: dict[int, dict[int, dict[str, Any]]] = {}
     for row in rows:
         r = dict(zip(cols, row))

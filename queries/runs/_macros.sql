@@ -197,26 +197,33 @@ CREATE OR REPLACE MACRO nsa_rank_windows(nsa_run) AS TABLE
     ),
     dev AS (
         SELECT t.report_id, t.device_id, count(*) AS n, count(t.pid) AS n_pid, min(t.pid) AS lo_pid,
-               max(t.pid) AS hi_pid, min(t.start_ns) AS lo, max(t.end_ns) AS hi
+               max(t.pid) AS hi_pid, min(t.start_ns) AS lo, max(t.end_ns) AS hi, count(*) - count(t.comm) AS unflagged
         FROM gpu_timeline AS t
         SEMI JOIN rk ON rk.report_id = t.report_id AND rk.device_id = t.device_id
         GROUP BY t.report_id, t.device_id
     ),
-    -- ranks whose GPU's stored timeline is theirs alone, with their activity's span
+    -- ranks whose GPU's stored timeline is theirs alone and has its comm flag (gpu_comm: a
+    -- library query asks for it; SQL calling this macro on a timeline worked out without it takes
+    -- the sorted pass below), with their activity's span
     plain AS MATERIALIZED (
         SELECT rk.run_id, rk.rank, rk.report_id, rk.device_id, d.lo, d.hi
         FROM rk
         JOIN dev AS d ON d.report_id = rk.report_id AND d.device_id = rk.device_id
-        WHERE rk.rank_pid IS NULL OR (d.n_pid = d.n AND d.lo_pid = rk.rank_pid AND d.hi_pid = rk.rank_pid)
+        WHERE d.unflagged = 0
+          AND (rk.rank_pid IS NULL OR (d.n_pid = d.n AND d.lo_pid = rk.rank_pid AND d.hi_pid = rk.rank_pid))
     ),
-    -- the other ranks' activity (nsa_rank_activity's, its classes from the stored flag): the
-    -- join is empty where every rank has its GPU to itself
+    -- the other ranks' activity (nsa_rank_activity's, its classes from the stored flag, else from
+    -- comm_ops as the build matches them): the join is empty where every rank has its GPU to itself
     a AS MATERIALIZED (
         SELECT r.run_id, r.rank, g.start_ns, g.end_ns,
-               CASE WHEN g.comm THEN 'comm' WHEN g.kind IN ('memcpy', 'memset') THEN 'copy' ELSE 'compute' END AS class
+               CASE WHEN coalesce(g.comm, c.report_id IS NOT NULL) THEN 'comm'
+                    WHEN g.kind IN ('memcpy', 'memset') THEN 'copy' ELSE 'compute' END AS class
         FROM gpu_timeline AS g
         JOIN (SELECT * FROM rk ANTI JOIN plain AS p ON p.run_id = rk.run_id AND p.rank = rk.rank) AS r
             ON r.report_id = g.report_id AND r.device_id = g.device_id
+        LEFT JOIN (SELECT DISTINCT report_id, device_id, stream_id, start_ns FROM comm_ops) AS c
+            ON g.comm IS NULL AND g.kind = 'kernel' AND c.report_id = g.report_id AND c.device_id = g.device_id
+           AND c.start_ns = g.start_ns AND c.stream_id IS NOT DISTINCT FROM g.stream_id
         WHERE r.rank_pid IS NULL OR g.pid = r.rank_pid
     ),
     s AS MATERIALIZED (SELECT * FROM nsa_rank_steps(nsa_run)),
