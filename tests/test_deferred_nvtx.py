@@ -272,6 +272,26 @@ def _steps_and_waits(con, rid: int) -> tuple[list, list]:
     return steps, waits
 
 
+def _steps_three_ways(tmp_path: Path, export: Path, table: str, where: str, value: object) -> dict:
+    """The steps and host waits (_steps_and_waits) of `export` worked out while `table` is
+    deferred ("export"), once it is copied ("copied"), and once copied with its rows `where`
+    `value` deleted ("dropped")."""
+    found = {}
+    for how in ("export", "copied", "dropped"):
+        (tmp_path / how).mkdir()
+        con, rid, _ = _ingest(tmp_path / how, export)
+        if how != "export":
+            api.materialise(con, {table})
+            assert "steps" in _deferred(con, rid)
+        if how == "dropped":
+            con.execute(f"DELETE FROM {table} WHERE report_id = ? AND {where}", [rid, value])
+        api.materialise(con, {"steps"})
+        assert (table in _deferred(con, rid)) == (how == "export")
+        found[how] = _steps_and_waits(con, rid)
+        con.close()
+    return found
+
+
 def test_steps_read_the_copied_ranges_once_copied(tmp_path: Path, export: Path) -> None:
     """The steps come from the export's NVTX ranges while those are deferred and from the
     workspace's once copied (`nsa findings` copies them first): the same steps and host waits
@@ -280,19 +300,7 @@ def test_steps_read_the_copied_ranges_once_copied(tmp_path: Path, export: Path) 
     with sqlite3.connect(export) as db:
         want = [(name, start, end, "nvtx") for name, start, end in db.execute(STEP_RANGES_SQL)]
     assert len(want) >= 5
-    found = {}
-    for how in ("export", "copied", "dropped"):
-        (tmp_path / how).mkdir()
-        con, rid, _ = _ingest(tmp_path / how, export)
-        if how != "export":
-            api.materialise(con, {"nvtx_ranges"})
-            assert "steps" in _deferred(con, rid)
-        if how == "dropped":
-            con.execute("DELETE FROM nvtx_ranges WHERE report_id = ? AND name = ?", [rid, want[2][0]])
-        api.materialise(con, {"steps"})
-        assert ("nvtx_ranges" in _deferred(con, rid)) == (how == "export")
-        found[how] = _steps_and_waits(con, rid)
-        con.close()
+    found = _steps_three_ways(tmp_path, export, "nvtx_ranges", "name = ?", want[2][0])
     assert [(s[2], s[8], s[9], s[4]) for s in found["export"][0]] == want
     assert found["copied"] == found["export"]
     assert [s[2] for s in found["dropped"][0]] == [w[0] for w in want if w != want[2]]
@@ -315,19 +323,7 @@ def test_steps_read_the_copied_os_runtime_calls_once_copied(tmp_path: Path, expo
         names = ", ".join(f"'{c}'" for c in WAIT_CALLS)
         want = [tuple(r) for r in db.execute(OSRT_WAITS_SQL.format(names=names))]
     assert len(want) >= 100
-    found = {}
-    for how in ("export", "copied", "dropped"):
-        (tmp_path / how).mkdir()
-        con, rid, _ = _ingest(tmp_path / how, export)
-        if how != "export":
-            api.materialise(con, {"osrt_api"})
-            assert "steps" in _deferred(con, rid)
-        if how == "dropped":
-            con.execute("DELETE FROM osrt_api WHERE report_id = ? AND start_ns = ?", [rid, want[0][1]])
-        api.materialise(con, {"steps"})
-        assert ("osrt_api" in _deferred(con, rid)) == (how == "export")
-        found[how] = _steps_and_waits(con, rid)
-        con.close()
+    found = _steps_three_ways(tmp_path, export, "osrt_api", "start_ns = ?", want[0][1])
     osrt = sorted((w[7], w[4], w[5]) for w in found["export"][1] if w[8] == "osrt")
     assert osrt == want
     assert found["copied"] == found["export"]

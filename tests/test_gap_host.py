@@ -580,6 +580,28 @@ def test_traced_time_is_the_union_of_the_threads_activities_in_its_gaps(unpack, 
     assert next(iter(traced.values())) == expected
 
 
+def _gap_host_rows(tmp_path: Path, path: Path) -> list[tuple]:
+    """Every row of gap_host (top_n NULL) on `path`, ingested into a new workspace."""
+    con = nsa.connect(tmp_path / "w.duckdb")
+    try:
+        rid = nsa.ingest(con, path).report_id
+        return nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
+    finally:
+        con.close()
+
+
+def _host_calls(db: sqlite3.Connection) -> list[tuple[str, int, int, int, str]]:
+    """(source, globalTid, start, end, name) of every CUDA API and OS runtime call of the export."""
+    cuda = db.execute(
+        'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
+        "JOIN StringIds s ON s.id = r.nameId"
+    )
+    osrt = db.execute(
+        'SELECT o.globalTid, o.start, o."end", s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId'
+    )
+    return [("cuda", *r) for r in cuda] + [("osrt", *r) for r in osrt]
+
+
 def test_every_call_counts_its_time_in_the_gaps_of_its_thread(unpack, tmp_path: Path) -> None:
     """in_gaps_ns of each CUDA API and OS runtime call name (the API version suffix, `_v7000`,
     left out as nsa names the calls): its calls' time inside the gaps of their thread, summed, on
@@ -594,18 +616,7 @@ def test_every_call_counts_its_time_in_the_gaps_of_its_thread(unpack, tmp_path: 
         tid = thread_of.get(key)
         if tid is not None:
             per_thread.setdefault(tid, []).append((s, e))
-    calls = [
-        ("cuda", *r)
-        for r in db.execute(
-            'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
-            "JOIN StringIds s ON s.id = r.nameId"
-        )
-    ] + [
-        ("osrt", *r)
-        for r in db.execute(
-            'SELECT o.globalTid, o.start, o."end", s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId'
-        )
-    ]
+    calls = _host_calls(db)
     merged = {tid: union(spans) for tid, spans in per_thread.items()}  # sorted, apart
     ends = {tid: [e for _, e in spans] for tid, spans in merged.items()}
     expected: dict[tuple[str, str], int] = {}
@@ -623,12 +634,7 @@ def test_every_call_counts_its_time_in_the_gaps_of_its_thread(unpack, tmp_path: 
             name = re.sub(r"_v[0-9]+$", "", name)
             expected[source, name] = expected.get((source, name), 0) + ns
     assert far > 0 and across > 0 and expected
-    con = nsa.connect(tmp_path / "w.duckdb")
-    try:
-        rid = nsa.ingest(con, path).report_id
-        rows = nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
-    finally:
-        con.close()
+    rows = _gap_host_rows(tmp_path, path)
     got = {(r[2], r[3]): r[4] for r in rows if r[2] in ("cuda", "osrt")}
     assert got == expected
 
@@ -666,18 +672,7 @@ def test_every_call_is_placed_in_the_range_open_just_before_it_starts(unpack, tm
     ):
         if tid in merged and e is not None and (s, e) not in steps and in_gaps(tid, s, e) > 0:
             ranges.setdefault(tid, []).append((s, e, text))
-    calls = [
-        ("cuda", *r)
-        for r in db.execute(
-            'SELECT r.globalTid, r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r '
-            "JOIN StringIds s ON s.id = r.nameId"
-        )
-    ] + [
-        ("osrt", *r)
-        for r in db.execute(
-            'SELECT o.globalTid, o.start, o."end", s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId'
-        )
-    ]
+    calls = _host_calls(db)
     per_parent: dict[tuple[str, str], dict[str, int]] = {}
     for source, tid, s, e, name in calls:
         if tid not in merged or e < s or (ns := in_gaps(tid, s, e)) == 0:
@@ -691,12 +686,7 @@ def test_every_call_is_placed_in_the_range_open_just_before_it_starts(unpack, tm
             sums[parent] = sums.get(parent, 0) + ns
     expected = {key: min(sums.items(), key=lambda kv: (-kv[1], kv[0])) for key, sums in per_parent.items()}
     assert len(expected) > 10 and len({p for p, _ in expected.values()}) >= 3
-    con = nsa.connect(tmp_path / "w.duckdb")
-    try:
-        rid = nsa.ingest(con, path).report_id
-        rows = nsa.api.query(con, "gap_host", report_id=rid, top_n=None).fetchall()
-    finally:
-        con.close()
+    rows = _gap_host_rows(tmp_path, path)
     got = {(r[2], r[3]): (r[9], r[10]) for r in rows if r[2] in ("cuda", "osrt") and r[9] is not None}
     assert {r[8] for r in rows if r[2] in ("cuda", "osrt") and r[9] is not None} == {"nvtx"}
     assert got == expected
