@@ -10,7 +10,7 @@
 -- last end of any activity on its GPU (phase 'run', steps 0). Unions from running maxima of
 -- earlier ends (nsa_rank_windows: gpu_timeline's, or one sorted pass per rank), never a pairing of
 -- kernels with windows.
--- reads comm_ops, cuda_api, gpu_timeline, gpu_comm, graph_executions, kernel_rows, memcpy, memset, ranks, steps
+-- reads comm_ops, cuda_api, gpu_timeline, gpu_comm, ranks, steps
 -- param run_id INTEGER = NULL: only this run; all runs when NULL.
 -- param per VARCHAR = 'rank' one of ('rank', 'step'): 'rank' for one row per rank, 'step' for one row per rank and steady step.
 -- col run_id INTEGER: the run (`runs.run_id`).

@@ -8,7 +8,7 @@
 -- 1 with a straggler, the delay is elsewhere (the host: see host_ns, idle_ns). Per-step columns
 -- are means over the steady steps, step_ns and host_ns medians. A rank without steady steps is
 -- measured over its whole GPU span (phase 'run', steps 0): its per-step columns are NULL.
--- reads collectives, comm_ops, cuda_api, gpu_timeline, gpu_comm, graph_executions, kernel_rows, memcpy, memset, ranks, steps
+-- reads collectives, comm_ops, cuda_api, gpu_timeline, gpu_comm, ranks, steps
 -- param run_id INTEGER = NULL: only this run; all runs when NULL.
 -- col run_id INTEGER: the run (`runs.run_id`).
 -- col rank INTEGER: the rank.

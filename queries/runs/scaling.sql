@@ -16,7 +16,7 @@
 -- slowest one's compute wait inside a collective, so that much of the exposed communication is
 -- imbalance and is counted there, once) and lost_other_ns, the remainder (GPU idle, copies,
 -- clock): the four add up to lost_ns. Runs without steady steps are listed with NULL numbers.
--- reads comm_ops, cuda_api, gpu_timeline, gpu_comm, graph_executions, kernel_rows, memcpy, memset, ranks, runs, steps
+-- reads comm_ops, cuda_api, gpu_timeline, gpu_comm, ranks, runs, steps
 -- param run_ids VARCHAR = NULL: comma-separated run ids to compare (`1,2,3`); all runs when NULL.
 -- param mode VARCHAR = 'auto' one of ('auto', 'weak', 'strong'): 'weak' (each rank keeps its batch), 'strong' (the global batch is split) or 'auto'.
 -- col run_id INTEGER: the run (`runs.run_id`).
