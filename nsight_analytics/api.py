@@ -101,17 +101,21 @@ def connect(
     """A DuckDB connection on the workspace with every canonical table and library query.
 
     Library queries are table macros: `SELECT * FROM gaps(min_gap_ns := 100000)`. A writable
-    connection first copies tables an ingest deferred (NVTX, OS runtime), so plain SQL sees
-    every row: each step under DuckDB's memory limit of its export's size (past it DuckDB
-    spills to the workspace's temporary folder), so on a large export this costs time (the
-    first NVTX use's, once), not memory; `load_deferred=False` leaves them for the first query
-    that reads them. Read-only connections can run beside other readers but not beside a
+    connection first copies tables an ingest deferred (NVTX, OS runtime) and works out what
+    queries work out on first use (the GPU timeline with its launch calls and communication
+    flag, the NVTX ranges' kernels), so plain SQL and the table macros see what `query` sees:
+    each step under DuckDB's memory limit of its export's size (past it DuckDB spills to the
+    workspace's temporary folder), so on a large export this costs time (the first NVTX use's
+    and the timeline's, once), not memory; `load_deferred=False` leaves them for the first
+    query that reads them. Read-only connections can run beside other readers but not beside a
     writer, and load deferred tables (into TEMP tables) only when `query`, `findings` or `sql`
     need them. `standalone`: for nsa's own commands (workspace.STANDALONE); a notebook leaves it off.
     """
     con = _open(db, read_only=read_only, standalone=standalone)
     if load_deferred and not read_only:
-        materialise(con, ingest_deferrable())
+        # a workspace file: what a dataset holds, nothing left to first use (a dataset is read
+        # only: what it lacks is worked out into TEMP tables by the queries that read it)
+        materialise(con, ingest_deferrable() if dataset.dataset_path(con) else dataset_reads())
     return con
 
 
