@@ -275,10 +275,6 @@ _FRESH_FLAGGED = "nsa_gpu_timeline_flagged"
 _ALL = "*"
 
 
-def _variable(launches: bool = False, comm: bool = False) -> str:
-    return _FRESH_LINKED if launches else _FRESH_FLAGGED if comm else _FRESH
-
-
 def _frozen(con: duckdb.DuckDBPyConnection, variable: str = _FRESH) -> tuple[bool, str]:
     """(can the GPU rows not change while this connection is open, what it found up to date in
     `variable`: _FRESH, or _FRESH_LINKED / _FRESH_FLAGGED with the launch calls / the comm flag)."""
@@ -327,7 +323,7 @@ def _stale(
     """stale's reports, each with (whether its GPU rows changed: worked out again whole, whether
     its launch calls are to be added, whether its comm flag is)."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
-    wanted = [_variable(launches=launches)] + ([_FRESH_FLAGGED] if comm else [])
+    wanted = [_FRESH_LINKED if launches else _FRESH] + ([_FRESH_FLAGGED] if comm else [])
     states = [_frozen(con, v) for v in wanted]
     frozen = states[0][0]
     if frozen and all(_known_fresh(seen, ids) for _, seen in states):

@@ -627,6 +627,7 @@ WAIT_CALLS = (
     "epoll_wait", "epoll_pwait", "recv", "recvfrom", "recvmsg", "read", "pread", "pread64", "readv", "fread",
     "accept", "accept4", "connect",
 )  # fmt: skip
+_WAIT_NAMES = ", ".join(params.literal(c) for c in WAIT_CALLS)  # an IN list
 
 
 def osrt_waits_sql(src: Source) -> str | None:
@@ -635,9 +636,8 @@ def osrt_waits_sql(src: Source) -> str | None:
         return None
     t, a = OSRT, "o"
     name, join = _name(src, t, "nameId", a, "s")
-    calls = ", ".join(f"'{c}'" for c in WAIT_CALLS)
     cols = {**_host_side(src, t, a), "name": name, "source": "'osrt'"}
-    return _select(cols, "host_waits", f"FROM {src.ref(t)} {a}{join} WHERE {name} IN ({calls})")
+    return _select(cols, "host_waits", f"FROM {src.ref(t)} {a}{join} WHERE {name} IN ({_WAIT_NAMES})")
 
 
 # The MPI calls that block the thread until communication completes: blocking collectives,
@@ -752,7 +752,7 @@ def _copied(con: duckdb.DuckDBPyConnection, report_id: int, table: str) -> bool:
 # report` copies the calls before its steps, which then filter them there rather than scan the
 # export's (7.4M at tr250) again.
 WORKSPACE_OSRT_WAITS = f"""
-SELECT {{cols}} FROM osrt_api WHERE report_id = $rid AND name IN ({", ".join(f"'{c}'" for c in WAIT_CALLS)})
+SELECT {{cols}} FROM osrt_api WHERE report_id = $rid AND name IN ({_WAIT_NAMES})
 """
 
 
