@@ -48,43 +48,48 @@ probes AS (
 -- after t. An ASOF join never matches NULL keys: a NULL device is keyed -1 (CUDA device ids are
 -- never negative).
 -- The ASOF join sorts what it looks up in: not the whole timeline, only the rows that can be a
--- probe's match. Time is cut into buckets (4 sqrt(probes x timeline rows) of them over the probes'
--- span, which keeps both parts below small: sqrt would balance them for activity spread evenly,
--- but GPU work comes in bursts, the blocking calls among them, and finer buckets keep the rows
--- of the probes' buckets few): a probe's match is either in the probe's own bucket
--- or, when no row there starts by t, the last row of an earlier bucket. So the rows of the
--- probes' buckets and the last row of every bucket (its running values are the bucket's
--- largest). One bucketing for all reports, from scalar subqueries: the timeline is then known to
--- be the large side of the joins.
+-- probe's match. Each device's rows are cut into blocks of k in (start_ns, end_ns) order (seq),
+-- so every block holds k rows however GPU work bunches up in time (time buckets hold thousands
+-- in a burst and none in an idle stretch); k is 2 sqrt(timeline rows / probes), which keeps the
+-- first rows of the blocks (marks) and the rows of the probes' blocks both few. A probe's match
+-- is in the block of the last mark starting by t: the next mark starts after t, and the match
+-- starts no earlier than that mark and is the last row of its start time. Of marks tied on
+-- start_ns only the last counts (a tie of more than k rows spans blocks). One k for all
+-- reports, from scalar subqueries.
 pw AS (
-    SELECT min(probe_ns) AS origin, greatest(1, CAST((max(probe_ns) - min(probe_ns)) / (4 * sqrt(count(*) * (SELECT count(*) FROM gpu_timeline) + 1)) AS BIGINT)) AS w
+    SELECT CAST(greatest(1, round(2 * sqrt((SELECT count(*) FROM gpu_timeline) / (count(*) + 1)))) AS BIGINT) AS k
     FROM probes
 ),
--- (the probes' buckets as one list unnested: a join of a few thousand probe rows that the
--- optimizer cannot mistake for the larger side)
+marks AS (
+    SELECT report_id, coalesce(device_id, -1) AS dev, start_ns, (seq - 1) // (SELECT k FROM pw) AS block
+    FROM gpu_timeline
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND (seq - 1) % (SELECT k FROM pw) = 0
+    QUALIFY lead(start_ns) OVER (PARTITION BY report_id, dev ORDER BY block) IS DISTINCT FROM start_ns
+),
+-- (the probes' blocks as one list unnested: a join of a few thousand rows that the optimizer
+-- cannot mistake for the larger side)
 pb AS (
-    SELECT x.report_id, x.dev, x.bucket
+    SELECT x.report_id, x.dev, x.block
     FROM (
         SELECT unnest(k) AS x
         FROM (
-            SELECT list(DISTINCT {'report_id': report_id, 'dev': dev, 'bucket': (probe_ns - (SELECT origin FROM pw)) // (SELECT w FROM pw)}) AS k
-            FROM probes
+            SELECT list(DISTINCT {'report_id': p.report_id, 'dev': p.dev, 'block': m.block}) AS k
+            FROM probes AS p
+            ASOF JOIN marks AS m ON m.report_id = p.report_id AND m.dev = p.dev AND p.probe_ns >= m.start_ns
         )
     )
 ),
-tl AS NOT MATERIALIZED (
-    SELECT report_id, coalesce(device_id, -1) AS dev, start_ns, busy_through_ns, end_through_ns,
-           (start_ns - (SELECT origin FROM pw)) // (SELECT w FROM pw) AS bucket
-    FROM gpu_timeline
-    WHERE last_at_start AND ($report_id IS NULL OR report_id = $report_id)
-),
 cand AS (
-    SELECT report_id, dev, start_ns, busy_through_ns, end_through_ns FROM tl SEMI JOIN pb USING (report_id, dev, bucket)
-    UNION ALL
-    SELECT report_id, dev, max(start_ns), max(busy_through_ns), max(end_through_ns)
-    FROM tl
-    GROUP BY report_id, dev, bucket
+    SELECT report_id, dev, start_ns, busy_through_ns, end_through_ns
+    FROM (
+        SELECT report_id, coalesce(device_id, -1) AS dev, (seq - 1) // (SELECT k FROM pw) AS block, start_ns,
+               busy_through_ns, end_through_ns
+        FROM gpu_timeline
+        WHERE last_at_start AND ($report_id IS NULL OR report_id = $report_id)
+    )
+    SEMI JOIN pb USING (report_id, dev, block)
 ),
+-- (a probe before the device's first activity matches nothing: no time busy by then)
 b AS (
     SELECT p.call_id, p.dev, p.side,
            coalesce(t.busy_through_ns - greatest(0, t.end_through_ns - p.probe_ns), 0) AS busy_until
