@@ -57,10 +57,13 @@ ev AS NOT MATERIALIZED (
 -- the window's gaps, a row each: the activity ending one is the first after it on its device, in
 -- gpu_timeline's (start_ns, end_ns) order (any later one has that one's end in prev_end_ns), so a
 -- gap's start is its own (tests/test_stacks.py checks it on every capture)
-ends AS (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
+ends AS NOT MATERIALIZED (SELECT * FROM nsa_window_gaps($report_id, $min_gap_ns)),
 -- the window's gaps, clipped to the step when there is one (a gap's length before clipping
--- decides min_gap_ns): all of them count in idle_ns
-gap AS (
+-- decides min_gap_ns): all of them count in idle_ns. Neither this nor `ends` is materialised:
+-- totals reads four columns of them and launch only the gaps of processes with stacks (none in
+-- a capture without stacks), where storing a row per gap (over a million at 1M kernels) would
+-- cost more than working them out again
+gap AS NOT MATERIALIZED (
     SELECT g.report_id, g.dev, g.pid, g.correlation_id, g.gap_start_ns AS gap_key,
            greatest(g.gap_start_ns, w.s0) AS gap_start_ns, least(g.gap_end_ns, w.s1) AS gap_end_ns
     FROM ends AS g
