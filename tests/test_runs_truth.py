@@ -518,9 +518,13 @@ def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
         waits = _random_rows(rnd, 80, 40)
         ops = _random_rows(rnd, 150, 30)
         for a, b, tid in ranges:
+            # by base name (emit_nvtx's suffixes dropped), or by name where a row has none
             name = rnd.choice("xyz")
             end = None if rnd.random() < 0.05 else b
-            tables["nvtx_ranges"].append({**host(a, end, tid, name), "base_name": name})
+            full, base = rnd.choice(
+                ((name, name), (f"{name}, seq = 3", name), (name, None), (f"{name}!", None))
+            )
+            tables["nvtx_ranges"].append({**host(a, end, tid, full), "base_name": base})
         names = [rnd.choice(("poll", "sleep")) for _ in waits]
         for (a, b, tid), name in zip(waits, names, strict=True):
             tables["host_waits"].append({**host(a, b, tid, name), "source": "osrt"})
@@ -538,7 +542,7 @@ def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
                 if v["report_id"] != rid or v["end_ns"] is None or (v["start_ns"], v["end_ns"]) == (s0, s1):
                     continue
                 if v["start_ns"] >= s0 and v["end_ns"] <= s1:
-                    key = (rank, "nvtx", v["base_name"])
+                    key = (rank, "nvtx", v["base_name"] or v["name"])
                     want[key] = want.get(key, 0) + v["duration_ns"]
             for (a, b, t), name in zip(waits, names, strict=True):
                 if a < s1 and b > s0 and (tid is None or t == tid):
@@ -558,6 +562,32 @@ def test_rank_activity_matches_every_step_against_every_row(tmp_path, seed):
     con.close()
     assert {(r[1], r[2], r[3]): r[4] for r in got} == want
     assert all(r[5] == steps_of[r[1]] and r[6] == r[4] / r[5] for r in got)
+
+
+def test_rank_activity_counts_every_threads_waits_in_kernel_pattern_steps(tmp_path):
+    """Kernel-pattern steps (GPU windows) have no thread: the host waits of every thread of the
+    rank's process count in them, even where an NVTX range happens to span a step's exact times
+    (a thread's own step range is looked for in NVTX and graph steps only)."""
+    from rows import insert
+
+    con = nsa.connect(tmp_path / "w.duckdb")
+    insert(con, "runs", [{"run_id": 1, "name": "k", "world_size": 1, "ranks_seen": 1, "hosts": 1}])
+    insert(con, "ranks", [{"run_id": 1, "rank": 0, "report_id": 1, "pid": 100, "device_id": 0}])
+    insert(con, "steps", [
+        {"report_id": 1, "step": i, "name": None, "number": None, "source": "kernels", "series": 1, "pid": None,
+         "device_id": 0, "start_ns": a, "end_ns": a + 100, "duration_ns": 100, "steady": True}
+        for i, a in enumerate((1000, 1100))
+    ])  # fmt: skip
+    host = functools.partial(_host_row, 1, 100)
+    insert(con, "nvtx_ranges", [{**host(1000, 1100, 1, "loop"), "base_name": "loop"}])
+    # thread 1: 30 ns in step 0; thread 2: 20 ns in step 0 and 10 in step 1 (clipped to the steps)
+    insert(con, "host_waits", [
+        {**host(1010, 1040, 1, "poll"), "source": "osrt"},
+        {**host(1080, 1110, 2, "poll"), "source": "osrt"},
+    ])  # fmt: skip
+    got = nsa.query(con, "rank_activity", run_id=1).fetchall()
+    con.close()
+    assert [(r[2], r[3], r[4], r[5]) for r in got] == [("host_wait", "poll", 60, 2)]
 
 
 @pytest.mark.parametrize("seed", range(4))

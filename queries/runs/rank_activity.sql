@@ -27,7 +27,7 @@ WITH rk AS (
 ),
 rs AS (
     SELECT rk.run_id, rk.rank, rk.report_id, coalesce(rk.pid, s.pid) AS pid, rk.device_id, s.series,
-           s.start_ns, s.end_ns
+           s.source, s.start_ns, s.end_ns
     FROM rk
     JOIN steps AS s ON s.report_id = rk.report_id
     WHERE s.steady AND CASE WHEN s.source = 'kernels' THEN s.device_id = rk.device_id
@@ -46,6 +46,7 @@ step_thread AS (
     JOIN nvtx_ranges AS v
         ON v.report_id = m.report_id AND (m.pid IS NULL OR v.pid = m.pid)
         AND v.start_ns = m.start_ns AND v.end_ns = m.end_ns
+    WHERE m.source <> 'kernels'
     GROUP BY ALL
 ),
 -- the rank's steps in time order (i), with their thread and the latest end so far (reach)
@@ -127,6 +128,9 @@ placed AS MATERIALIZED (
     LEFT JOIN owned AS b
         ON b.run_id = x.run_id AND b.rank = x.rank AND b.bk = x.bk
         AND x.start_ns >= b.start_ns AND x.start_ns < b.upto
+    -- a row that starts once its steps (and every earlier one) have ended, and ends before the
+    -- next start, meets no step: left out here (between the steps: most host waits)
+    WHERE b.first_i IS NULL OR x.start_ns < b.group_end OR x.start_ns < b.prev_reach OR x.end_ns > b.next_start
 ),
 candidates AS (
     SELECT * EXCLUDE (i0, i1, beyond), i1 AS i FROM placed WHERE NOT beyond AND i0 = i1
@@ -161,18 +165,24 @@ sb AS (
     FROM st
     JOIN nb AS b USING (run_id, rank)
 ),
+-- the ranges by base name (their name where it has none): the two read apart, so that the base
+-- names, few and stored as a dictionary, are read without the names (a scan of base_name IS NULL
+-- skips what holds no NULL)
+ranges AS NOT MATERIALIZED (
+    SELECT report_id, pid, base_name AS name, start_ns, end_ns, duration_ns FROM nvtx_ranges WHERE base_name IS NOT NULL
+    UNION ALL
+    SELECT report_id, pid, name, start_ns, end_ns, duration_ns FROM nvtx_ranges WHERE base_name IS NULL
+),
 -- the ranges within the span: of the rank's process (a hash join on it), or of the whole report
 vb AS (
-    SELECT b.run_id, b.rank, coalesce(v.base_name, v.name) AS name, v.start_ns, v.end_ns, v.duration_ns,
-           (v.start_ns - b.lo) // b.w AS b
+    SELECT b.run_id, b.rank, v.name, v.start_ns, v.end_ns, v.duration_ns, (v.start_ns - b.lo) // b.w AS b
     FROM nb AS b
-    JOIN nvtx_ranges AS v ON v.report_id = b.report_id AND v.pid = b.pid
+    JOIN ranges AS v ON v.report_id = b.report_id AND v.pid = b.pid
     WHERE v.start_ns >= b.lo AND v.end_ns <= b.hi
     UNION ALL
-    SELECT b.run_id, b.rank, coalesce(v.base_name, v.name), v.start_ns, v.end_ns, v.duration_ns,
-           (v.start_ns - b.lo) // b.w
+    SELECT b.run_id, b.rank, v.name, v.start_ns, v.end_ns, v.duration_ns, (v.start_ns - b.lo) // b.w
     FROM nb AS b
-    JOIN nvtx_ranges AS v ON v.report_id = b.report_id
+    JOIN ranges AS v ON v.report_id = b.report_id
     WHERE b.pid IS NULL AND v.start_ns >= b.lo AND v.end_ns <= b.hi
 ),
 -- an NVTX range inside the step, not the step's own range
