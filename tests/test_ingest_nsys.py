@@ -381,3 +381,42 @@ def test_nvtx_domains_by_string_id(tmp_path: Path, columns: str) -> None:
         assert got == expected
     else:
         assert sorted((n, d is None) for n, _, d in got) == sorted((n, d is None) for n, _, d in expected)
+
+
+@pytest.mark.parametrize("creates", [True, False])
+def test_nvtx_domains_on_first_use(tmp_path: Path, creates: bool) -> None:
+    """The ranges copied on first use name their domains from the create events, read once for
+    the export (names as SQL literals there: one holds a quote); an export that creates no
+    domain gives every range a NULL domain (the copy then joins nothing)."""
+    path = tmp_path / "domains_text.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+        db.execute(
+            "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+            "textId INTEGER, globalTid INTEGER, domainId INTEGER)"
+        )
+        rows = []
+        for pid, domain_name in ((100, "it's io"), (200, "math")):
+            gtid = (pid << 24) | 7
+            if creates:
+                rows.append((1, None, 75, domain_name, None, gtid, 1))
+            rows += [(10, 20, 59, f"load {pid}", None, gtid, 1), (30, 40, 60, "step", None, gtid, 0)]
+        db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    expected = Counter(
+        sq(
+            path,
+            "SELECT n.text, (SELECT min(d.text) FROM NVTX_EVENTS d WHERE d.eventType = 75 "
+            "AND d.domainId = n.domainId AND (d.globalTid >> 24) = (n.globalTid >> 24)) "
+            "FROM NVTX_EVENTS n WHERE n.eventType IN (59, 60)",
+        )
+    )
+    assert {d for _, d in expected} == ({"it's io", "math", None} if creates else {None})
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    nsa.ingest(con, path)
+    assert "nvtx_ranges" in con.execute("SELECT deferred_steps FROM reports").fetchone()[0]
+    from nsight_analytics.ingest import ensure_loaded
+
+    assert ensure_loaded(con, {"nvtx_ranges"}) == 1
+    got = Counter(con.execute("SELECT name, domain FROM nvtx_ranges").fetchall())
+    con.close()
+    assert got == expected

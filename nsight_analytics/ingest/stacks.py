@@ -30,7 +30,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
@@ -51,7 +51,6 @@ NATIVE = (
     ("o", "OSRT_CALLCHAINS", "OSRT_API", "callchainId"),
 )
 PYTHON_EVENT = 34  # NVTX eventType of nsys' Python samples and backtraces
-DOMAIN_CREATE = 75
 PYTHON_DOMAINS = {"Python Periodic Sampling": "python_sample", "Python Backtrace on CUDA": "python_cuda"}
 # ENUM_SAMPLING_THREAD_STATE (COMPOSITE_EVENTS.threadState)
 THREAD_STATES = {
@@ -68,6 +67,8 @@ class Source(Protocol):
     alias: str
 
     def ref(self, table: str) -> str: ...
+
+    def nvtx_domain_events(self, con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]: ...
 
 
 # Library code, so that the user's own frame can be told apart. Python: files under site-packages
@@ -168,18 +169,11 @@ class _Layout:
 def _layouts(con: duckdb.DuckDBPyConnection, src: Source) -> dict[int, tuple[str, _Layout | None]]:
     """domainId -> (source, layout) of the Python domains; layout None when it cannot be read."""
     tables = src.tables
-    # SQLite picks the few create events out of NVTX_EVENTS: filtered in DuckDB, the text of every
-    # row would cross over (x300, 5.03M ranges: 0.86 CPU-s against 0.24)
-    create = (
-        f'SELECT domainId, text FROM "{NVTX}" WHERE eventType = {DOMAIN_CREATE} AND text IN '
-        f"({', '.join(params.literal(n) for n in PYTHON_DOMAINS)})"
-    )
+    # the create events as the export's reader keeps them (read once, also for the ranges' copy)
     domains = {
-        int(d): PYTHON_DOMAINS[str(name)]
-        for d, name in con.execute(
-            f"SELECT * FROM sqlite_query('{src.alias}', {params.literal(create)})"
-        ).fetchall()
-        if d is not None
+        int(d): PYTHON_DOMAINS[name]
+        for d, _, name, _ in src.nvtx_domain_events(con)
+        if d is not None and isinstance(name, str) and name in PYTHON_DOMAINS
     }
     out: dict[int, tuple[str, _Layout | None]] = {}
     needed = {"NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES"}

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 
@@ -81,9 +82,22 @@ class Source:
     alias: str = "src"
     # {table: {columns declared NOT NULL}}: a fallback for such a column is never read
     not_null: dict[str, set[str]] = field(default_factory=dict)
+    # the NVTX domains' create events, once read (nvtx_domain_events)
+    domain_events: list[tuple[Any, ...]] | None = None
 
     def has(self, table: str) -> bool:
         return table in self.tables
+
+    def nvtx_domain_events(self, con: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+        """The export's NVTX domain create events (type 75) as (domainId, globalTid, text,
+        textId), read once per attached export: the ranges' copy names their domains from them
+        and the stacks step finds its Python domains among them. SQLite picks the few out of
+        the table: filtered in DuckDB, every row of NVTX_EVENTS would cross over."""
+        if self.domain_events is None:
+            self.domain_events = con.execute(
+                f"SELECT * FROM {_domain_creates(self)} AS d0(a, b, c, d)"
+            ).fetchall()
+        return self.domain_events
 
     def col(self, table: str, name: str, alias: str) -> str:
         return f'{alias}."{name}"' if name in self.tables.get(table, ()) else "NULL"
@@ -402,18 +416,37 @@ def base_name_sql(name: str) -> str:
     return f"CASE WHEN contains({name}, ' = ') THEN {stripped} ELSE {name} END"
 
 
-def _nvtx_domains_sql(src: Source, keys: str | None = None) -> str:
+def _domain_columns(src: Source) -> str:
+    """NVTX_EVENTS' columns of a domain's create event: domainId, globalTid, text, textId (NULL
+    where the export lacks one)."""
+    have = src.tables.get(NVTX, set())
+    return ", ".join(f'"{c}"' if c in have else "NULL" for c in ("domainId", "globalTid", "text", "textId"))
+
+
+def _domain_creates(src: Source) -> str:
+    """The export's NVTX domain create events (_domain_columns), picked out by SQLite."""
+    create = f'SELECT {_domain_columns(src)} FROM "{NVTX}" WHERE eventType = {NVTX_DOMAIN_CREATE}'
+    return f"sqlite_query('{src.alias}', {params.literal(create)})"
+
+
+def _nvtx_domains_sql(src: Source, keys: str | None = None) -> str | None:
     """The export's NVTX domains as (domain_id, pid, name): a domain's name is the text of its
     create event (type 75) in the same process. SQLite picks the few create events out of the
-    table: filtered in DuckDB, every row of NVTX_EVENTS would cross over a second time. With
-    `keys`, from the create events among that table of NVTX_EVENTS' name columns instead."""
-    t = NVTX
-    have = src.tables[t]
-    picked = ", ".join(f'"{c}"' if c in have else "NULL" for c in ("domainId", "globalTid", "text", "textId"))
-    create = f'SELECT {picked} FROM "{t}" WHERE eventType = {NVTX_DOMAIN_CREATE}'
-    rows = f"sqlite_query('{src.alias}', {params.literal(create)}) AS d0(domain_id, gtid, text, text_id)"
+    table: filtered in DuckDB, every row of NVTX_EVENTS would cross over a second time; once
+    read (Source.nvtx_domain_events), from those rows, and None when there are none (every
+    range's domain is NULL: no join). With `keys`, from the create events among that table of
+    NVTX_EVENTS' name columns instead."""
+    have = src.tables[NVTX]
+    rows = f"{_domain_creates(src)} AS d0(domain_id, gtid, text, text_id)"
     if keys is not None:
-        rows = f"(SELECT {picked} FROM {keys} WHERE eventType = {NVTX_DOMAIN_CREATE}) AS d0(domain_id, gtid, text, text_id)"
+        rows = f"(SELECT {_domain_columns(src)} FROM {keys} WHERE eventType = {NVTX_DOMAIN_CREATE}) AS d0(domain_id, gtid, text, text_id)"
+    elif src.domain_events is not None:
+        if not src.domain_events:
+            return None
+        # as SQL literals (a text holding NUL, which no literal can: read from the export again)
+        if not any(isinstance(v, str) and "\x00" in v for e in src.domain_events for v in e):
+            read = ", ".join("(" + ", ".join(params.literal(v) for v in e) + ")" for e in src.domain_events)
+            rows = f"(VALUES {read}) AS d0(domain_id, gtid, text, text_id)"
     # untyped in SQLite when the export lacks the column: cast after the fact
     pid = PID_OF.format("CAST(d0.gtid AS BIGINT)") if "globalTid" in have else "NULL"
     text = "CAST(d0.text AS VARCHAR)" if "text" in have else "NULL"
@@ -434,9 +467,10 @@ def _nvtx_parts(src: Source, keys: str | None = None) -> tuple[dict[str, str], s
     name = f"coalesce({text}, {text_id})"
     domain, djoin = "NULL", ""
     gtid = src.col(t, "globalTid", a)
-    if "domainId" in src.tables[t]:
+    domains = _nvtx_domains_sql(src, keys) if "domainId" in src.tables[t] else None
+    if domains is not None:
         pid_match = f" AND d.pid IS NOT DISTINCT FROM {PID_OF.format(gtid)}" if gtid != "NULL" else ""
-        djoin = f" LEFT JOIN {_nvtx_domains_sql(src, keys)} d ON d.domain_id = {a}.domainId{pid_match}"
+        djoin = f" LEFT JOIN {domains} d ON d.domain_id = {a}.domainId{pid_match}"
         domain = "d.name"
     types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
     cols = {
@@ -1002,6 +1036,8 @@ def load_table(
         ).fetchall()
         sql = kernel_names_sql(src, [r[0] for r in reps if r[0] is not None])
     else:
+        if table == "nvtx_ranges" and src.has(NVTX) and "domainId" in src.tables[NVTX]:
+            src.nvtx_domain_events(con)  # the copy names the domains from them (_nvtx_domains_sql)
         sql = LOADERS[table][0](src)
     if sql is None:
         return 0
