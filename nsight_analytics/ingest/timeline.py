@@ -209,6 +209,7 @@ _MATCHED = """LEFT JOIN (
 # unlinked (api_calls 0), then those with calls of their key linked (one group per key: a row
 # matches at most one). Only the calls of keys in the timeline are grouped: most calls launch
 # nothing (synchronisation, queries, allocations), and the UPDATE costs by the groups it joins.
+_ACTIVITY_KEYS = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM a)"
 _TIMELINE_KEYS = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM gpu_timeline WHERE true {only})"
 _UNLINK = """
 UPDATE gpu_timeline SET api_calls = 0, api_start_ns = NULL, api_end_ns = NULL, api_global_tid = NULL
@@ -487,7 +488,7 @@ def _build(
             con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
             if launches:
                 pending = sorted(_reports_pending(con))
-                calls = _CALLS.format(only=only, keys="")
+                calls = _CALLS.format(only=only, keys=_ACTIVITY_KEYS)
                 select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
