@@ -468,6 +468,25 @@ def test_storm_between_other_activities(workspace) -> None:
     assert [(r[2], r[3], r[5], r[6], r[10], r[11]) for r in rows] == [(55, 66, 3, 6, "b", 4)]
 
 
+def test_storm_thresholds_left_null(workspace) -> None:
+    # Three 2 ns kernels [0, 2], [4, 6], [1000, 1002]: the third starts 994 ns after the second
+    # ended. No size threshold (max_kernel_ns NULL): no kernel is tiny, so no storm. No pause
+    # threshold (max_gap_ns NULL): no pause ends a storm, so all three are one; with a 5 ns one,
+    # the third stands alone and two are too few.
+    k = dict(report_id=1, device_id=0, pid=5, name="a")
+    insert(workspace, "kernels", [dict(k, start_ns=s, end_ns=s + 2, duration_ns=2) for s in (0, 4, 1000)])
+
+    def storms(**params: object) -> list[tuple[object, ...]]:
+        rows = nsa.query(
+            workspace, "small_kernel_storms", min_kernels=3, max_busy_pct=100.0, **params
+        ).fetchall()
+        return [(r[2], r[3], r[5], r[6]) for r in rows]  # start, end, kernels, busy
+
+    assert storms(max_kernel_ns=None, max_gap_ns=5000) == []
+    assert storms(max_kernel_ns=10, max_gap_ns=None) == [(0, 1002, 3, 6)]
+    assert storms(max_kernel_ns=10, max_gap_ns=5) == []
+
+
 def test_launch_calls_match_the_exports_own_join(tmp_path: Path) -> None:
     # The launch columns (worked out only for what reads them) against nsys' own tables: each
     # kernel's CUDA API call with the same correlation id in the same process (pid = bits 24-47

@@ -34,7 +34,9 @@ WITH breaks AS (
     SELECT report_id, device_id, seq, coalesce(duration_ns < $max_kernel_ns, false) AS tiny
     FROM gpu_timeline
     WHERE ($report_id IS NULL OR report_id = $report_id) AND kind = 'kernel'
-        AND (NOT coalesce(duration_ns < $max_kernel_ns, false) OR coalesce(start_ns - prev_kernel_end_ns > $max_gap_ns, false))
+        -- not tiny, or gapped; plain comparisons (no coalesce) that the scan filters by
+        AND (duration_ns >= $max_kernel_ns OR duration_ns IS NULL OR $max_kernel_ns IS NULL
+            OR start_ns - prev_kernel_end_ns > $max_gap_ns)
     UNION ALL
     -- a break (not tiny) before each device's first row and one after its last
     SELECT report_id, device_id, unnest([0, max(seq) + 1]), false
