@@ -356,3 +356,38 @@ def test_gap_while_the_launching_thread_waits_in_mpi_is_that_wait(tmp_path: Path
     assert got[0] == (recv_end + 9_000 - g, "host_wait", "MPI_Recv")
     assert got[1][1] == "late_launch"
     con.close()
+
+
+def test_gap_inside_a_wait_that_holds_shorter_ones_is_the_outer_wait(tmp_path: Path) -> None:
+    """A thread's waits nest: NCCL's first all-gather holds the reads and polls it makes while
+    peers connect. The GPU idles inside the outer range; a short wait inside it that starts later
+    (but before the gap's midpoint) must not hide the outer one. A nested wait that itself covers
+    half the gap is the one named (the innermost that does)."""
+    from fixtures.nsys_fixtures import T0, ExportBuilder
+
+    b = ExportBuilder()
+    main = b.process(700, "trainer")
+    b.gpu(0)
+    _, g = b.launch_kernel(T0, T0 + 5_000, 1_000_000, "void setup(float*)", gtid=main)
+    # gap 1: 8 ms in ncclAllGather; a 0.1 ms poll inside it starts 2 ms in (before the midpoint)
+    outer_start, outer_end = g + 10_000, g + 8_010_000
+    b.nvtx(outer_start, outer_end, "ncclAllGather", gtid=main)
+    b.nvtx(g + 2_000_000, g + 2_100_000, "MPI_Test", gtid=main)
+    _, g2 = b.launch_kernel(outer_end + 2_000, outer_end + 9_000, 1_000_000, "void step(float*)", gtid=main)
+    # gap 2: 6 ms in MPI_Waitall, of which 5 ms in an MPI_Recv inside it: the MPI_Recv is named
+    b.nvtx(g2 + 5_000, g2 + 6_005_000, "MPI_Waitall", gtid=main)
+    b.nvtx(g2 + 500_000, g2 + 5_500_000, "MPI_Recv", gtid=main)
+    _, g3 = b.launch_kernel(g2 + 6_006_000, g2 + 6_010_000, 1_000_000, "void step(float*)", gtid=main)
+    # gap 3: only a short wait near the start (0.2 ms): a late launch, as before
+    b.nvtx(g3 + 100_000, g3 + 300_000, "MPI_Test", gtid=main)
+    b.launch_kernel(g3 + 3_000_000, g3 + 3_007_000, 1_000_000, "void step(float*)", gtid=main)
+    path = tmp_path / "nested.sqlite"
+    b.write(path)
+    con, rid = _ingest(tmp_path, path)
+    got = [(r[4], r[7], r[8]) for r in nsa.query(con, "gaps", report_id=rid).fetchall()]
+    assert got == [
+        (outer_end + 9_000 - g, "host_wait", "ncclAllGather"),
+        (6_010_000, "host_wait", "MPI_Recv"),
+        (3_007_000, "late_launch", "cudaLaunchKernel"),
+    ]
+    con.close()

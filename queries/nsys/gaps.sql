@@ -8,7 +8,9 @@
 --   host_wait    otherwise, when the host thread that launched the activity after the gap was
 --                waiting (table host_waits: an MPI_* / nccl* / ucp_* NVTX range, a sleep, a
 --                condition-variable or lock wait, poll, a read...) for at least half the gap,
---                at its midpoint; cause_detail names the wait ('MPI_Recv', 'usleep');
+--                at its midpoint; cause_detail names the wait ('MPI_Recv', 'usleep'): of nested
+--                waits (an NCCL or MPI range around the reads and polls it makes), the latest
+--                to start if it covers half the gap, else the one around it;
 --   late_launch  otherwise, when the API call that launched the activity after the gap started
 --                after the gap began: the host issued the work late (host busy elsewhere, or
 --                launch latency); cause_detail names the launch call;
@@ -137,15 +139,40 @@ sync AS (
     WHERE 2 * overlap_ns >= gap_ns
     GROUP BY ALL
 ),
--- the wait the launching thread was in at the gap's midpoint (the latest to start before it)
+-- the wait the launching thread was in at the gap's midpoint: the latest to start before it if
+-- that one covers half the gap, else the one reaching furthest of those started by then (a
+-- thread's waits nest: an MPI or NCCL range holds the reads and polls it makes, so the latest to
+-- start can be a short inner one while the range around it covers the gap; of nested waits the
+-- outer one covers more of the gap). Only waits at least half the shortest gap long can cover
+-- half a gap: the others are left out before the sort.
+waits AS (
+    SELECT report_id, global_tid, start_ns, end_ns, name,
+           arg_max({'s': start_ns, 'e': end_ns, 'n': name}, {'e': end_ns, 's': -start_ns}) OVER (
+               PARTITION BY report_id, global_tid ORDER BY start_ns RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+           ) AS reach
+    FROM host_waits
+    WHERE ($report_id IS NULL OR report_id = $report_id) AND 2 * (end_ns - start_ns) >= greatest($min_gap_ns, 1)
+),
 wait AS (
-    SELECT l.report_id, l.device_id, l.gap_start_ns, w.name AS wait_name
-    FROM (SELECT *, gap_start_ns + gap_ns // 2 AS mid_ns FROM launch WHERE launch_tid IS NOT NULL) AS l
-    ASOF JOIN (
-        SELECT * FROM host_waits WHERE ($report_id IS NULL OR report_id = $report_id)
-    ) AS w ON w.report_id = l.report_id AND w.global_tid = l.launch_tid AND l.mid_ns >= w.start_ns
-    WHERE w.end_ns >= l.mid_ns
-        AND 2 * (least(w.end_ns, l.gap_start_ns + l.gap_ns) - greatest(w.start_ns, l.gap_start_ns)) >= l.gap_ns
+    SELECT report_id, device_id, gap_start_ns, wait_name
+    FROM (
+        SELECT l.report_id, l.device_id, l.gap_start_ns,
+               CASE
+                   WHEN w.end_ns >= l.mid_ns
+                       AND 2 * (least(w.end_ns, l.gap_end_ns) - greatest(w.start_ns, l.gap_start_ns)) >= l.gap_ns
+                       THEN w.name
+                   WHEN w.reach.e >= l.mid_ns
+                       AND 2 * (least(w.reach.e, l.gap_end_ns) - greatest(w.reach.s, l.gap_start_ns)) >= l.gap_ns
+                       THEN w.reach.n
+               END AS wait_name
+        FROM (
+            SELECT *, gap_start_ns + gap_ns // 2 AS mid_ns, gap_start_ns + gap_ns AS gap_end_ns
+            FROM launch
+            WHERE launch_tid IS NOT NULL
+        ) AS l
+        ASOF JOIN waits AS w ON w.report_id = l.report_id AND w.global_tid = l.launch_tid AND l.mid_ns >= w.start_ns
+    )
+    WHERE wait_name IS NOT NULL
 )
 SELECT
     g.report_id,
