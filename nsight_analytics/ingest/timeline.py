@@ -127,7 +127,7 @@ t AS (
 
 # The rows as they are, or (LAUNCHES) with their launch calls: those of the same report, pid and
 # correlation id, grouped by key after the sorts (which carry none of it), in a hash table probed
-# by the activities. Only the calls of the activities' keys are grouped (_ACTIVITY_KEYS: most
+# by the activities. Only the calls of the activities' keys are grouped (_KEYS_OF: most
 # calls launch no GPU work; DDP x85: 1.4M of 5.67M calls, each of a key of its own).
 # Reports whose calls are still in their export get none (api_calls NULL).
 _PLAIN = "SELECT * FROM t"
@@ -139,7 +139,8 @@ _CALLS = """
     WHERE correlation_id IS NOT NULL {only} {keys}
     GROUP BY ALL
 """
-_ACTIVITY_KEYS = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM a)"
+# `keys`: the calls of the keys of `{rows}` (the activities being sorted, or the stored timeline)
+_KEYS_OF = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM {rows})"
 _LINKED = """,
 calls AS ({calls})
 SELECT
@@ -212,7 +213,6 @@ _MATCHED = """LEFT JOIN (
 # unlinked (api_calls 0), then those with calls of their key linked (one group per key: a row
 # matches at most one). Only the calls of keys in the timeline are grouped: most calls launch
 # nothing (synchronisation, queries, allocations), and the UPDATE costs by the groups it joins.
-_TIMELINE_KEYS = "AND (report_id, pid, correlation_id) IN (SELECT report_id, pid, correlation_id FROM gpu_timeline WHERE true {only})"
 _UNLINK = """
 UPDATE gpu_timeline SET api_calls = 0, api_start_ns = NULL, api_end_ns = NULL, api_global_tid = NULL
 WHERE true {only}
@@ -490,7 +490,7 @@ def _build(
             con.execute(f"DELETE FROM {TABLE} WHERE true {only}")
             if launches:
                 pending = sorted(_reports_pending(con))
-                calls = _CALLS.format(only=only, keys=_ACTIVITY_KEYS)
+                calls = _CALLS.format(only=only, keys=_KEYS_OF.format(rows="a"))
                 select = _LINKED.format(calls=calls, linked=f"NOT {_in('t.report_id', pending)}")
             else:
                 select = _PLAIN
@@ -518,7 +518,11 @@ def _build(
         if linked:  # stale only for want of their launch calls, which are in the workspace
             only = _only(linked)
             con.execute(_UNLINK.format(only=only))
-            con.execute(_LINK.format(calls=_CALLS.format(only=only, keys=_TIMELINE_KEYS.format(only=only))))
+            con.execute(
+                _LINK.format(
+                    calls=_CALLS.format(only=only, keys=_KEYS_OF.format(rows=f"{TABLE} WHERE true {only}"))
+                )
+            )
         if flagged:  # stale only for want of their comm flag
             only = _only(flagged)
             streams = _comm_streams(con, only)
