@@ -27,8 +27,6 @@ from typing import Any
 
 from . import queries
 from .ingest import Reader, register
-from .rules import Rule
-from .rules.discovery import add, discover
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +106,9 @@ def _readers(obj: Any) -> None:
 
 
 def _rules(obj: Any) -> None:
+    from .rules import Rule  # here: a process with no rule plugin loads no rules
+    from .rules.discovery import add, discover
+
     if isinstance(obj, types.ModuleType):
         if hasattr(obj, "__path__"):  # a package of rule modules, one rule each, as checks/
             found = discover(obj.__name__)

@@ -495,13 +495,28 @@ def _out_of_date(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> set[tuple[str, str]]:
-    """(table, column) of every table and view in the workspace."""
-    return set(
-        con.execute(
-            "SELECT table_name, column_name FROM duckdb_columns() "
-            "WHERE database_name = current_database() AND schema_name = 'main'"
-        ).fetchall()
-    )
+    """(table, column) of every table in the workspace (not its views: nothing checks theirs).
+    Each table's pragma_table_info rather than duckdb_columns(), which works out the columns of
+    every view first, DuckDB's own catalogs' included (~0.015 s of CPU on each open)."""
+    tables = con.execute(
+        "SELECT database_name, table_name FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall()
+    if any('"' in db + name for db, name in tables):  # a name pragma_table_info cannot parse
+        return {
+            (name, col)
+            for name, col in con.execute(
+                "SELECT table_name, column_name FROM duckdb_columns() "
+                "WHERE database_name = current_database() AND schema_name = 'main'"
+            ).fetchall()
+            if name in {t for _, t in tables}
+        }
+    each = [
+        f"SELECT {params.literal(name)}, name FROM pragma_table_info({params.literal(qualified)})"
+        for db, name in tables
+        for qualified in [f'"{db}".main."{name}"']
+    ]
+    return set(con.execute(" UNION ALL ".join(each)).fetchall()) if each else set()
 
 
 def _bare(sql: str) -> str:
