@@ -145,3 +145,23 @@ def test_a_kineto_ingest_imports_no_arrow_numpy_or_pandas(tmp_path: Path, trace:
     assert res.returncode == 0, res.stderr
     assert [m for m in json.loads(out.read_text()) if m in ("numpy", "pandas", "pyarrow")] == []
     assert "duckdb" in json.loads(out.read_text())  # the probe saw the ingest's imports
+
+
+def test_a_query_without_rules_or_parameters_imports_no_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the rules package (~6 ms of CPU) is for findings, rule folders, settings files and -p pairs
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no user's settings file
+    export = ROOT / "tests" / "data" / "h100_nsys2025.3_idle_gaps.sqlite"
+    db = str(tmp_path / "w.duckdb")
+    probe = PROBE.replace(repr(HEAVY), repr(("duckdb", "nsight_analytics.rules")))
+    for args in (
+        ["ingest", "-q", str(export), "--db", db],
+        ["query", "kernel_summary", "--db", db, "--format", "csv", "-o", os.devnull],
+        ["query", "gaps", "-p", "min_gap_ns=100000", "--db", db, "--format", "csv", "-o", os.devnull],
+    ):
+        out = tmp_path / "loaded.json"
+        res = python("-c", probe, str(out), *args)
+        assert res.returncode == 0, res.stderr
+        expected = ["duckdb", "nsight_analytics.rules"] if "-p" in args else ["duckdb"]
+        assert json.loads(out.read_text()) == expected, args

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from nsight_analytics import workspace
+from nsight_analytics import schema, workspace
 from nsight_analytics.cli import EXIT_ERROR, EXIT_OK, main
 from nsight_analytics.errors import WorkspaceError
 
@@ -164,3 +164,31 @@ def test_version_2_workspace_gets_the_renamed_kind_columns(tmp_path: Path) -> No
     with duckdb.connect(str(old), read_only=True) as con:
         cols = set(con.execute("SELECT table_name, column_name FROM duckdb_columns()").fetchall())
     assert not {(t, was) for t, was, _ in workspace._RENAMED_3} & cols
+
+
+def test_a_column_gone_from_a_table_is_added_back_when_a_reader_opens_it(tmp_path: Path) -> None:
+    """The layout check reads each table's columns (pragma_table_info): a table that lacks a
+    declared column is out of date, and a reader's open brings it up to date."""
+    path = tmp_path / "w.duckdb"
+    workspace.open_workspace(path).close()
+    with duckdb.connect(str(path)) as con:
+        con.execute("ALTER TABLE memcpy DROP COLUMN direction")
+        con.execute('CREATE TABLE "it\'s a ""table"".x" (a INTEGER, "b c" VARCHAR)')  # a user's own
+        con.execute('CREATE TABLE "x\'y.z" (a INTEGER)')
+        con.execute("CREATE VIEW mine AS SELECT 1 AS one")
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert workspace._out_of_date(con)
+        assert ("memcpy", "direction") not in workspace._columns(con)
+    workspace.open_workspace(path, read_only=True).close()  # upgraded in a short writable session
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert not workspace._out_of_date(con)
+        have = workspace._columns(con)
+        assert ("memcpy", "direction") in have
+        assert {(t, c) for t, c in have if t not in {s.name for s in schema.STORED}} == {
+            ('it\'s a "table".x', "a"),
+            ('it\'s a "table".x', "b c"),
+            ("x'y.z", "a"),
+        }
+    with duckdb.connect(str(path)) as con:  # names pragma_table_info reads: no table with a `"`
+        con.execute('DROP TABLE "it\'s a ""table"".x"')
+        assert {(t, c) for t, c in workspace._columns(con) if t == "x'y.z"} == {("x'y.z", "a")}
