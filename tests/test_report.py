@@ -219,14 +219,15 @@ def test_nvtx_lanes_keep_the_longest_ranges_with_ties_by_thread_and_start() -> N
     con = duckdb.connect()
     con.execute(
         "CREATE TABLE nvtx_ranges (report_id INTEGER, pid INTEGER, tid INTEGER, start_ns BIGINT, end_ns BIGINT, "
-        "name VARCHAR)"
+        "duration_ns BIGINT, name VARCHAR)"
     )
     durations = [5, 5, 5, 7, 900, 901, 64, 65, 66, 0, -3, 1 << 40]
     ranges = [(1 + i % 2, 10 + i % 3, i * 10, durations[i % len(durations)], f"r{i % 4}") for i in range(500)]
     con.executemany(
-        "INSERT INTO nvtx_ranges VALUES (1, ?, ?, ?, ?, ?)", [(p, t, s, s + d, n) for p, t, s, d, n in ranges]
+        "INSERT INTO nvtx_ranges VALUES (1, ?, ?, ?, ?, ?, ?)",
+        [(p, t, s, s + d, d, n) for p, t, s, d, n in ranges],
     )
-    con.execute("INSERT INTO nvtx_ranges VALUES (2, 1, 10, 0, 999999, 'other report')")
+    con.execute("INSERT INTO nvtx_ranges VALUES (2, 1, 10, 0, 999999, 999999, 'other report')")
     for limit in (1, 37, 100, 500, 1000):
         names: dict[str, int] = {}
         lanes = timeline.nvtx_lanes(con, 1, 0, names, limit=limit)
@@ -239,6 +240,37 @@ def test_nvtx_lanes_keep_the_longest_ranges_with_ties_by_thread_and_start() -> N
             }
         want = sorted(ranges, key=lambda r: (-r[3], r[0], r[1], r[2]))[:limit]
         assert got == set(want), limit
+
+
+def test_nvtx_lanes_give_each_range_its_nesting_depth_per_thread() -> None:
+    """A range's level (`l`) is how many ranges of its thread enclose it (a range that starts
+    where another ends is beside it, not inside); each thread is a lane of its own."""
+    from nsight_analytics.report import timeline
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE nvtx_ranges (report_id INTEGER, pid INTEGER, tid INTEGER, start_ns BIGINT, end_ns BIGINT, "
+        "duration_ns BIGINT, name VARCHAR)"
+    )
+    # (tid, start, end, name): on thread 1 step > fwd > {mm, add}, then bwd inside step, then
+    # a range starting where step ends; thread 2 one range
+    ranges = [(1, 100, 200, "step"), (1, 110, 150, "fwd"), (1, 120, 130, "mm"), (1, 130, 140, "add"),
+              (1, 150, 190, "bwd"), (1, 200, 210, "next"), (2, 105, 300, "other")]  # fmt: skip
+    con.executemany(
+        "INSERT INTO nvtx_ranges VALUES (1, 7, ?, ?, ?, ?, ?)", [(t, a, b, b - a, n) for t, a, b, n in ranges]
+    )
+    names: dict[str, int] = {}
+    lanes = timeline.nvtx_lanes(con, 1, 100, names)
+    got = {
+        lane["label"]: [(list(names)[n], lv) for n, lv in zip(lane["n"], lane["l"], strict=True)]
+        for lane in lanes
+    }
+    assert got == {
+        "NVTX pid 7 tid 1": [("step", 0), ("fwd", 1), ("mm", 2), ("add", 2), ("bwd", 1), ("next", 0)],
+        "NVTX pid 7 tid 2": [("other", 0)],
+    }
+    assert [(lane["levels"], lane["count"]) for lane in lanes] == [(3, 6), (1, 1)]
+    assert lanes[0]["s"] == [0, 10, 10, 10, 20, 50]  # from t0 = 100, delta-encoded
 
 
 def test_memory_panel_keeps_each_stretchs_first_largest_value(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ every time it shows.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -332,51 +333,51 @@ def nvtx_lanes(
     # only the ranges in the longest durations' buckets are read with their names and sorted: a
     # histogram of the durations (1/32 of an octave a bucket, as the GPU lanes') gives the shortest
     # bucket that with the longer ones holds `limit` ranges, and every range shorter than it ranks
-    # after all of those
+    # after all of those. The cut travels as a literal on the stored `duration_ns` (end_ns -
+    # start_ns), so the scan drops the shorter ranges before it reads their names (a subquery's
+    # cut, or one on `end_ns - start_ns`, is applied after every name was read)
     ranges = f"FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL{only}"
+    args = {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})}
+    cut = params.first_row(
+        params.execute(
+            con,
+            "WITH hist AS (SELECT floor(log2(greatest(duration_ns, 0) + 1) * 32) AS b, count(*) AS n,"
+            f"  min(duration_ns) AS shortest {ranges} GROUP BY 1)"
+            " SELECT arg_max(shortest, b) FROM"
+            "  (SELECT b, shortest, sum(n) OVER (ORDER BY b DESC) AS above FROM hist) WHERE above >= $lim",
+            args,
+        )
+    )[0]
     rows = params.execute(
         con,
-        "WITH hist AS (SELECT floor(log2(greatest(d, 0) + 1) * 32) AS b, count(*) AS n, min(d) AS shortest"
-        f"  FROM (SELECT end_ns - start_ns AS d {ranges}) GROUP BY 1),"
-        " cut AS (SELECT arg_max(shortest, b) AS d FROM"
-        "  (SELECT b, shortest, sum(n) OVER (ORDER BY b DESC) AS above FROM hist) WHERE above >= $lim)"
-        f" SELECT pid, tid, start_ns, d, name FROM ("
-        f"  SELECT pid, tid, start_ns, end_ns - start_ns AS d, coalesce(name, '?') AS name {ranges}"
-        "   AND end_ns - start_ns >= coalesce((SELECT d FROM cut), -9223372036854775807)"
+        f"SELECT pid, tid, start_ns, d, name FROM ("
+        f"  SELECT pid, tid, start_ns, duration_ns AS d, coalesce(name, '?') AS name {ranges}"
+        f"{'' if cut is None else ' AND duration_ns >= $cut'}"
         "   ORDER BY d DESC, pid, tid, start_ns LIMIT $lim"
         ") ORDER BY pid, tid, start_ns, d DESC",
-        {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})},
+        {**args, **({} if cut is None else {"cut": int(cut)})},
     ).fetchall()
-    threads: dict[tuple[Any, Any], dict[str, Any]] = {}
-    stacks: dict[tuple[Any, Any], list[int]] = {}
-    for proc, tid, start, dur, name in rows:
-        key = (proc, tid)
-        lane = threads.setdefault(
-            key,
-            {
-                "kind": "nvtx",
-                "label": f"NVTX pid {proc} tid {tid}",
-                "s": [],
-                "d": [],
-                "n": [],
-                "l": [],
-                "prev": 0,
-            },
-        )
-        stack = stacks.setdefault(key, [])
-        while stack and stack[-1] <= start:
-            stack.pop()
-        lane["l"].append(len(stack))
-        stack.append(int(start) + int(dur))
-        lane["s"].append(int(start) - t0 - lane["prev"])
-        lane["prev"] = int(start) - t0
-        lane["d"].append(int(dur))
-        lane["n"].append(names.setdefault(name, len(names)))
-    out = []
-    for i, lane in enumerate(threads.values()):
-        lane.pop("prev")
-        lane.update(id=f"nvtx{i}", count=len(lane["d"]), levels=max(lane["l"]) + 1)
-        out.append(lane)
+    # rows come thread by thread (ordered by pid, tid, start): each thread's lane in one pass,
+    # its open ranges' ends on a stack for the nesting depth
+    out: list[dict[str, Any]] = []
+    for (proc, tid), thread in itertools.groupby(rows, key=lambda r: (r[0], r[1])):
+        s: list[int] = []
+        d: list[int] = []
+        n: list[int] = []
+        depth: list[int] = []
+        stack: list[int] = []
+        prev = 0
+        for _, _, start, dur, name in thread:
+            while stack and stack[-1] <= start:
+                stack.pop()
+            depth.append(len(stack))
+            stack.append(start + dur)
+            s.append(start - t0 - prev)
+            prev = start - t0
+            d.append(dur)
+            n.append(names.setdefault(name, len(names)))
+        out.append({"kind": "nvtx", "label": f"NVTX pid {proc} tid {tid}", "s": s, "d": d, "n": n, "l": depth,
+                    "id": f"nvtx{len(out)}", "count": len(d), "levels": max(depth) + 1})  # fmt: skip
     return out
 
 
