@@ -87,9 +87,10 @@ _LANES = """
 # events are matched to them by a small hash join, never sorted to number them).
 _LANED = """, lanes AS (
         SELECT unnest($lane) AS lane, unnest($l_rank)::INTEGER AS rank, unnest($l_device)::INTEGER AS device_id,
-               unnest($l_kind)::INTEGER AS kind, unnest($l_key)::VARCHAR AS lane_key, unnest($l_quota) AS q
+               unnest($l_kind)::INTEGER AS kind, unnest($l_key)::VARCHAR AS lane_key, unnest($l_quota) AS q,
+               unnest($l_cut) AS c
     ), laned AS NOT MATERIALIZED (
-        SELECT l.lane, l.q, a.report_id, a.start_ns, greatest(a.duration_ns, 0) AS duration_ns, a.label,
+        SELECT l.lane, l.q, l.c, a.report_id, a.start_ns, greatest(a.duration_ns, 0) AS duration_ns, a.label,
                a.name_id, a.bytes, a.pid, a.correlation_id
         FROM act AS a JOIN lanes AS l ON a.kind = l.kind AND a.rank IS NOT DISTINCT FROM l.rank
             AND a.device_id IS NOT DISTINCT FROM l.device_id AND a.lane_key IS NOT DISTINCT FROM l.lane_key
@@ -99,18 +100,13 @@ _LANED = """, lanes AS (
 # The exact events: all, or each lane's `q` longest (`_LONGEST`); their launch calls are looked
 # up for those alone, by correlation id. Kernels keep their name id (the page's names are looked
 # up once per name, not once per event), other events their label. Only the events of each
-# lane's longest durations are ranked: a histogram of durations (1/32 of an octave a bucket)
-# finds the shortest bucket that with the longer ones holds `q` events, and the events below it,
-# which rank after all of those, are left out before the sort.
-_LONGEST = """, hist AS (
-        SELECT lane, any_value(q) AS q, floor(log2(duration_ns + 1) * 32) AS b, count(*) AS n FROM laned GROUP BY ALL
-    ), cut AS (
-        SELECT lane, max(b) AS b FROM (
-            SELECT lane, q, b, sum(n) OVER (PARTITION BY lane ORDER BY b DESC) AS above FROM hist
-        ) WHERE above >= q GROUP BY lane
-    ), kept AS (
-        SELECT l.* FROM laned AS l JOIN cut AS c ON c.lane = l.lane AND floor(log2(l.duration_ns + 1) * 32) >= c.b
-        QUALIFY row_number() OVER (PARTITION BY l.lane ORDER BY l.duration_ns DESC, l.start_ns) <= l.q
+# lane's longest durations are ranked: a histogram of durations (1/32 of an octave a bucket,
+# counted with the bins, `_bins`) gives each lane's cut `c`, the shortest duration of the
+# shortest bucket that with the longer ones holds `q` events; the events below it, which rank
+# after all of those, are left out before the sort.
+_LONGEST = """, kept AS (
+        SELECT * FROM laned WHERE duration_ns >= c
+        QUALIFY row_number() OVER (PARTITION BY lane ORDER BY duration_ns DESC, start_ns) <= q
     )
 """
 _EVENTS = """, calls AS (
@@ -202,13 +198,15 @@ def activity_lanes(
         "l_kind": [g[2] for g in groups],
         "l_key": [g[3] for g in groups],
         "l_quota": [lane["quota"] for lane in lanes],
+        "l_cut": [0] * len(lanes),  # every event of a lane kept whole
     }
     sql = src.sql + _LANED
     sampled = [lane for lane in lanes if lane["quota"] < lane["count"]]
     if sampled:
-        bins = _bins(con, sql, args, t0, t1, [lane["id"] for lane in sampled])
+        bins, cuts = _bins(con, sql, args, t0, t1, sampled)
         for lane in sampled:
             lane["bins"] = bins[lane["id"]]
+        args["l_cut"] = [cuts.get(lane["id"], 0) for lane in lanes]
     events = _events(con, sql, args, t0, names, apis, keep=bool(sampled))
     for lane in lanes:
         lane.update(events.get(lane["id"], {}))
@@ -231,26 +229,48 @@ def _lane(i: int, group: tuple[Any, ...], total: int, max_events: int) -> dict[s
 
 
 def _bins(
-    con: duckdb.DuckDBPyConnection, sql: str, args: dict[str, Any], t0: int, t1: int, which: list[int]
-) -> dict[int, dict[str, Any]]:
-    """Per lane of `which`, the count and summed duration of its events by the bin their start falls in."""
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    args: dict[str, Any],
+    t0: int,
+    t1: int,
+    which: list[dict[str, Any]],
+) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """Per lane of `which`, the count and summed duration of its events by the bin their start
+    falls in, and its cut (`_LONGEST`): both from one pass over the events, the bins and the
+    histogram of durations as two grouping sets."""
     width = max(1, -(-(t1 - t0) // BINS))
     rows = params.execute(
         con,
-        sql + "SELECT lane, least((start_ns - $t0) // $w, $last) AS b, count(*) AS c, sum(duration_ns) AS d "
-        "FROM laned WHERE list_contains($which, lane) GROUP BY ALL ORDER BY lane, b",
-        {**args, "t0": t0, "w": width, "last": BINS - 1, "which": which},
+        sql + "SELECT lane, b, h, count(*) AS c, sum(duration_ns) AS d, min(duration_ns) AS shortest FROM ("
+        "  SELECT lane, least((start_ns - $t0) // $w, $last) AS b, floor(log2(duration_ns + 1) * 32) AS h, duration_ns"
+        "  FROM laned WHERE list_contains($which, lane)"
+        ") GROUP BY GROUPING SETS ((lane, b), (lane, h)) ORDER BY lane, b, h",
+        {**args, "t0": t0, "w": width, "last": BINS - 1, "which": [lane["id"] for lane in which]},
     ).fetchall()
+    binned = [r for r in rows if r[2] is None]  # the (lane, b) set: h left out
     out: dict[int, dict[str, Any]] = {}
-    for lane, (a, n) in _runs([r[0] for r in rows]).items():
-        part = rows[a : a + n]
+    for lane, (a, n) in _runs([r[0] for r in binned]).items():
+        part = binned[a : a + n]
         out[lane] = {
             "w": width,
             "i": [r[1] for r in part],
-            "c": [r[2] for r in part],
-            "d": [int(r[3]) for r in part],
+            "c": [r[3] for r in part],
+            "d": [int(r[4]) for r in part],
         }
-    return out
+    buckets: dict[int, list[tuple[float, int, int]]] = {}
+    for lane, b, h, c, _, shortest in rows:
+        if b is None:  # the (lane, h) set
+            buckets.setdefault(lane, []).append((h, c, shortest))
+    cuts: dict[int, int] = {}
+    for lane in which:  # the shortest bucket that with the longer ones holds the lane's quota
+        above = 0
+        for _, c, shortest in sorted(buckets[lane["id"]], reverse=True):
+            above += c
+            if above >= lane["quota"]:
+                cuts[lane["id"]] = int(shortest)
+                break
+    return out, cuts
 
 
 def _runs(values: list[Any]) -> dict[Any, tuple[int, int]]:
