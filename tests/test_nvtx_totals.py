@@ -17,6 +17,8 @@ import pytest
 import nsight_analytics as nsa
 from fixtures import nsys_fixtures as fx
 from nsight_analytics.ingest import ensure_loaded
+from nsight_analytics.ingest.nsys import nsys
+from nsight_analytics.ingest.sqlite_source import attach
 
 US = 1_000
 
@@ -99,8 +101,10 @@ def _summary(con, rid: int) -> dict[tuple[str | None, str], tuple]:
     return got
 
 
-@pytest.mark.parametrize("path", ["deferred", "ranges", "full"])
-def test_keys_fold_into_the_rows_of_the_ranges_themselves(tmp_path: Path, path: str) -> None:
+@pytest.mark.parametrize("path", ["deferred", "named", "ranges", "full"])
+def test_keys_fold_into_the_rows_of_the_ranges_themselves(
+    tmp_path: Path, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     export = tmp_path / "keys.sqlite"
     ranges = _export(export)
     want = _expected(ranges, _export.launches)  # type: ignore[attr-defined]
@@ -110,6 +114,8 @@ def test_keys_fold_into_the_rows_of_the_ranges_themselves(tmp_path: Path, path: 
     # a range of a thread whose process another thread launches for: the process pass runs (on the
     # deferred path keyed by the raw name columns, after the keys) and counts more than its thread
     assert want[(None, "aten::mm")][8] < want[(None, "aten::mm")][10]
+    if path == "named":  # the export's ranges named one by one, as where names hardly repeat
+        monkeypatch.setattr(nsys, "_names_repeat", lambda *_: False)
     con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
     rid = nsa.ingest(con, export, **({"defer": ()} if path == "full" else {})).report_id
     if path == "ranges":
@@ -120,4 +126,21 @@ def test_keys_fold_into_the_rows_of_the_ranges_themselves(tmp_path: Path, path: 
         assert got[key][:4] == row[:4], key  # names, ranges, open_ranges, total_ns
         assert got[key][4] == pytest.approx(row[4]), key  # avg_ns
         assert got[key][5:] == row[5:], key  # median, min, max and the kernels, exact
+    con.close()
+
+
+@pytest.mark.parametrize("distinct", [1, 20, 5000])
+def test_names_repeat_when_a_sample_finds_few_keys(tmp_path: Path, distinct: int) -> None:
+    """5000 ranges on one thread under `distinct` names, each used 5000 / distinct times: the
+    keys pay (one key per name) while they are under an eighth of the ranges."""
+    b = fx.ExportBuilder()
+    gtid = b.process(100, "python")
+    for i in range(5000):
+        b.nvtx(i * US, i * US + 10, f"op, op_id = {i % distinct}", gtid=gtid)
+    b.write(tmp_path / "n.sqlite")
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    src = nsys.Source(attach(con, tmp_path / "n.sqlite"))
+    rows = nsys._export_rows(con, src, nsys.NVTX)
+    assert rows >= 5000
+    assert nsys._names_repeat(con, src, rows) is (distinct < 5000 / 8)
     con.close()
