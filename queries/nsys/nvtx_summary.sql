@@ -18,9 +18,11 @@
 -- and an outer range on a worker thread takes in the main thread's launches too. Equal columns
 -- mean no other thread of the process launched a kernel while the range was open.
 -- The rows are worked out once per report, the first time this query runs (the table
--- nvtx_totals: one aggregation over the export's ranges by their raw name columns, the names
--- looked up and folded once per distinct key after; their kernels from running totals and ASOF
--- joins, linear in ranges + calls), without copying the ranges into nvtx_ranges.
+-- nvtx_totals: where the ranges' names repeat, one aggregation over the export's ranges by their
+-- raw name columns, the names looked up and folded once per distinct key after; where nearly every
+-- range has a name of its own, as a sample of the export tells, the ranges named one by one and
+-- summed by domain and base name; their kernels from running totals and ASOF joins, linear in
+-- ranges + calls), without copying the ranges into nvtx_ranges.
 -- reads nvtx_totals
 -- param report_id INTEGER = NULL: only this report; all reports when NULL.
 -- col report_id INTEGER: workspace report id.
