@@ -487,6 +487,44 @@ def test_storm_thresholds_left_null(workspace) -> None:
     assert storms(max_kernel_ns=10, max_gap_ns=5) == []
 
 
+def test_storm_names_and_pauses_of_the_kept_storms_only(workspace) -> None:
+    # max_kernel_ns=10, max_gap_ns=5, min_kernels=2. Storm 1: 'a' [0, 2], 'a' [2, 4]: busy 4 of
+    # its 4 ns window (100 %). A 95 ns kernel [5, 100] ends it. Storm 2: 'b' [103, 105], 'c'
+    # [109, 110], 'c' [114, 115]: busy 2 + 1 + 1 = 4 of 12 ns (33 %), idle (105, 109) and
+    # (110, 114); the pause before 'b' (100, 103) is not its own. At max_busy_pct 50 only storm 2
+    # is kept, with its own top name and pauses.
+    k = dict(report_id=1, device_id=0, pid=5)
+    insert(
+        workspace,
+        "kernels",
+        [
+            dict(k, start_ns=s, end_ns=e, duration_ns=e - s, name=n)
+            for s, e, n in (
+                (0, 2, "a"),
+                (2, 4, "a"),
+                (5, 100, "big"),
+                (103, 105, "b"),
+                (109, 110, "c"),
+                (114, 115, "c"),
+            )
+        ],
+    )
+
+    def storms(max_busy_pct: float) -> list[tuple[object, ...]]:
+        rows = nsa.query(
+            workspace,
+            "small_kernel_storms",
+            max_kernel_ns=10,
+            max_gap_ns=5,
+            min_kernels=2,
+            max_busy_pct=max_busy_pct,
+        ).fetchall()
+        return [(r[2], r[3], r[5], r[6], r[10], r[11]) for r in rows]  # start, end, kernels, busy, top, idle
+
+    assert storms(50.0) == [(103, 115, 3, 4, "c", 8)]
+    assert storms(100.0) == [(0, 4, 2, 4, "a", 0), (103, 115, 3, 4, "c", 8)]
+
+
 def test_launch_calls_match_the_exports_own_join(tmp_path: Path) -> None:
     # The launch columns (worked out only for what reads them) against nsys' own tables: each
     # kernel's CUDA API call with the same correlation id in the same process (pid = bits 24-47
