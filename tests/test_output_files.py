@@ -81,6 +81,31 @@ def test_duckdb_writes_the_rows_python_would(tmp_path: Path) -> None:
     assert rows[2][:10] == ["", "", "", "", "", "", "", "False", "-inf", ""]
 
 
+def test_a_json_copy_runs_on_one_thread_and_gives_the_threads_back(tmp_path: Path) -> None:
+    """json is written with DuckDB's threads at 1 (ordered rows made ahead of the writer would
+    wait in memory), the rows in their order; the setting is as it was afterwards, also when the
+    COPY fails; csv and parquet keep every thread."""
+    con = duckdb.connect()
+    con.execute("SET threads = 3")
+    ordered = "SELECT i, repeat('k', i % 200) AS name FROM range(300000) AS t(i) ORDER BY i DESC"
+    for fmt in ("csv", "json"):
+        target = tmp_path / f"rows.{fmt}"
+        render.copy_rows(
+            con.sql(f"SELECT *, current_setting('threads') AS threads FROM ({ordered})"), fmt, target
+        )
+        rows = list(csv.DictReader(target.open())) if fmt == "csv" else json.loads(target.read_text())
+        assert [int(r["i"]) for r in rows] == list(range(299999, -1, -1))
+        assert {int(r["threads"]) for r in rows} == ({1} if fmt == "json" else {3})
+        assert con.execute("SELECT current_setting('threads')").fetchall() == [(3,)]
+    with pytest.raises(duckdb.Error):
+        render.copy_rows(con.sql("SELECT error('no rows') AS e"), "json", tmp_path / "bad.json")
+    assert con.execute("SELECT current_setting('threads')").fetchall() == [(3,)]
+    render.copy_rows(
+        con.sql("SELECT current_setting('threads') AS threads"), "parquet", tmp_path / "rows.parquet"
+    )
+    assert con.execute(f"SELECT threads FROM '{tmp_path / 'rows.parquet'}'").fetchall() == [(3,)]
+
+
 def test_every_library_query_writes_the_same_rows(db: Path, tmp_path: Path) -> None:
     """Each library query that runs on the demo capture with its defaults: DuckDB's csv and json
     hold the same values as the rows fetched into Python and written there."""

@@ -9,6 +9,7 @@ quick `nsa query`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import decimal
@@ -21,7 +22,7 @@ import shutil
 import tempfile
 import textwrap
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -211,10 +212,31 @@ def copy_rows(rel: duckdb.DuckDBPyRelation, fmt: str, path: str | os.PathLike[st
     if fmt not in _COPY_OPTIONS:
         raise ValueError(f"copy_rows writes {', '.join(_COPY_OPTIONS)}, not {fmt}")
     target = str(path).replace("'", "''")
-    rel.query(
-        "nsa_rows",
-        f"COPY ({_machine_select(rel, fmt)}) TO '{target}' ({_COPY_OPTIONS[fmt]}, USE_TMP_FILE false)",
-    )
+    with _one_thread(rel) if fmt in _ONE_THREAD_FORMATS else contextlib.nullcontext():
+        rel.query(
+            "nsa_rows",
+            f"COPY ({_machine_select(rel, fmt)}) TO '{target}' ({_COPY_OPTIONS[fmt]}, USE_TMP_FILE false)",
+        )
+
+
+# Formats whose COPY runs on one DuckDB thread (json): see _one_thread.
+_ONE_THREAD_FORMATS = ("json",)
+
+
+@contextlib.contextmanager
+def _one_thread(rel: duckdb.DuckDBPyRelation) -> Iterator[None]:
+    """DuckDB's threads set to 1 while the block runs, then back. A json COPY of ordered rows
+    (an ORDER BY) writes them in order through one writer: with more threads, the rows a thread
+    makes ahead of the one being written wait in memory as values, which the json writer does not
+    spill (stream_gaps at 1M kernels, two long kernel names per row, failed with "Out of Memory"
+    under the CLI's memory cap). csv keeps every thread: with one, its CPU at 1M kernels fell to
+    0.39-0.72x on 2 cores, but a query's own work would lose its threads on a many-core machine."""
+    threads = int(rel.query("nsa_rows", "SELECT current_setting('threads')").fetchall()[0][0])
+    rel.query("nsa_rows", "SET threads = 1")
+    try:
+        yield
+    finally:
+        rel.query("nsa_rows", f"SET threads = {threads}")
 
 
 def stream_rows(rel: duckdb.DuckDBPyRelation, fmt: str, out: IO[bytes]) -> None:
