@@ -590,13 +590,15 @@ def test_rank_activity_counts_every_threads_waits_in_kernel_pattern_steps(tmp_pa
     assert [(r[2], r[3], r[4], r[5]) for r in got] == [("host_wait", "poll", 60, 2)]
 
 
+@pytest.mark.parametrize("twice", [True, False], ids=["two_calls_of_a_key", "one_call_a_key"])
 @pytest.mark.parametrize("seed", range(4))
-def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
+def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed, twice):
     """nsa_rank_steps finds the step of each GPU activity's launch by time buckets, not an ASOF
     join: on random NVTX steps (a 10 ns grid, so they touch and overlap) and kernels launched by
-    zero, one or two calls (some sharing a correlation id, some launched before the first step or
-    after a step's end), each step's GPU window must be what the definition gives, worked out here
-    for every activity against every step."""
+    zero, one or (`twice`) two calls (some sharing a correlation id, some launched before the
+    first step or after a step's end), each step's GPU window must be what the definition gives,
+    worked out here for every activity against every step. Without two calls of a key the macro
+    takes its single join; with them, the earliest call of each key."""
     import random
 
     from rows import insert
@@ -616,7 +618,8 @@ def test_rank_steps_places_each_launch_in_the_step_it_follows(tmp_path, seed):
     kernels, calls, launch = [], [], {}
     for corr in range(200):
         calls_of = sorted(
-            10 * rnd.randrange(-20, 330) + rnd.randrange(10) for _ in range(rnd.choice((0, 1, 1, 2)))
+            10 * rnd.randrange(-20, 330) + rnd.randrange(10)
+            for _ in range(rnd.choice((0, 1, 1, 2) if twice else (0, 1)))
         )
         for t in calls_of:
             calls.append({"report_id": rid, "pid": pid, "tid": 1, "global_tid": 1, "start_ns": t, "end_ns": t + 5,

@@ -99,18 +99,31 @@ CREATE OR REPLACE MACRO nsa_rank_steps(nsa_run) AS TABLE
             ON m.run_id = r.run_id AND m.rank = r.rank AND m.pid = a.pid
         WHERE r.rank_pid IS NULL OR a.pid = r.rank_pid
     ),
-    -- the launch calls of that work only: the semi join keeps the grouping to the calls that
-    -- launched GPU work (most CUDA API calls launch nothing: event records, syncs, queries)
+    -- each activity's launch call: one join, where no activity meets two calls of its key (nsys
+    -- gives each call its own correlation id); else, the earliest call of each key: the calls
+    -- that launched this work grouped (the semi join skips the many that launch nothing: event
+    -- records, syncs, queries), joined back. `one` holds whether the join kept the row count.
+    joined AS MATERIALIZED (
+        SELECT w.run_id, w.rank, w.start_ns, w.end_ns, coalesce(c.start_ns, w.start_ns) AS launch_ns
+        FROM step_work AS w
+        LEFT JOIN cuda_api AS c
+            ON c.report_id = w.report_id AND c.pid = w.pid AND c.correlation_id = w.correlation_id
+    ),
+    one AS (SELECT (SELECT count(*) FROM joined) = (SELECT count(*) FROM step_work) AS one),
+    -- the work again when a key has two calls (empty otherwise, so neither join below runs)
+    again AS (SELECT * FROM step_work WHERE NOT (SELECT one FROM one)),
     launch AS (
         SELECT c.report_id, c.pid, c.correlation_id, min(c.start_ns) AS launch_ns
         FROM cuda_api AS c
-        SEMI JOIN step_work AS w
+        SEMI JOIN again AS w
             ON w.report_id = c.report_id AND w.pid = c.pid AND w.correlation_id = c.correlation_id
         GROUP BY ALL
     ),
     act AS (
-        SELECT w.run_id, w.rank, w.start_ns, w.end_ns, coalesce(l.launch_ns, w.start_ns) AS launch_ns
-        FROM step_work AS w
+        SELECT * FROM joined WHERE (SELECT one FROM one)
+        UNION ALL
+        SELECT w.run_id, w.rank, w.start_ns, w.end_ns, coalesce(l.launch_ns, w.start_ns)
+        FROM again AS w
         LEFT JOIN launch AS l
             ON l.report_id = w.report_id AND l.pid = w.pid AND l.correlation_id = w.correlation_id
     ),
