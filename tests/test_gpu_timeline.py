@@ -692,3 +692,53 @@ def test_gaps_edges_of_rows_tied_at_the_gap_end(workspace) -> None:
         (8100, 9500, "solo", "memcpy HtoD"),
     ]
     assert [(r[2], r[3], r[5], r[6]) for r in got] == expected
+
+
+def test_gaps_labels_of_two_reports_kernels_copies_and_unnamed(workspace) -> None:
+    # gaps carry kernel names as numbers through the joins and the sort: the names of two reports
+    # (each numbered in its own report), a copy's label against kernel names ending with it, and
+    # kernels without a name ('(unnamed kernel)') or with only a short name
+    kernels = [
+        # report 1: 'zz' and a memcpy end together at 100 ('memcpy HtoD' < 'zz'); 'm' then alone
+        dict(report_id=1, device_id=0, pid=5, start_ns=0, end_ns=100, duration_ns=100, name="zz"),
+        dict(report_id=1, device_id=0, pid=5, start_ns=5000, end_ns=5100, duration_ns=100, name="m"),
+        # an unnamed kernel and 'b' end together at 9000; then a kernel with only a short name
+        dict(report_id=1, device_id=0, pid=5, start_ns=8000, end_ns=9000, duration_ns=1000),
+        dict(report_id=1, device_id=0, pid=5, start_ns=8500, end_ns=9000, duration_ns=500, name="b"),
+        dict(report_id=1, device_id=0, pid=5, start_ns=12000, end_ns=12100, duration_ns=100, short_name="sn"),
+        # report 2: its own names, 'a' and 'zz' ending together (its 'zz' is another name id)
+        dict(report_id=2, device_id=0, pid=7, start_ns=0, end_ns=300, duration_ns=300, name="zz"),
+        dict(report_id=2, device_id=0, pid=7, start_ns=200, end_ns=300, duration_ns=100, name="a"),
+        dict(report_id=2, device_id=0, pid=7, start_ns=4000, end_ns=4100, duration_ns=100, name="c"),
+        dict(report_id=2, device_id=0, pid=7, start_ns=9000, end_ns=9050, duration_ns=50),
+    ]
+    copies = [
+        dict(report_id=1, device_id=0, pid=5, start_ns=50, end_ns=100, duration_ns=50, direction="HtoD")
+    ]
+    insert(workspace, "kernels", kernels)
+    insert(workspace, "memcpy", copies)
+    workspace.execute("INSERT INTO reports (report_id, source_path) VALUES (1, 'one'), (2, 'two')")
+
+    def label(r: dict) -> str:
+        return (
+            "memcpy HtoD" if "direction" in r else r.get("name") or r.get("short_name") or "(unnamed kernel)"
+        )
+
+    expected = []
+    for rid in (1, 2):
+        rows = [(r["start_ns"], r["end_ns"], label(r)) for r in kernels + copies if r["report_id"] == rid]
+        ends = sorted(rows)
+        for (_, e0, _), (s1, _, _) in itertools.pairwise(ends):
+            if s1 - e0 >= 1000:
+                before = min(lab for _, e, lab in rows if e == e0)
+                after = min((e, lab) for s, e, lab in rows if s == s1)[1]
+                expected.append((rid, e0, s1, before, after))
+    assert expected == [
+        (1, 100, 5000, "memcpy HtoD", "m"),
+        (1, 5100, 8000, "m", "(unnamed kernel)"),
+        (1, 9000, 12000, "(unnamed kernel)", "sn"),
+        (2, 300, 4000, "a", "c"),
+        (2, 4100, 9000, "c", "(unnamed kernel)"),
+    ]
+    got = nsa.query(workspace, "gaps", min_gap_ns=1000).fetchall()
+    assert [(r[0], r[2], r[3], r[5], r[6]) for r in got] == expected

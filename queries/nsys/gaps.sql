@@ -49,26 +49,32 @@ g0 AS (
     FROM gpu_timeline
     WHERE ($report_id IS NULL OR report_id = $report_id) AND start_ns - prev_end_ns >= greatest($min_gap_ns, 1)
 ),
+-- kernel names numbered in (report, name) order, as nsa_gpu_activity labels them: the gaps carry
+-- these numbers (and the other activities' short labels) through the joins and the sort, and
+-- the names are put in after it (a projection keeps the order): a million gaps carrying two
+-- kernel names of a few hundred bytes through five joins and the sort held gigabytes
+kn AS (
+    SELECT report_id, name_id, label, row_number() OVER (ORDER BY report_id, label) AS k
+    FROM (
+        SELECT report_id, name_id, coalesce(name, short_name, '(unnamed kernel)') AS label
+        FROM kernel_names
+        WHERE ($report_id IS NULL OR report_id = $report_id)
+    )
+),
 -- the activity after the gap: of those starting at gap_end_ns with the smallest end, the first
 -- in (kind, label) order, as the sort (start_ns, end_ns, kind, label) would place it. Most often
 -- the gap's row is the only one starting then (last_at_start): it is that activity, and only
 -- the others look for rows tied with it. The timeline's rows at the gaps' edges are found on
--- integer keys (a NULL device keyed -1: CUDA device ids are never negative) and labelled as
--- nsa_gpu_activity labels them.
+-- integer keys (a NULL device keyed -1: CUDA device ids are never negative).
 g AS (
-    SELECT
-        report_id, device_id, dev, first_row.pid, first_row.correlation_id, gap_start_ns, gap_end_ns,
-        gap_end_ns - gap_start_ns AS gap_ns, first_row.label AS after
+    SELECT report_id, device_id, dev, pid, correlation_id, gap_start_ns, gap_end_ns,
+           gap_end_ns - gap_start_ns AS gap_ns, label AS after_label, name_id AS after_name_id
+    FROM g0
+    WHERE alone
+    UNION ALL
+    SELECT report_id, device_id, dev, r.pid, r.correlation_id, gap_start_ns, gap_end_ns,
+           gap_end_ns - gap_start_ns AS gap_ns, r.label AS after_label, r.name_id AS after_name_id
     FROM (
-        SELECT g0.report_id, g0.device_id, g0.dev, g0.gap_start_ns, g0.gap_end_ns,
-               {
-                   'kind': g0.kind, 'label': coalesce(g0.label, n.name, n.short_name, '(unnamed kernel)'),
-                   'pid': g0.pid, 'correlation_id': g0.correlation_id
-               } AS first_row
-        FROM g0
-        LEFT JOIN kernel_names AS n ON n.report_id = g0.report_id AND n.name_id = g0.name_id
-        WHERE g0.alone
-        UNION ALL
         SELECT
             g0.report_id,
             any_value(g0.device_id) AS device_id,
@@ -76,25 +82,28 @@ g AS (
             g0.gap_start_ns,
             g0.gap_end_ns,
             min({
-                'kind': a.kind, 'label': coalesce(a.label, n.name, n.short_name, '(unnamed kernel)'),
-                'pid': a.pid, 'correlation_id': a.correlation_id
-            }) AS first_row
+                'kind': a.kind, 'after': coalesce(a.label, n.label, '(unnamed kernel)'),
+                'pid': a.pid, 'correlation_id': a.correlation_id, 'label': a.label, 'name_id': a.name_id
+            }) AS r
         FROM g0
         JOIN gpu_timeline AS a
             ON a.report_id = g0.report_id AND coalesce(a.device_id, -1) = g0.dev
             AND a.start_ns = g0.gap_end_ns AND a.end_ns = g0.after_end_ns
-        LEFT JOIN kernel_names AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
+        LEFT JOIN kn AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
         WHERE NOT g0.alone
         GROUP BY g0.report_id, g0.dev, g0.gap_start_ns, g0.gap_end_ns
     )
 ),
+-- the activity ending at the gap's start, first in label order: the least of the other
+-- activities' labels and of the kernels' names (by their numbers)
 before AS (
     SELECT g.report_id, g.device_id, g.gap_start_ns,
-           min(coalesce(a.label, n.name, n.short_name, '(unnamed kernel)')) AS before
+           min(CASE WHEN a.label IS NOT NULL THEN a.label WHEN n.k IS NULL THEN '(unnamed kernel)' END) AS before_label,
+           min(n.k) FILTER (WHERE a.label IS NULL) AS before_k
     FROM g
     JOIN gpu_timeline AS a
         ON a.report_id = g.report_id AND coalesce(a.device_id, -1) = g.dev AND a.end_ns = g.gap_start_ns
-    LEFT JOIN kernel_names AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
+    LEFT JOIN kn AS n ON n.report_id = a.report_id AND n.name_id = a.name_id
     GROUP BY ALL
 ),
 launch AS (
@@ -173,40 +182,53 @@ wait AS (
         ASOF JOIN waits AS w ON w.report_id = l.report_id AND w.global_tid = l.launch_tid AND l.mid_ns >= w.start_ns
     )
     WHERE wait_name IS NOT NULL
+),
+sorted AS (
+    SELECT
+        g.report_id, g.device_id, g.gap_start_ns, g.gap_end_ns, g.gap_ns, b.before_label, b.before_k,
+        g.after_label, ak.k AS after_k, s.sync_api, s.sync_overlap_ns, hw.wait_name, g.pid,
+        l.launch_api, l.launch_start_ns, l.launch_tid, w.report_id IS NULL AS no_steps,
+        g.gap_start_ns + g.gap_ns // 2 < w.start_ns AS before_steady
+    FROM g
+    LEFT JOIN nsa_steady($report_id) AS w USING (report_id)
+    LEFT JOIN before AS b USING (report_id, device_id, gap_start_ns)
+    LEFT JOIN launch AS l USING (report_id, device_id, gap_start_ns)
+    LEFT JOIN sync AS s USING (report_id, device_id, gap_start_ns)
+    LEFT JOIN wait AS hw USING (report_id, device_id, gap_start_ns)
+    LEFT JOIN kn AS ak ON ak.report_id = g.report_id AND ak.name_id = g.after_name_id
+    ORDER BY g.report_id, g.device_id, g.gap_start_ns
+),
+kernel_labels AS (
+    SELECT list(label ORDER BY k) AS labels FROM kn
 )
 SELECT
-    g.report_id,
-    g.device_id,
-    CAST(g.gap_start_ns AS BIGINT) AS gap_start_ns,
-    CAST(g.gap_end_ns AS BIGINT) AS gap_end_ns,
-    CAST(g.gap_ns AS BIGINT) AS gap_ns,
-    b.before,
-    g.after,
+    s.report_id,
+    s.device_id,
+    CAST(s.gap_start_ns AS BIGINT) AS gap_start_ns,
+    CAST(s.gap_end_ns AS BIGINT) AS gap_end_ns,
+    CAST(s.gap_ns AS BIGINT) AS gap_ns,
+    least(s.before_label, kl.labels[s.before_k]) AS before,
+    coalesce(s.after_label, kl.labels[s.after_k], '(unnamed kernel)') AS after,
     CASE
         WHEN s.sync_api IS NOT NULL THEN 'sync'
-        WHEN hw.wait_name IS NOT NULL THEN 'host_wait'
-        WHEN l.launch_start_ns > g.gap_start_ns THEN 'late_launch'
+        WHEN s.wait_name IS NOT NULL THEN 'host_wait'
+        WHEN s.launch_start_ns > s.gap_start_ns THEN 'late_launch'
         ELSE 'unknown'
     END AS cause,
     CASE
         WHEN s.sync_api IS NOT NULL THEN s.sync_api
-        WHEN hw.wait_name IS NOT NULL THEN hw.wait_name
-        WHEN l.launch_start_ns > g.gap_start_ns THEN l.launch_api
+        WHEN s.wait_name IS NOT NULL THEN s.wait_name
+        WHEN s.launch_start_ns > s.gap_start_ns THEN s.launch_api
     END AS cause_detail,
-    g.pid,
-    l.launch_api,
-    CAST(l.launch_start_ns - g.gap_start_ns AS BIGINT) AS launch_delay_ns,
+    s.pid,
+    s.launch_api,
+    CAST(s.launch_start_ns - s.gap_start_ns AS BIGINT) AS launch_delay_ns,
     CAST(s.sync_overlap_ns AS BIGINT) AS sync_overlap_ns,
-    l.launch_tid AS launch_global_tid,
+    s.launch_tid AS launch_global_tid,
     CASE
-        WHEN w.report_id IS NULL THEN 'run'
-        WHEN g.gap_start_ns + g.gap_ns // 2 < w.start_ns THEN 'startup'
+        WHEN s.no_steps THEN 'run'
+        WHEN s.before_steady THEN 'startup'
         ELSE 'steady'
     END AS phase
-FROM g
-LEFT JOIN nsa_steady($report_id) AS w USING (report_id)
-LEFT JOIN before AS b USING (report_id, device_id, gap_start_ns)
-LEFT JOIN launch AS l USING (report_id, device_id, gap_start_ns)
-LEFT JOIN sync AS s USING (report_id, device_id, gap_start_ns)
-LEFT JOIN wait AS hw USING (report_id, device_id, gap_start_ns)
-ORDER BY g.report_id, g.device_id, g.gap_start_ns
+FROM sorted AS s
+CROSS JOIN kernel_labels AS kl
