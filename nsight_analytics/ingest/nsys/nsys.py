@@ -596,13 +596,27 @@ def _names_repeat(con: duckdb.DuckDBPyConnection, src: Source, rows: int) -> boo
     return 4 * len(sample) ** 2 < pairs * rows
 
 
+def _export_scan(src: Source) -> tuple[str, str, str, str]:
+    """The export's NVTX ranges as fill_nvtx_totals' sources read them: (table, alias, the range
+    event types, the FROM ... WHERE clause of the ranges)."""
+    t, a = NVTX, "n"
+    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
+    return t, a, types, f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})"
+
+
+def _export_spans(host: dict[str, str], a: str, of: str) -> str:
+    """The ranges' threads and times (NvtxSource.spans) from the export's rows `of`."""
+    return (
+        f"SELECT {a}.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
+        f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns {of}"
+    )
+
+
 def _export_named(src: Source, rows: int) -> NvtxSource:
     """fill_nvtx_totals' source: the export's NVTX_EVENTS (at most `rows`) named range by range
     as the nvtx_ranges copy names them (_nvtx_parts), summed in one aggregation by domain and base
     name (a resolved source); for ranges whose names hardly repeat (_names_repeat)."""
-    t, a = NVTX, "n"
-    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
-    of = f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})"
+    t, a, _, of = _export_scan(src)
     cols, frm = _nvtx_parts(src)
     host = _host_side(src, t, a)
     named = ", ".join(f"{cols[c]} AS {c}" for c in ("domain", "name", "base_name"))
@@ -613,10 +627,7 @@ def _export_named(src: Source, rows: int) -> NvtxSource:
         ),
         keys=(),
         named="",
-        spans=(
-            f"SELECT {a}.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
-            f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns {of}"
-        ),
+        spans=_export_spans(host, a, of),
         size=f"SELECT {int(rows)}",
         threads=f"SELECT DISTINCT {host['pid']} AS pid, {host['global_tid']} AS global_tid {of}",
         resolved=True,
@@ -628,9 +639,7 @@ def _export_ranges(src: Source, rows: int) -> NvtxSource:
     are. The domains' create events come with the ranges, as keys of their own (their eventType
     one of the key columns): their names are looked up in the keys (_nvtx_domains_sql), not in
     one more pass over the table, and `named` leaves them out."""
-    t, a = NVTX, "n"
-    types = ", ".join(str(k) for k in NVTX_RANGE_TYPES)
-    of = f"FROM {src.ref(t)} {a} WHERE {a}.eventType IN ({types})"
+    t, a, types, of = _export_scan(src)
     present = [c for c in NVTX_KEY_COLUMNS if c in src.tables[t]]
     scanned = of
     if "domainId" in src.tables[t]:
@@ -650,10 +659,7 @@ def _export_ranges(src: Source, rows: int) -> NvtxSource:
         named=f"SELECT {names}, {a}.* {frm} WHERE {a}.eventType IN ({types})"
         if "eventType" in present
         else f"SELECT {names}, {a}.* {frm}",
-        spans=(
-            f"SELECT {a}.rowid AS src_row, {host['pid']} AS pid, {host['global_tid']} AS global_tid, "
-            f"{host['start_ns']} AS start_ns, {host['end_ns']} AS end_ns {of}"
-        ),
+        spans=_export_spans(host, a, of),
         size=f"SELECT {int(rows)}",
     )
 
