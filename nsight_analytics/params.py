@@ -15,10 +15,12 @@ strings have no backslash escapes, so nothing else can end one.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -132,6 +134,30 @@ def insert_rows(
             batch.clear()
     if batch:
         con.execute(f"INSERT INTO {table} VALUES {', '.join(batch)}")
+
+
+@contextlib.contextmanager
+def cleaned_up(*steps: Callable[[], object]) -> Iterator[None]:
+    """Run the clean-up `steps` (statements that drop scratch tables or views) when the block
+    ends. When the block fails, its own error is the one raised: the statement that failed
+    aborted the transaction it ran in, which refuses every statement after it ("Current
+    transaction is aborted"), and that error would hide the first, and with it an out-of-memory
+    error that the loads run again past their memory cap; so each step then runs on its own, its
+    error ignored (the rollback that follows removes what was made inside the transaction)."""
+    try:
+        yield
+    except BaseException:
+        for step in steps:
+            with contextlib.suppress(duckdb.Error):
+                step()
+        raise
+    for step in steps:
+        step()
+
+
+def dropped_after(con: duckdb.DuckDBPyConnection, *tables: str) -> contextlib.AbstractContextManager[None]:
+    """cleaned_up by dropping the scratch `tables` (if they exist)."""
+    return cleaned_up(*(functools.partial(con.execute, f"DROP TABLE IF EXISTS {t}") for t in tables))
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import nsight_analytics as nsa
@@ -143,4 +144,64 @@ def test_names_repeat_when_a_sample_finds_few_keys(tmp_path: Path, distinct: int
     rows = nsys._export_rows(con, src, nsys.NVTX)
     assert rows >= 5000
     assert nsys._names_repeat(con, src, rows) is (distinct < 5000 / 8)
+    con.close()
+
+
+def _failing_once(monkeypatch: pytest.MonkeyPatch, error: type[duckdb.Error] | None) -> list[int]:
+    """nvtx_totals' step fails on its first call, after a statement of its own failed inside the
+    step's transaction (which aborts it): with DuckDB's own error, or with `error` raised in its
+    place; later calls run the step. Returns the calls made."""
+    real = nsys.nvtx_totals
+    calls: list[int] = []
+
+    def step(con: duckdb.DuckDBPyConnection, *args: object) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            try:
+                con.execute("SELECT error('the totals failed')")
+            except duckdb.Error:
+                if error is None:
+                    raise
+                raise error("Out of Memory Error: failed to allocate (made by the test)") from None
+        return real(con, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nsys, "nvtx_totals", step)
+    return calls
+
+
+def test_a_failed_deferred_step_reports_its_own_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's scratch table is dropped as it ends; when the step failed, its transaction is
+    aborted and refuses that DROP: the user hears the step's own error, not DuckDB's "Current
+    transaction is aborted", and the workspace is as before (the step can run again)."""
+    export = tmp_path / "keys.sqlite"
+    ranges = _export(export)
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    rid = nsa.ingest(con, export).report_id
+    calls = _failing_once(monkeypatch, None)
+    with pytest.raises(nsa.NsaError) as failed:
+        nsa.query(con, "nvtx_summary", report_id=rid)
+    assert "the totals failed" in str(failed.value) and "aborted" not in str(failed.value)
+    assert calls == [1]
+    got = _summary(con, rid)  # the second call runs the step
+    assert got.keys() == _expected(ranges, _export.launches).keys()  # type: ignore[attr-defined]
+    con.close()
+
+
+def test_out_of_memory_in_a_deferred_step_runs_it_again_past_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of memory under the loads' memory cap (its transaction aborted), the step runs once
+    more under the limit the cap lowered, as for any load: the rows come on the first query."""
+    export = tmp_path / "keys.sqlite"
+    ranges = _export(export)
+    want = _expected(ranges, _export.launches)  # type: ignore[attr-defined]
+    con = nsa.connect(tmp_path / "w.duckdb", load_deferred=False)
+    rid = nsa.ingest(con, export).report_id
+    calls = _failing_once(monkeypatch, duckdb.OutOfMemoryException)
+    got = _summary(con, rid)
+    assert calls == [1, 1]
+    assert got.keys() == want.keys()
+    assert {k: r[:4] for k, r in got.items()} == {k: r[:4] for k, r in want.items()}
     con.close()

@@ -366,7 +366,7 @@ def load(con: duckdb.DuckDBPyConnection, report_id: int, args: str = NO_ARGS) ->
                            kernel.algorithm, kernel.protocol))  # fmt: skip
     if not parsed:
         return 0
-    try:
+    with params.dropped_after(con, *TEMP, "_nsa_comm_args"):
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _nsa_comm_names (name_id BIGINT, name VARCHAR, library VARCHAR, "
             "op VARCHAR, reduce_op VARCHAR, dtype VARCHAR, algorithm VARCHAR, protocol VARCHAR)"
@@ -391,10 +391,4 @@ def load(con: duckdb.DuckDBPyConnection, report_id: int, args: str = NO_ARGS) ->
         )
         quoted = ", ".join(f'"{c}"' for c in cols)
         row = params.execute(con, f"INSERT INTO comm_ops ({quoted}) {select}", {"rid": report_id}).fetchone()
-    finally:
-        for table in (*TEMP, "_nsa_comm_args"):
-            try:
-                con.execute(f"DROP TABLE IF EXISTS {table}")
-            except duckdb.Error:  # the transaction failed: its ROLLBACK drops them
-                break
     return int(row[0]) if row else 0

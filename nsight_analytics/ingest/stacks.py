@@ -30,6 +30,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
@@ -367,7 +368,12 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
     else:
         con.register("_stk_py_events", py[0])
         con.register("_stk_py_chains", py[1])
-    try:
+    views = [
+        partial(con.execute, f"DROP VIEW IF EXISTS {name}") if py is None else partial(con.unregister, name)
+        for name in ("_stk_py_events", "_stk_py_chains")
+    ]
+    scratch = ("_stk_raw", "_stk_keys", "_stk_keymap", "_stk_calls", "_stk_frames", "_stk_chains", "_stk_ids")
+    with params.cleaned_up(*views), params.dropped_after(con, *scratch):
         # the frames as StringIds ids (kind, a: function or symbol, b: file, line, m: module; -1 for
         # none), so that the millions of rows are matched on integers and only the distinct ones
         # are turned into text
@@ -418,22 +424,6 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
             )
         con.execute(f"CREATE OR REPLACE TEMP TABLE _stk_calls AS {calls}")
         return _write(con, report_id, _events_sql(tables, ref))
-    finally:
-        for name in ("_stk_py_events", "_stk_py_chains"):
-            if py is None:
-                con.execute(f"DROP VIEW IF EXISTS {name}")
-            else:
-                con.unregister(name)
-        for t in (
-            "_stk_raw",
-            "_stk_keys",
-            "_stk_keymap",
-            "_stk_calls",
-            "_stk_frames",
-            "_stk_chains",
-            "_stk_ids",
-        ):
-            con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
 # a Python backtrace on CUDA whose call has a native backtrace too gets the two as one stack (chain
@@ -618,7 +608,7 @@ def _kineto_call_stacks(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
         "CREATE OR REPLACE TEMP TABLE _stk_cs AS SELECT pid, tid, global_tid, start_ns, end_ns, "
         f"call_stack FROM cpu_ops WHERE report_id = {int(report_id)} AND call_stack IS NOT NULL"
     )
-    try:
+    with params.dropped_after(con, "_stk_cs", "_stk_cs_ids", "_stk_cs_rows", "_stk_cs_frames"):
         first = params.first_row(
             params.execute(
                 con,
@@ -671,9 +661,6 @@ def _kineto_call_stacks(con: duckdb.DuckDBPyConnection, report_id: int) -> int:
             rid,
         ).fetchone()
         return int(row[0]) if row else 0
-    finally:
-        for t in ("_stk_cs", "_stk_cs_ids", "_stk_cs_rows", "_stk_cs_frames"):
-            con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
 def _kineto_python(con: duckdb.DuckDBPyConnection, report_id: int) -> int:

@@ -109,13 +109,11 @@ def fill_steps(
     n = 0
     if nvtx_ranges_sql:
         con.execute(STEP_RANGES.format(number=TRAILING_NUMBER, hint=STEP_HINT, ranges=nvtx_ranges_sql))
-        try:
+        with params.dropped_after(con, "_nsa_step_ranges"):
             row = params.execute(
                 con, INSERT_NVTX_STEPS, {"rid": rid, "word": STEP_WORD, "camel": CAMEL_STEP_WORD}
             ).fetchone()
             n = int(row[0]) if row else 0
-        finally:
-            con.execute("DROP TABLE IF EXISTS _nsa_step_ranges")
     if n == 0:
         n = _graph_steps(con, rid, graph_launches_sql)
     if n == 0:

@@ -526,7 +526,7 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
         rows = _export_rows(con, src, NVTX)
         source = _export_ranges(src, rows) if _names_repeat(con, src, rows) else _export_named(src, rows)
     calls = calls_of(rid)
-    try:
+    with params.dropped_after(con, LAUNCH_CALLS):
         if "cuda_api" in pending:
             con.execute(
                 f"CREATE OR REPLACE TEMP TABLE {LAUNCH_CALLS} "
@@ -542,8 +542,6 @@ def fill_nvtx_totals(con: duckdb.DuckDBPyConnection, src: Source, report_id: int
                 con.execute(NESTED_LAUNCHES)
             calls = f"SELECT pid, global_tid, start_ns, correlation_id FROM {LAUNCH_CALLS}"
         return nvtx_totals(con, rid, source, calls)
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {LAUNCH_CALLS}")
 
 
 # NVTX_EVENTS' columns that name a range (with its thread's pid, its domain): nvtx_totals groups
@@ -872,7 +870,7 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
     rid = {"rid": report_id}
     # CREATE TABLE AS cannot be prepared: the report id goes in as a literal
     con.execute(f"CREATE OR REPLACE TEMP TABLE _nsa_marks AS {marks.replace('$rid', str(int(report_id)))}")
-    try:
+    with params.dropped_after(con, "_nsa_marks"):
         cols = ", ".join(c for c in schema.BY_NAME["host_waits"].col_names if c != "source")
         mpi = mpi_waits_sql(src)
         ranges = f"regexp_matches(name, {params.literal(WAIT_RANGES)})"
@@ -896,8 +894,6 @@ def fill_markers(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) ->
             "SELECT global_tid, pid, start_ns, end_ns, name FROM _nsa_marks",
             graph_launches_sql(src),
         )
-    finally:
-        con.execute("DROP TABLE IF EXISTS _nsa_marks")
 
 
 def _memory_events_sql(src: Source) -> str | None:

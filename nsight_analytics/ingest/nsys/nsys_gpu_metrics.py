@@ -232,7 +232,7 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
         f"CREATE OR REPLACE TEMP TABLE {MAP} (type_id BIGINT, metric_id BIGINT, device_id INTEGER, "
         "metric VARCHAR, raw_name VARCHAR, unit VARCHAR, scale DOUBLE, auto_mhz BOOLEAN)"
     )
-    try:
+    with params.dropped_after(con, MAP):
         if rows:
             values = ", ".join(
                 "(" + ", ".join(params.literal(v) for v in r) + ")" for r in rows
@@ -248,6 +248,4 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
                     con, NVLINK_SUM, {"rid": report_id, "metric": metric, "parts": list(parts)}
                 ).fetchone()
                 n += int(row[0]) if row else 0
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {MAP}")
     return n
