@@ -157,7 +157,8 @@ class NsysSqliteReader(NsysSteps, Reader[Export]):
                 n = nsys.load_table(con, handle.src if handle else nsys.Source({}), step, report_id)
             con.execute(f"DROP TABLE IF EXISTS {nsys.STRINGS}")
         except duckdb.Error as exc:
-            raise _read_error(handle.path if handle else Path(f"report {report_id}"), exc) from exc
+            where = handle.path if handle else Path(f"report {report_id}")
+            raise _read_error(where, exc, f"could not be read for report {report_id}'s {step}") from exc
         return n
 
 
@@ -194,11 +195,11 @@ def _activity_kinds(src: nsys.Source, rows: dict[str, int]) -> list[str]:
     return kinds
 
 
-def _read_error(path: Path, exc: duckdb.Error) -> InputError:
+def _read_error(path: Path, exc: duckdb.Error, failed: str = "could not be ingested") -> InputError:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "malformed" in text or "corrupt" in text or "not a database" in text:
         return InputError(f"{path} is damaged or truncated ({text}); copy or export it again.")
-    return InputError(f"{path} could not be ingested: {text}")
+    return InputError(f"{path} {failed}: {text}")
 
 
 READER = NsysSqliteReader()
