@@ -243,7 +243,7 @@ def _bins(
     rows = params.execute(
         con,
         sql + "SELECT lane, b, h, count(*) AS c, sum(duration_ns) AS d, min(duration_ns) AS shortest FROM ("
-        "  SELECT lane, least((start_ns - $t0) // $w, $last) AS b, floor(log2(duration_ns + 1) * 32) AS h, duration_ns"
+        f"  SELECT lane, least((start_ns - $t0) // $w, $last) AS b, {_BUCKET.format(d='duration_ns')} AS h, duration_ns"
         "  FROM laned WHERE list_contains($which, lane)"
         ") GROUP BY GROUPING SETS ((lane, b), (lane, h)) ORDER BY lane, b, h",
         {**args, "t0": t0, "w": width, "last": BINS - 1, "which": [lane["id"] for lane in which]},
@@ -262,15 +262,24 @@ def _bins(
     for lane, b, h, c, _, shortest in rows:
         if b is None:  # the (lane, h) set
             buckets.setdefault(lane, []).append((h, c, shortest))
-    cuts: dict[int, int] = {}
-    for lane in which:  # the shortest bucket that with the longer ones holds the lane's quota
-        above = 0
-        for _, c, shortest in sorted(buckets[lane["id"]], reverse=True):
-            above += c
-            if above >= lane["quota"]:
-                cuts[lane["id"]] = int(shortest)
-                break
-    return out, cuts
+    cuts = {lane["id"]: _cut(buckets[lane["id"]], lane["quota"]) for lane in which}
+    return out, {lane: cut for lane, cut in cuts.items() if cut is not None}
+
+
+# A histogram bucket of durations: 1/32 of an octave (`_cut`).
+_BUCKET = "floor(log2({d} + 1) * 32)"
+
+
+def _cut(buckets: list[tuple[float, int, int]], quota: int) -> int | None:
+    """Of a histogram of durations (bucket `_BUCKET`, events, shortest duration in it), the
+    shortest duration of the shortest bucket that with the longer ones holds `quota` events:
+    every event shorter ranks after `quota` others by duration. None: all of them hold fewer."""
+    above = 0
+    for _, n, shortest in sorted(buckets, reverse=True):
+        above += n
+        if above >= quota:
+            return int(shortest)
+    return None
 
 
 def _runs(values: list[Any]) -> dict[Any, tuple[int, int]]:
@@ -358,16 +367,12 @@ def nvtx_lanes(
     # cut, or one on `end_ns - start_ns`, is applied after every name was read)
     ranges = f"FROM nvtx_ranges WHERE report_id = $rid AND end_ns IS NOT NULL AND start_ns IS NOT NULL{only}"
     args = {"rid": rid, "lim": limit, **({} if pid is None else {"pid": pid})}
-    cut = params.first_row(
-        params.execute(
-            con,
-            "WITH hist AS (SELECT floor(log2(greatest(duration_ns, 0) + 1) * 32) AS b, count(*) AS n,"
-            f"  min(duration_ns) AS shortest {ranges} GROUP BY 1)"
-            " SELECT arg_max(shortest, b) FROM"
-            "  (SELECT b, shortest, sum(n) OVER (ORDER BY b DESC) AS above FROM hist) WHERE above >= $lim",
-            args,
-        )
-    )[0]
+    hist = params.execute(
+        con,
+        f"SELECT {_BUCKET.format(d='greatest(duration_ns, 0)')}, count(*), min(duration_ns) {ranges} GROUP BY 1",
+        args,
+    ).fetchall()
+    cut = _cut(hist, limit)
     rows = params.execute(
         con,
         f"SELECT pid, tid, start_ns, d, name FROM ("
