@@ -14,12 +14,24 @@ ThreadNames...) is copied once; ANALYSIS_DETAILS' stopTime/duration are stretche
 span. The whole copy is SQL inside SQLite (ATTACH, one INSERT ... SELECT per table over a
 recursive CTE of copy numbers, one transaction, journal and sync off): 300 copies of a 2.2 MB
 export (about 9M rows, 600 MB) take about 10 s.
+
+Every copy repeats the source's NVTX names, so 300 copies of a PyTorch capture hold 300 ranges of
+each name, where a real capture of the same length numbers every call (`torch.autograd.profiler.
+emit_nvtx` writes 'aten::mm, seq = 45333, op_id = 990372': h2d_heavy has 16,582 names in 16,782
+ranges). With `--unique-nvtx` (unique_nvtx=True) copy i continues that numbering: each `seq = N`
+and `op_id = N` in an NVTX name becomes N + i * (that counter's max - min + 1 over the source), so
+no copy shares a numbered name with another; names without a counter ('forward', 'ncclSend',
+domain and category names) repeat as before, and domains, categories, event types and the base
+names (the name less its counters) are unchanged. Names stored inline (`text`) are rewritten in
+the copy; names stored as string ids (`textId` -> StringIds) get a new StringIds row per copy,
+id + i * (max StringIds id + 1), and the copy's `textId` points at it. Copy 0 is the source.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -36,6 +48,11 @@ CHAINS = {
     "CUDA_CALLCHAINS": ("CUPTI_ACTIVITY_KIND_RUNTIME", "callchainId", None),
     "OSRT_CALLCHAINS": ("OSRT_API", "callchainId", 0),
 }
+
+
+# The per-call counters of PyTorch's emit_nvtx names (', seq = 12, op_id = 345'): what makes a
+# real capture's NVTX names differ call by call; --unique-nvtx continues them in every copy.
+NVTX_COUNTER = re.compile(r", (seq|op_id) = ([0-9]+)")
 
 
 def _q(name: str) -> str:
@@ -70,10 +87,71 @@ def _min(con: sqlite3.Connection, tables: dict[str, list[str]], col: str) -> int
     return min(vals) if vals else None
 
 
+def _nvtx_templates(con: sqlite3.Connection, tables: dict[str, list[str]]) -> tuple[int, dict[str, int]]:
+    """For --unique-nvtx: temp.nvtx_tpl(name, p0, n1, d1, p1, ..., nK, dK, pK), one row per
+    distinct NVTX name with a counter (inline or by string id), the name cut around its counters
+    n1..nK, each with its step per copy dK; returns K and each counter's step."""
+    cols = tables.get("NVTX_EVENTS", [])
+    names: set[str] = set()
+    if "text" in cols:
+        names |= {
+            r[0] for r in con.execute("SELECT DISTINCT text FROM src.NVTX_EVENTS WHERE text LIKE '%= %'")
+        }
+    if "textId" in cols and "StringIds" in tables:
+        names |= {
+            r[0]
+            for r in con.execute(
+                "SELECT value FROM src.StringIds WHERE value LIKE '%= %' "
+                "AND id IN (SELECT textId FROM src.NVTX_EVENTS WHERE textId IS NOT NULL)"
+            )
+        }
+    cut = {n: list(NVTX_COUNTER.finditer(n)) for n in names}
+    cut = {n: ms for n, ms in cut.items() if ms}
+    span: dict[str, list[int]] = {}
+    for ms in cut.values():
+        for m in ms:
+            lo_hi = span.setdefault(m[1], [int(m[2]), int(m[2])])
+            lo_hi[0], lo_hi[1] = min(lo_hi[0], int(m[2])), max(lo_hi[1], int(m[2]))
+    step = {k: hi - lo + 1 for k, (lo, hi) in span.items()}
+    width = max((len(ms) for ms in cut.values()), default=0)
+    defs = ["name TEXT PRIMARY KEY", "p0 TEXT"]
+    for j in range(1, width + 1):
+        defs += [f"n{j} INTEGER", f"d{j} INTEGER", f"p{j} TEXT"]
+    con.execute("DROP TABLE IF EXISTS temp.nvtx_tpl")
+    con.execute(f"CREATE TEMP TABLE nvtx_tpl ({', '.join(defs)}) WITHOUT ROWID")
+    rows = []
+    for name, ms in cut.items():
+        row: list[object] = [name]
+        at = 0
+        for m in ms:
+            row.append(name[at : m.start(2)])
+            row += [int(m[2]), step[m[1]]]
+            at = m.end(2)
+        row.append(name[at:])
+        row += [None, None, ""] * (width - len(ms))
+        rows.append(row)
+    if rows:
+        con.executemany(f"INSERT INTO temp.nvtx_tpl VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return width, step
+
+
+def _nvtx_name(width: int, copy: str) -> str:
+    """The SQL of a templated name in copy `copy` (t: the nvtx_tpl row)."""
+    parts = ["t.p0"]
+    for j in range(1, width + 1):
+        parts += [f"coalesce(t.n{j} + {copy} * t.d{j}, '')", f"t.p{j}"]
+    return " || ".join(parts)
+
+
 def make_large_export(
-    src: str | os.PathLike[str], copies: int, out: str | os.PathLike[str], margin_ns: int = 1_000_000
+    src: str | os.PathLike[str],
+    copies: int,
+    out: str | os.PathLike[str],
+    margin_ns: int = 1_000_000,
+    unique_nvtx: bool = False,
 ) -> dict[str, object]:
-    """Write OUT from SRC tiled `copies` times; returns what it did (counts, span, offsets)."""
+    """Write OUT from SRC tiled `copies` times; returns what it did (counts, span, offsets).
+    unique_nvtx: every copy continues the NVTX names' per-call counters (module docstring)."""
     if copies < 1:
         raise ValueError("copies must be >= 1")
     src, out = Path(src), Path(out)
@@ -114,6 +192,21 @@ def make_large_export(
         span = (max(ends) - min(starts)) if starts and ends else 0
         period = span + margin_ns
         id_offsets = {c: (_max(con, tiled, c) or 0) + 1 for c in ID_COLUMNS}
+        # --unique-nvtx: names with counters, cut into templates; string ids of such names
+        width, counter_steps, string_step = 0, {}, 0
+        nvtx_cols = tables.get("NVTX_EVENTS", [])
+        if unique_nvtx and "NVTX_EVENTS" in tiled:
+            width, counter_steps = _nvtx_templates(con, tables)
+        by_id = width > 0 and "textId" in nvtx_cols and "StringIds" in tables
+        if by_id:
+            string_step = int(con.execute("SELECT coalesce(max(id), 0) FROM src.StringIds").fetchone()[0]) + 1
+            con.execute("DROP TABLE IF EXISTS temp.nvtx_ids")
+            con.execute(
+                "CREATE TEMP TABLE nvtx_ids AS SELECT s.id, t.* FROM src.StringIds s "
+                "JOIN temp.nvtx_tpl t ON t.name = s.value "
+                "WHERE s.id IN (SELECT textId FROM src.NVTX_EVENTS WHERE textId IS NOT NULL)"
+            )
+            con.execute("CREATE UNIQUE INDEX temp.nvtx_ids_id ON nvtx_ids (id)")
 
         con.execute("BEGIN")
         for typ, name, _, sql in objects:
@@ -124,8 +217,20 @@ def make_large_export(
             names = ", ".join(_q(c) for c in cols)
             if table in tiled:
                 exprs = []
+                joins = ""
+                varied = width > 0 and table == "NVTX_EVENTS"
                 for c in cols:
-                    if (table, c) in no_chain:
+                    if varied and c == "text":
+                        joins += " LEFT JOIN temp.nvtx_tpl t ON t.name = s.text"
+                        exprs.append(
+                            f"CASE WHEN t.name IS NULL THEN s.text ELSE {_nvtx_name(width, 'k.i')} END"
+                        )
+                    elif varied and by_id and c == "textId":
+                        exprs.append(
+                            "CASE WHEN k.i > 0 AND s.textId IN (SELECT id FROM temp.nvtx_ids) "
+                            f"THEN s.textId + k.i * {string_step} ELSE s.textId END"
+                        )
+                    elif (table, c) in no_chain:
                         none, step = no_chain[(table, c)], chain_ids[(table, c)]
                         exprs.append(
                             f"CASE WHEN s.{_q(c)} = {none} THEN {none} ELSE s.{_q(c)} + k.i * {step} END"
@@ -141,10 +246,16 @@ def make_large_export(
                 con.execute(
                     f"WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i < {copies - 1}) "
                     f"INSERT INTO main.{_q(table)} ({names}) "
-                    f"SELECT {', '.join(exprs)} FROM k CROSS JOIN src.{_q(table)} s"
+                    f"SELECT {', '.join(exprs)} FROM k CROSS JOIN src.{_q(table)} s{joins}"
                 )
             else:
                 con.execute(f"INSERT INTO main.{_q(table)} ({names}) SELECT {names} FROM src.{_q(table)}")
+                if by_id and table == "StringIds":  # each copy's own string for a numbered name
+                    con.execute(
+                        f"WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < {copies - 1}) "
+                        f"INSERT INTO main.StringIds (id, value) SELECT t.id + k.i * {string_step}, "
+                        f"{_nvtx_name(width, 'k.i')} FROM k CROSS JOIN temp.nvtx_ids t"
+                    )
             counts[table] = con.execute(f"SELECT count(*) FROM main.{_q(table)}").fetchone()[0]
         if "ANALYSIS_DETAILS" in tables and {"stopTime", "duration"} <= set(tables["ANALYSIS_DETAILS"]):
             extra = (copies - 1) * period
@@ -168,6 +279,9 @@ def make_large_export(
         "id_offsets": id_offsets,
         "chain_offsets": {f"{t}.{c}": v for (t, c), v in chain_ids.items()},
         "tiled_tables": sorted(tiled),
+        "unique_nvtx": unique_nvtx,
+        "nvtx_counter_steps": counter_steps,
+        "string_id_step": string_step,
         "rows": counts,
         "bytes": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 3),
@@ -180,8 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("copies", type=int, help="how many copies to tile in time")
     ap.add_argument("out", help="output .sqlite (replaced)")
     ap.add_argument("--margin-ns", type=int, default=1_000_000, help="idle time between copies (ns)")
+    ap.add_argument(
+        "--unique-nvtx",
+        action="store_true",
+        help="each copy continues the NVTX names' counters (', seq = N', ', op_id = N'), as a longer real capture would",
+    )
     args = ap.parse_args(argv)
-    info = make_large_export(args.src, args.copies, args.out, args.margin_ns)
+    info = make_large_export(args.src, args.copies, args.out, args.margin_ns, unique_nvtx=args.unique_nvtx)
     rows = info["rows"]
     key = [
         "CUPTI_ACTIVITY_KIND_KERNEL",

@@ -154,3 +154,118 @@ def test_call_stacks_are_tiled_with_their_owners(tmp_path: Path) -> None:
     )
     src.close()
     dst.close()
+
+
+DDP_RANK = ROOT / "tests" / "data" / "ddp" / "nsys" / "h200x2_nsys2025.3_ddp_w2_rank0.sqlite.gz"
+
+
+def _numbered_source(tmp_path: Path) -> Path:
+    """A real DDP rank's export (NVTX names inline in `text` and NCCL's as string ids in `textId`)
+    with PyTorch emit_nvtx counters put into some of its names, both ways they are stored: every
+    third inline name gets ', seq = S, op_id = O', and the rows of two NCCL string ids point at
+    new string ids whose value carries an ', op_id = O' of their own."""
+    real = tmp_path / "rank0.sqlite"
+    real.write_bytes(gzip.decompress(DDP_RANK.read_bytes()))
+    con = sqlite3.connect(real)
+    con.execute(
+        "UPDATE NVTX_EVENTS SET text = text || ', seq = ' || (rowid * 2) || ', op_id = ' || (500 + rowid * 3) "
+        "WHERE text IS NOT NULL AND rowid % 3 = 0"
+    )
+    top = con.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+    ids = [
+        r[0]
+        for r in con.execute("SELECT DISTINCT textId FROM NVTX_EVENTS WHERE textId IS NOT NULL ORDER BY 1")
+    ]
+    assert len(ids) >= 2
+    for j, sid in enumerate(ids[:2]):
+        (value,) = con.execute("SELECT value FROM StringIds WHERE id = ?", (sid,)).fetchone()
+        con.execute(
+            "INSERT INTO StringIds (id, value) VALUES (?, ?)", (top + 1 + j, f"{value}, op_id = {7000 + j}")
+        )
+        con.execute("UPDATE NVTX_EVENTS SET textId = ? WHERE textId = ?", (top + 1 + j, sid))
+    con.commit()
+    con.close()
+    return real
+
+
+def _names(con: sqlite3.Connection) -> list[tuple]:
+    """Every NVTX row in rowid order: (name, stored as text?, eventType, domainId, category)."""
+    return con.execute(
+        "SELECT coalesce(n.text, s.value), n.text IS NOT NULL, n.eventType, n.domainId, n.category "
+        "FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId ORDER BY n.rowid"
+    ).fetchall()
+
+
+def _shift(name: str | None, i: int, steps: dict[str, int]) -> str | None:
+    """The name with each ', seq = N' / ', op_id = N' moved on by i steps (plain string work)."""
+    if name is None:
+        return None
+    parts = name.split(", ")
+    for j, part in enumerate(parts):
+        key, eq, num = part.partition(" = ")
+        if eq and key in steps and num.isdigit():
+            parts[j] = f"{key} = {int(num) + i * steps[key]}"
+    return ", ".join(parts)
+
+
+def test_unique_nvtx_numbers_every_copy(tmp_path: Path) -> None:
+    """--unique-nvtx: copy i continues the counters of the numbered names, inline or by string
+    id; the other names, the domains, categories and event types stay the source's."""
+    real = _numbered_source(tmp_path)
+    src = sqlite3.connect(f"file:{real}?mode=ro", uri=True)
+    before = _names(src)
+    n = len(before)
+    # each counter's step: its max - min + 1 over the source's names, worked out by hand
+    values: dict[str, list[int]] = {"seq": [], "op_id": []}
+    for name, *_ in before:
+        for part in (name or "").split(", "):
+            key, eq, num = part.partition(" = ")
+            if eq and key in values and num.isdigit():
+                values[key].append(int(num))
+    steps = {k: max(v) - min(v) + 1 for k, v in values.items()}
+    assert steps["seq"] > 1 and steps["op_id"] > 1
+    numbered = {name for name, *_ in before if name and " = " in name}
+    by_id = {name for name, inline, *_ in before if name and " = " in name and not inline}
+    assert len(by_id) == 2 and len(numbered) > 10
+
+    out = tmp_path / "u3.sqlite"
+    assert _generator().main([str(real), "3", str(out), "--unique-nvtx"]) == 0
+    dst = sqlite3.connect(out)
+    after = _names(dst)
+    assert len(after) == 3 * n
+    for i in range(3):
+        expect = [(_shift(name, i, steps), *rest) for name, *rest in before]
+        assert after[i * n : (i + 1) * n] == expect, i
+    # copy 0 is the source, row for row, text and textId alike
+    cols = "text, textId, eventType, domainId, category, globalTid"
+    assert (
+        dst.execute(f"SELECT {cols} FROM NVTX_EVENTS ORDER BY rowid LIMIT {n}").fetchall()
+        == src.execute(f"SELECT {cols} FROM NVTX_EVENTS ORDER BY rowid").fetchall()
+    )
+    # every numbered name is its own in each copy; the others repeat in all three
+    distinct = "SELECT count(DISTINCT coalesce(n.text, s.value)) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId"
+    unnumbered = src.execute(distinct).fetchone()[0] - len(numbered)
+    assert dst.execute(distinct).fetchone()[0] == unnumbered + 3 * len(numbered)
+    # the numbered string ids get one new StringIds row per further copy, ids above the source's
+    top = src.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+    assert _count(dst, "StringIds") == _count(src, "StringIds") + 2 * len(by_id)
+    assert (
+        dst.execute(f"SELECT count(DISTINCT textId) FROM NVTX_EVENTS WHERE textId > {top}").fetchone()[0] == 4
+    )
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"):
+        assert _count(dst, table) == 3 * _count(src, table)
+    src.close()
+    dst.close()
+
+
+def test_without_unique_nvtx_names_repeat(tmp_path: Path) -> None:
+    real = _numbered_source(tmp_path)
+    out = tmp_path / "x3.sqlite"
+    _generator().make_large_export(real, 3, out)
+    src = sqlite3.connect(f"file:{real}?mode=ro", uri=True)
+    dst = sqlite3.connect(out)
+    before, after = _names(src), _names(dst)
+    assert after == before * 3
+    assert _count(dst, "StringIds") == _count(src, "StringIds")
+    src.close()
+    dst.close()
