@@ -70,14 +70,22 @@ def query_flags(large_s: float, vs_kernel_summary: float | None, grow: dict[str,
     return flags
 
 
+def _parts(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A result's steps and queries; {} for a part in an older layout (before run 6 `queries` was a
+    list and there were no steps), which has nothing to compare."""
+    steps, queries = result.get("steps"), result.get("queries")
+    return (steps if isinstance(steps, dict) else {}), (queries if isinstance(queries, dict) else {})
+
+
 def step_ratios(result: dict[str, Any]) -> dict[str, list[float]]:
     """Every step's repeated ratios in a result of run.py: the steps with a peer or floor, and
     each library query of at least MIN_GROWTH_S against kernel_summary at each size of each export."""
     out: dict[str, list[float]] = {}
-    for name, step in result.get("steps", {}).items():
+    steps, queries = _parts(result)
+    for name, step in steps.items():
         if step.get("ratios"):
             out[name] = step["ratios"]
-    for export, exp in result.get("queries", {}).items():
+    for export, exp in queries.items():
         for size, res in exp.get("sizes", {}).items():
             for q, v in res.get("queries", {}).items():
                 # a query of a few milliseconds moves by more than itself: not compared
@@ -86,14 +94,50 @@ def step_ratios(result: dict[str, Any]) -> dict[str, list[float]]:
     return out
 
 
+def failed_steps(result: dict[str, Any]) -> dict[str, str]:
+    """The steps and queries of a result of run.py that did not finish (an error, past their time,
+    killed for their memory), named as step_ratios names them, with the first reason."""
+    out: dict[str, str] = {}
+    steps, queries = _parts(result)
+    for name, step in steps.items():
+        if step.get("ok") is False:
+            errors = [r["error"] for r in step.get("repeats", []) if r.get("error")]
+            out[name] = errors[0] if errors else "failed"
+    for export, exp in queries.items():
+        for size, res in exp.get("sizes", {}).items():
+            for q, v in res.get("queries", {}).items():
+                why = (
+                    v.get("killed")
+                    or (f"did not finish in {v['timeout_s']:g} s" if v.get("timeout_s") else None)
+                    or v.get("error")
+                )
+                if why:
+                    out[f"query {q} vs kernel_summary ({export} {size})"] = why
+    return out
+
+
 def regressions(previous: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
     """Steps whose ratio to their in-run floor rose by more than their spread since `previous`
-    (seconds are not compared: the machines differ). Steps in only one run are left out."""
+    (seconds are not compared: the machines differ), and steps that finished with a ratio then
+    and fail now (`failed`: why; the slowest regression of all). Steps in only one run are left out."""
     old, new = step_ratios(previous), step_ratios(current)
+    failed_before, failed_now = failed_steps(previous), failed_steps(current)
     slower = []
-    for name in sorted(old.keys() & new.keys()):
-        a, b = spread(old[name]), spread(new[name])
-        if a is None or b is None:
+    for name in sorted(old.keys() & (new.keys() | failed_now.keys())):
+        a, b = spread(old[name]), spread(new.get(name, []))
+        if a is None:
+            continue
+        if name in failed_now and name not in failed_before:
+            slower.append({
+                "step": name,
+                "previous": a["median"],
+                "current": b["median"] if b else None,
+                "allowed": None,
+                "times": None,
+                "failed": failed_now[name],
+            })  # fmt: skip
+            continue
+        if b is None:
             continue
         allowed = max(a["spread"], b["spread"], MIN_REGRESSION * a["median"])
         if b["median"] - a["median"] > allowed:
@@ -105,6 +149,16 @@ def regressions(previous: dict[str, Any], current: dict[str, Any]) -> list[dict[
                 "times": b["median"] / a["median"],
             })  # fmt: skip
     return slower
+
+
+def describe(r: dict[str, Any]) -> str:
+    """One line of run.py's list of regressions."""
+    if r.get("failed"):
+        return f"{r['step']}: ratio {r['previous']:.2f} -> FAILED now ({r['failed']})"
+    return (
+        f"{r['step']}: ratio {r['previous']:.2f} -> {r['current']:.2f} ({r['times']:.2f}x; "
+        f"allowed +{r['allowed']:.2f})"
+    )
 
 
 def archive(latest: Path, history: Path) -> Path | None:

@@ -113,6 +113,11 @@ def test_regressions(compare):
     assert slower[1]["allowed"] == pytest.approx(2.0)  # the larger spread of the two runs
     # a result from before the repeats were kept compares nothing
     assert compare.regressions({"steps": {"ingest + kernel_summary": {"wall_s": 1.0}}}, current) == []
+    # nor one of run 5's layout (results/history/2026-11-24_*.json: `queries` a list, no steps)
+    assert (
+        compare.regressions({"when": "2026-11-24", "queries": [{"query": "gaps", "x300_s": 1.0}]}, current)
+        == []
+    )
     assert compare.regressions(current, current) == []
 
 
@@ -127,3 +132,36 @@ def test_archive_keeps_every_previous_run(compare, tmp_path):
     second = compare.archive(latest, history)
     assert second == history / "2026-11-26_160000_2.json"
     assert [json.loads(p.read_text())["n"] for p in (first, second)] == [1, 2]
+
+
+def test_a_step_failing_now_is_a_regression(compare):
+    """A step or query that finished with a ratio last time and fails now (killed for its memory,
+    past its time, an error) has no ratio to compare: it is listed as failed, not left out."""
+    previous = _result({"first NVTX use": [1.0, 1.1, 1.2], "report": [3.0, 3.1], "broken": [2.0]},
+                       query_ratios=[8.0, 9.0, 10.0])  # fmt: skip
+    previous["steps"]["broken"]["ok"] = False  # failed in a repeat last time as well: not news
+    current = _result(
+        {"first NVTX use": [], "report": [3.0, 3.2], "broken": []}, query_ratios=[8.0, 9.0, 10.0]
+    )
+    current["steps"]["first NVTX use"] |= {
+        "ok": False,
+        "repeats": [{"ok": False, "error": "killed above 8 GB of memory"}, {"ok": False, "error": "rc=1: x"}],
+    }
+    current["steps"]["broken"] |= {"ok": False, "repeats": [{"ok": False, "error": "rc=1: y"}]}
+    gaps = current["queries"]["h2d_heavy"]["sizes"]["x300"]["queries"]["gaps"]
+    gaps.clear()
+    gaps["timeout_s"] = 300.0
+    slower = compare.regressions(previous, current)
+    assert [r["step"] for r in slower] == ["first NVTX use", "query gaps vs kernel_summary (h2d_heavy x300)"]
+    nvtx, gap = slower
+    assert nvtx["failed"] == "killed above 8 GB of memory"
+    assert nvtx["previous"] == pytest.approx(1.1) and nvtx["current"] is None
+    assert gap["failed"] == "did not finish in 300 s" and gap["previous"] == 9.0
+    assert compare.describe(nvtx) == "first NVTX use: ratio 1.10 -> FAILED now (killed above 8 GB of memory)"
+    assert compare.describe(
+        {"step": "s", "previous": 2.0, "current": 2.3, "times": 1.15, "allowed": 0.2}
+    ) == ("s: ratio 2.00 -> 2.30 (1.15x; allowed +0.20)")
+    # a step failing in only some repeats still has ratios: listed as failing now, with its ratio
+    current["steps"]["report"] |= {"ok": False, "repeats": [{"ok": True}, {"ok": False, "error": "rc=1: z"}]}
+    partly = [r for r in compare.regressions(previous, current) if r["step"] == "report"]
+    assert partly and partly[0]["failed"] == "rc=1: z" and partly[0]["current"] == pytest.approx(3.1)
