@@ -5,6 +5,7 @@
     python benchmarks/run.py --quick          # tiny sizes, one repeat: smoke-tests the harness
     python benchmarks/run.py --startup-only   # the CLI start-up steps alone, no export needed
     python benchmarks/run.py --readers        # also the sqlite reader comparison (results/readers.json)
+    python benchmarks/run.py --nvtx-only      # only the NVTX steps on the unique-name tile (results/nvtx.json)
 
 Two parts, every process measured alone (wall time and its own peak RSS from os.wait4):
 
@@ -21,6 +22,10 @@ Two parts, every process measured alone (wall time and its own peak RSS from os.
   own COPY of the same SQL, `nsa findings` and `nsa report` straight after ingest against that
   ingest (also once on the 2M-kernel OS-runtime export), Kineto ingest against a bare JSON parse
   of the same trace, and the CLI start-up against `python -c pass`.
+- NVTX steps on a tile whose NVTX names are unique per call, as real PyTorch emit_nvtx captures
+  are (h2d_heavy x300 made with make_large_export.py --unique-nvtx: 4.97M names in 5.03M ranges,
+  where the plain tile repeats 16,582 names 300 times), reported apart: the first NVTX use against
+  `nsys stats -r nvtxsum` and the first `nsa report` against its ingest.
 
 The previous results/latest.json moves to results/history/<its date>.json; the run then says
 which steps got slower than in that run by more than their spread (ratios, not seconds: the
@@ -60,6 +65,10 @@ EXPORTS = {
 }
 GPUMETRICS = ("train_fused_gpumetrics", REALDATA / "nsys" / "h100_nsys2025.3_train_fused_gpumetrics.sqlite.gz",
               5, 50, 1, 3)  # fmt: skip
+# The NVTX steps' tile with names unique per call (make_large_export --unique-nvtx): source,
+# copies, quick copies.
+UNIQUE_NVTX = (DEFAULT_SOURCE, 300, 6)
+UNIQUE_NVTX_GROUP = "NVTX steps on a tile with unique NVTX names (--unique-nvtx)"
 KINETO_SOURCE = REALDATA / "kineto" / "h100_torch2.11_train_foreach.json.gz"
 KINETO_COPIES, KINETO_QUICK_COPIES = 50, 1  # 50: ~490 MB, the size issue 31 measured
 GB = 1024**3
@@ -341,11 +350,12 @@ def source_file(source: Path, data: Path) -> Path:
     return plain
 
 
-def ensure_file(source: Path, copies: int, data: Path = DATA) -> Path:
-    """benchmarks/data/<source>_x<copies>.sqlite, made with make_large_export.py unless a file
-    whose sidecar names the same source and copies is there already."""
+def ensure_file(source: Path, copies: int, data: Path = DATA, unique_nvtx: bool = False) -> Path:
+    """benchmarks/data/<source>_x<copies>.sqlite (unique_nvtx: _x<copies>u, NVTX names numbered
+    on in every copy), made with make_large_export.py unless a file whose sidecar names the same
+    source, copies and NVTX naming is there already."""
     source = source_file(source, data)
-    out = data / f"{source.stem}_x{copies}.sqlite"
+    out = data / f"{source.stem}_x{copies}{'u' if unique_nvtx else ''}.sqlite"
     sidecar = out.with_suffix(".json")
     if out.exists() and sidecar.exists():
         info = json.loads(sidecar.read_text())
@@ -353,19 +363,22 @@ def ensure_file(source: Path, copies: int, data: Path = DATA) -> Path:
             info.get("source") == str(source)
             and info.get("copies") == copies
             and info.get("bytes") == out.stat().st_size
+            and bool(info.get("unique_nvtx")) == unique_nvtx
         ):
             return out
-    print(f"generating {out.name} ({copies} copies of {source.name}) ...", flush=True)
+    print(f"generating {out.name} ({copies} copies of {source.name}{', unique NVTX names' if unique_nvtx else ''})"
+          " ...", flush=True)  # fmt: skip
     # In a child process: this process must stay small, since a child's peak RSS (wait4) starts
     # from what it inherits at fork.
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); from make_large_export import make_large_export; "
-        "print(json.dumps(make_large_export(sys.argv[2], int(sys.argv[3]), sys.argv[4])))"
+        "print(json.dumps(make_large_export(sys.argv[2], int(sys.argv[3]), sys.argv[4], "
+        "unique_nvtx=sys.argv[5] == '1')))"
     )
-    r = subprocess.run([sys.executable, "-c", code, str(HERE), str(source), str(copies), str(out)],
-                       capture_output=True, text=True, check=True)  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code, str(HERE), str(source), str(copies), str(out),
+                        "1" if unique_nvtx else "0"], capture_output=True, text=True, check=True)  # fmt: skip
     info = json.loads(r.stdout.strip().splitlines()[-1])
-    info.update(source=str(source), copies=copies, bytes=out.stat().st_size)
+    info.update(source=str(source), copies=copies, bytes=out.stat().st_size, unique_nvtx=unique_nvtx)
     sidecar.write_text(json.dumps(info, indent=1))
     print(f"  {info['bytes'] / 1e6:.0f} MB in {info['seconds']:.1f} s", flush=True)
     return out
@@ -549,7 +562,7 @@ print(how, len(data["traceEvents"]))
 _NSYS_REPORT: dict[tuple[str, ...], str] = {}  # the report name this nsys knows, once found
 
 
-def nsys_stats(names: tuple[str, ...], path: Path, tmp: Path) -> dict | None:
+def nsys_stats(names: tuple[str, ...], path: Path, tmp: Path, timeout_s: float | None = None) -> dict | None:
     """`nsys stats -r NAME` on the export (the first name this nsys knows); None without nsys."""
     nsys = shutil.which("nsys")
     if not nsys:
@@ -558,7 +571,7 @@ def nsys_stats(names: tuple[str, ...], path: Path, tmp: Path) -> dict | None:
     for report in [_NSYS_REPORT[names]] if names in _NSYS_REPORT else names:
         cmd = [nsys, "stats", "-r", report, "-f", "csv", "--force-overwrite", "true",
                "-o", str(tmp / f"nsys_{report}"), str(path)]  # fmt: skip
-        r = measure(cmd, cwd=tmp)
+        r = measure(cmd, cwd=tmp, timeout_s=timeout_s)
         text = r["stdout_tail"] + r["stderr_tail"]
         if r["ok"] and "could not be found" not in text and "ERROR" not in text:
             _NSYS_REPORT[names] = report
@@ -583,14 +596,19 @@ class Steps:
         *,
         target: float | None = None,
         peak_target_mb: float | None = None,
+        group: str | None = None,
     ) -> None:
         runs = nsa if isinstance(nsa, list) else [nsa]
         step = self.steps.setdefault(name, {
             "input": path.name, "input_mb": mb(path), "floor": floor_label, "target_ratio": target,
             "peak_target_mb": peak_target_mb, "repeats": [],
         })  # fmt: skip
+        if group:
+            step["group"] = group
         rep = {
             "nsa_s": round(sum(r["wall_s"] for r in runs), 3),
+            # CPU seconds beside the wall: under load they move less (kept, not the ratio's basis)
+            "nsa_cpu_s": round(sum(r.get("cpu_s", 0.0) for r in runs), 3),
             "nsa_peak_mb": max(r["peak_rss_mb"] for r in runs),
             "ok": all(r["ok"] for r in runs),
             "load": runs[0]["loadavg_1m_before"],
@@ -598,6 +616,7 @@ class Steps:
         if floor is not None:
             rep |= {
                 "floor_s": floor["wall_s"],
+                "floor_cpu_s": floor.get("cpu_s"),
                 "floor_peak_mb": floor["peak_rss_mb"],
                 "floor_ok": floor["ok"],
             }
@@ -612,7 +631,8 @@ class Steps:
             )  # fmt: skip
         step["repeats"].append(rep)
         ratio = f"{rep['nsa_s'] / rep['floor_s']:.2f}x" if rep.get("floor_s") else "-"
-        print(f"  {name:44s} {rep['nsa_s']:8.2f} s vs {rep.get('floor_s', float('nan')):7.2f} s  {ratio:>7s}"
+        cpu = f"cpu {rep['nsa_cpu_s']:.1f} vs {rep.get('floor_cpu_s') or float('nan'):.1f} s"
+        print(f"  {name:44s} {rep['nsa_s']:8.2f} s vs {rep.get('floor_s', float('nan')):7.2f} s  {ratio:>7s}  {cpu}"
               f"  {rep['nsa_peak_mb']:6.0f} MB  load {rep['load']:.1f}{'  ' + rep['error'] if 'error' in rep else ''}",
               flush=True)  # fmt: skip
 
@@ -674,6 +694,7 @@ def steps_part(args: argparse.Namespace, tmp: Path) -> dict[str, dict]:
             p.unlink(missing_ok=True)
         drop_db(db)
         findings_and_report(st, path, tmp, args.step_timeout)
+    unique_nvtx_steps(st, args, tmp)
     # findings and report must finish on a 2M-kernel export with OS runtime calls (once)
     tr = EXPORTS["transformer_train"]
     if tr[0].exists():
@@ -702,6 +723,49 @@ def steps_part(args: argparse.Namespace, tmp: Path) -> dict[str, dict]:
     done = st.finish()
     done["CLI start-up (nsa --help)"] = step
     return done
+
+
+def unique_nvtx_steps(st: Steps, args: argparse.Namespace, tmp: Path) -> None:
+    """The NVTX steps on a tile whose NVTX names are numbered on in every copy (as a real PyTorch
+    capture of that length would be: the plain tile repeats each name once per copy, which makes
+    grouping by name cheap): the first NVTX use after a fresh ingest against `nsys stats -r
+    nvtx_sum`, and the first `nsa report` after its own fresh ingest against that ingest."""
+    source, copies, quick_copies = UNIQUE_NVTX
+    if not source.exists():
+        print(f"note: {source} not found; no unique-name NVTX steps")
+        return
+    path = ensure_file(source, quick_copies if args.quick else copies, args.data, unique_nvtx=True)
+    warm_cache(path)
+    repeats = 1 if args.quick else args.repeats
+    print(f"\n== {UNIQUE_NVTX_GROUP}: {path.name} ({mb(path)} MB), {repeats} repeat(s)")
+    devnull = os.devnull
+    for _ in range(repeats):
+        db = fresh_db(tmp, "unique_nvtx")
+        ingest = measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db)))
+        nv = measure(nsa_cmd("query", "nvtx_summary", "--db", str(db), "--format", "csv", "-o", devnull),
+                     timeout_s=args.step_timeout)  # fmt: skip
+        if not ingest["ok"]:
+            nv = {**nv, "ok": False, "rc": ingest["rc"], "stderr_tail": "ingest: " + ingest["stderr_tail"]}
+        peer = nsys_stats(NSYS_NVTX, path, tmp, args.step_timeout)
+        st.add("first NVTX use (nvtx_summary), unique names", path, nv, peer,
+               "nsys stats -r nvtx_sum", target=0.5, group=UNIQUE_NVTX_GROUP)  # fmt: skip
+        drop_db(db)
+        db = fresh_db(tmp, "unique_nvtx_report")
+        ingest = measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db)))
+        page = tmp / "report.html"
+        r = measure(nsa_cmd("report", "--db", str(db), "-o", str(page)), timeout_s=args.step_timeout)
+        st.add("nsa report straight after ingest, unique names", path, r, {**ingest, "label": "its nsa ingest"},
+               "its nsa ingest", target=3.0, peak_target_mb=REPORT_PEAK_TARGET_MB, group=UNIQUE_NVTX_GROUP)  # fmt: skip
+        page.unlink(missing_ok=True)
+        drop_db(db)
+    info = json.loads(path.with_suffix(".json").read_text())
+    for name in (
+        "first NVTX use (nvtx_summary), unique names",
+        "nsa report straight after ingest, unique names",
+    ):
+        st.steps[name]["tile"] = {
+            k: info.get(k) for k in ("source", "copies", "unique_nvtx", "nvtx_counter_steps")
+        }
 
 
 def findings_and_report(st: Steps, path: Path, tmp: Path, timeout_s: float, suffix: str = "") -> None:
@@ -846,7 +910,16 @@ def machine() -> dict:
 
 
 def print_steps(steps: dict[str, dict]) -> None:
-    print("\n== steps (ratio: nsa / peer or floor, median [min-max] over the repeats)")
+    """The steps, those of a group (the unique-name NVTX tile) apart under their own heading."""
+    groups: dict[str | None, dict[str, dict]] = {}
+    for name, s in steps.items():
+        groups.setdefault(s.get("group"), {})[name] = s
+    for group, members in sorted(groups.items(), key=lambda g: g[0] is not None):
+        print(f"\n== {group or 'steps'} (ratio: nsa / peer or floor, median [min-max] over the repeats)")
+        _print_step_rows(members)
+
+
+def _print_step_rows(steps: dict[str, dict]) -> None:
     print(f"  {'step':52s} {'input MB':>8s} {'nsa s':>8s} {'ratio':>18s} {'target':>7s} {'peak MB':>8s}  vs")
     for name, s in steps.items():
         r = s.get("ratio")
@@ -905,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--startup-only", action="store_true", help="only the CLI start-up (results/startup.json)"
     )
+    ap.add_argument("--nvtx-only", action="store_true",
+                    help="only the NVTX steps on the unique-name tile (results/nvtx.json, nvtx_quick.json)")  # fmt: skip
     ap.add_argument(
         "--output", type=Path, default=None, help="default results/latest.json (--quick: quick.json)"
     )
@@ -912,7 +987,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.startup_only:
         return startup_only(args.output or RESULTS / "startup.json")
     LIMITS["rss_mb"] = int(args.rss_limit_gb * 1024)
-    output = args.output or RESULTS / ("quick.json" if args.quick else "latest.json")
+    default = "quick.json" if args.quick else "latest.json"
+    if args.nvtx_only:
+        default = "nvtx_quick.json" if args.quick else "nvtx.json"
+    output = args.output or RESULTS / default
     previous = json.loads(output.read_text()) if output.exists() else None
     known = {**EXPORTS, GPUMETRICS[0]: GPUMETRICS[1:]}
     wanted = [e for e in args.exports.split(",") if e]
@@ -922,15 +1000,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpumetrics:
         exports[GPUMETRICS[0]] = GPUMETRICS[1:]
     args.data.mkdir(parents=True, exist_ok=True)
-    result: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "mode": "quick" if args.quick else "full",
+    mode = ("quick" if args.quick else "full") + (" nvtx-only" if args.nvtx_only else "")
+    result: dict = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "mode": mode,
                     "machine": machine(), "load_before": os.getloadavg(),
                     "args": {k: str(v) for k, v in vars(args).items()}}  # fmt: skip
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="nsa-bench-", dir=args.data) as tmpdir:
         tmp = Path(tmpdir)
-        if not args.skip_steps:
+        if args.nvtx_only:
+            st = Steps()
+            unique_nvtx_steps(st, args, tmp)
+            result["steps"] = st.finish()
+        elif not args.skip_steps:
             result["steps"] = steps_part(args, tmp)
-        if not args.skip_queries:
+        if not args.skip_queries and not args.nvtx_only:
             result["queries"] = queries_part(exports, tmp, args)
         if args.readers:
             path = ensure_file(DEFAULT_SOURCE, EXPORTS["h2d_heavy"][2], args.data)
@@ -950,15 +1033,14 @@ def main(argv: list[str] | None = None) -> int:
     if previous is not None and previous.get("mode", "full") == result["mode"]:
         result["compared_with"] = previous.get("when")
         result["regressions"] = compare.regressions(previous, result)
-        print(f"\n== slower than the previous run ({previous.get('when')}) by more than the spread: "
+        print(f"\n== slower than the previous run ({previous.get('when')}) by more than the spread, or failing now: "
               f"{len(result['regressions'])}")  # fmt: skip
         for r in result["regressions"]:
-            print(f"  {r['step']}: ratio {r['previous']:.2f} -> {r['current']:.2f} ({r['times']:.2f}x; "
-                  f"allowed +{r['allowed']:.2f})")  # fmt: skip
+            print(f"  {compare.describe(r)}")
         if not compare.step_ratios(previous):
             print("  (the previous run kept no repeated ratios: nothing to compare)")
     output.parent.mkdir(parents=True, exist_ok=True)
-    if not args.quick and args.output is None:
+    if not args.quick and not args.nvtx_only and args.output is None:
         moved = compare.archive(output, RESULTS / "history")
         if moved:
             print(f"\nprevious run kept as {moved.relative_to(ROOT)}")
