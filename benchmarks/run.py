@@ -69,6 +69,11 @@ GPUMETRICS = ("train_fused_gpumetrics", REALDATA / "nsys" / "h100_nsys2025.3_tra
 # copies, quick copies.
 UNIQUE_NVTX = (DEFAULT_SOURCE, 300, 6)
 UNIQUE_NVTX_GROUP = "NVTX steps on a tile with unique NVTX names (--unique-nvtx)"
+# nsys stats -r nvtxsum groups the 4.97M names with Python aggregates (median, stdev): 200 CPU-s
+# and no end in 1800 s at load 10-28. Past PEER_FACTOR times nsa's own time (and at least
+# PEER_MIN_S) it is stopped: the step's ratio is then below nsa / that time (1 / PEER_FACTOR,
+# under the 0.5x target), which keeps the default run's time sane.
+PEER_FACTOR, PEER_MIN_S = 3.0, 60.0
 KINETO_SOURCE = REALDATA / "kineto" / "h100_torch2.11_train_foreach.json.gz"
 KINETO_COPIES, KINETO_QUICK_COPIES = 50, 1  # 50: ~490 MB, the size issue 31 measured
 GB = 1024**3
@@ -572,6 +577,8 @@ def nsys_stats(names: tuple[str, ...], path: Path, tmp: Path, timeout_s: float |
         cmd = [nsys, "stats", "-r", report, "-f", "csv", "--force-overwrite", "true",
                "-o", str(tmp / f"nsys_{report}"), str(path)]  # fmt: skip
         r = measure(cmd, cwd=tmp, timeout_s=timeout_s)
+        if r.get("timed_out_s"):  # the name was known, the report did not end in time
+            return {**r, "label": f"nsys stats -r {report}"}
         text = r["stdout_tail"] + r["stderr_tail"]
         if r["ok"] and "could not be found" not in text and "ERROR" not in text:
             _NSYS_REPORT[names] = report
@@ -621,6 +628,13 @@ class Steps:
                 "floor_ok": floor["ok"],
             }
             step["floor"] = floor.get("label", floor_label)
+        if floor is not None and floor.get("timed_out_s") and rep["ok"]:
+            # the peer stopped past its time: nsa's ratio is below nsa / that time, not an error
+            rep["peer_timed_out_s"] = floor["timed_out_s"]
+            rep["ratio_below"] = round(rep["nsa_s"] / floor["timed_out_s"], 3)
+            rep.pop("floor_s", None)
+            rep.pop("floor_ok", None)
+            floor = None
         failed = [r for r in runs if not r["ok"]] + ([floor] if floor is not None and not floor["ok"] else [])
         if failed:
             f = failed[0]
@@ -631,6 +645,8 @@ class Steps:
             )  # fmt: skip
         step["repeats"].append(rep)
         ratio = f"{rep['nsa_s'] / rep['floor_s']:.2f}x" if rep.get("floor_s") else "-"
+        if "ratio_below" in rep:
+            ratio = f"<{rep['ratio_below']:.2f}x"
         cpu = f"cpu {rep['nsa_cpu_s']:.1f} vs {rep.get('floor_cpu_s') or float('nan'):.1f} s"
         print(f"  {name:44s} {rep['nsa_s']:8.2f} s vs {rep.get('floor_s', float('nan')):7.2f} s  {ratio:>7s}  {cpu}"
               f"  {rep['nsa_peak_mb']:6.0f} MB  load {rep['load']:.1f}{'  ' + rep['error'] if 'error' in rep else ''}",
@@ -653,6 +669,11 @@ class Steps:
                 checks.append(step["ratio"]["median"] <= step["target_ratio"])
             if step["peak_target_mb"] is not None:
                 checks.append(step["peak_mb"] <= step["peak_target_mb"])
+            below = [r.get("ratio_below") for r in good]
+            if step["target_ratio"] is not None and not step["ratio"] and good and all(below):
+                # the peer never ended in time: nsa under the target against every stopped peer
+                step["ratio_below"] = max(below)
+                checks.append(step["ratio_below"] <= step["target_ratio"])
             targeted = step["target_ratio"] is not None or step["peak_target_mb"] is not None
             step["pass"] = (step["ok"] and all(checks)) if targeted else None
         return self.steps
@@ -746,7 +767,7 @@ def unique_nvtx_steps(st: Steps, args: argparse.Namespace, tmp: Path) -> None:
                      timeout_s=args.step_timeout)  # fmt: skip
         if not ingest["ok"]:
             nv = {**nv, "ok": False, "rc": ingest["rc"], "stderr_tail": "ingest: " + ingest["stderr_tail"]}
-        peer = nsys_stats(NSYS_NVTX, path, tmp, args.step_timeout)
+        peer = nsys_stats(NSYS_NVTX, path, tmp, max(PEER_MIN_S, PEER_FACTOR * nv["wall_s"]))
         st.add("first NVTX use (nvtx_summary), unique names", path, nv, peer,
                "nsys stats -r nvtx_sum", target=0.5, group=UNIQUE_NVTX_GROUP)  # fmt: skip
         drop_db(db)
@@ -924,6 +945,8 @@ def _print_step_rows(steps: dict[str, dict]) -> None:
     for name, s in steps.items():
         r = s.get("ratio")
         ratio = f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]" if r else "-"
+        if not r and s.get("ratio_below"):
+            ratio = f"< {s['ratio_below']:.2f} (peer stopped)"
         target = f"{s['target_ratio']:g}x" if s.get("target_ratio") else "-"
         verdict = {True: "PASS", False: "FAIL", None: ""}[s.get("pass")]
         notes = [verdict] if verdict else []
