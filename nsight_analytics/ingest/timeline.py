@@ -293,19 +293,27 @@ _READ_ONLY = "ro"
 # yet made its rows visible to the check.
 _HEADERS = (4096, 8192)
 _WALS = (".wal", ".checkpoint.wal")
-_STATE = f"""
+_STATE = """
 SELECT current_setting('access_mode') = 'read_only',
-       (SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}),
-       (SELECT count(*) - count(DISTINCT n) FROM (
-            SELECT table_name AS n FROM duckdb_tables()
-            WHERE schema_name = 'main' AND database_name IN (current_database(), 'temp')
-            UNION ALL
-            SELECT view_name FROM duckdb_views()
-            WHERE NOT internal AND schema_name = 'main' AND database_name IN (current_database(), 'temp')
-       )),
        (SELECT path FROM duckdb_databases() WHERE database_name = current_database()),
        current_database() || ';' || current_setting('search_path') || ';' || current_schema(),
        current_transaction_id()"""
+_TEMP_SOURCES = f"SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}"
+# A writable connection's second statement: its transaction (the same as the first statement's:
+# one of its own is open), the connections open on its database, its TEMP tables and views.
+_WRITER = """
+SELECT current_transaction_id(), (SELECT count FROM duckdb_connection_count()),
+       (SELECT count(*) FROM duckdb_tables() WHERE temporary)
+       + (SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal)"""
+# Those TEMP tables and views that hide one of the workspace's
+_HIDING = """
+SELECT count(*) FROM (
+    SELECT table_name AS n FROM duckdb_tables() WHERE temporary
+    UNION ALL SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal
+) WHERE n IN (
+    SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()
+    UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = current_database()
+)"""
 
 
 def _state(con: duckdb.DuckDBPyConnection, variables: list[str]) -> tuple[str | None, bool, list[str]]:
@@ -314,17 +322,18 @@ def _state(con: duckdb.DuckDBPyConnection, variables: list[str]) -> tuple[str | 
     each of `variables`: _FRESH, or _FRESH_LINKED / _FRESH_FLAGGED with the launch calls / the
     comm flag)."""
     values = "".join(f", coalesce(CAST(getvariable('{v}') AS VARCHAR), '')" for v in variables)
-    read_only, temp, hidden, path, names, txn, *seen = params.first_row(con.execute(_STATE + values))
+    read_only, path, names, txn, *seen = params.first_row(con.execute(_STATE + values))
     seen = [str(v) for v in seen]
     if read_only:
+        temp = params.first_row(con.execute(_TEMP_SOURCES))[0]
         return (None if temp else _READ_ONLY), True, seen
-    if hidden or not path or not os.path.isabs(str(path)) or "?" in str(path):
+    if not path or not os.path.isabs(str(path)) or "?" in str(path):
         return None, False, seen
     commits = _commits(str(path))  # before the statement that counts the connections
-    again, connections = params.first_row(
-        con.execute("SELECT current_transaction_id(), (SELECT count FROM duckdb_connection_count())")
-    )
+    again, connections, temp = params.first_row(con.execute(_WRITER))
     if commits is None or again == txn:  # the same transaction: this connection's own is open
+        return None, False, seen
+    if temp and params.first_row(con.execute(_HIDING))[0]:
         return None, False, seen
     digest = hashlib.blake2b(f"{path}\0{names}\0{commits}".encode(), digest_size=12).hexdigest()
     return digest, connections == 1, seen
