@@ -204,6 +204,14 @@ def set_memory_limit(con: duckdb.DuckDBPyConnection, shown: str) -> None:
         value += step
 
 
+def in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Is a transaction of the caller's open on `con`? Outside one, two statements run in two
+    transactions; inside, in the same. (A BEGIN to find out aborts the caller's transaction when it
+    fails: "cannot start a transaction within a transaction" and every statement after it refused.)"""
+    now = "SELECT current_transaction_id()"
+    return bool(first_row(con.execute(now)) == first_row(con.execute(now)))
+
+
 def first_row(cur: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> tuple[Any, ...]:
     """The one row a query that always returns one (an aggregate, a setting) returned."""
     row = cur.fetchone()

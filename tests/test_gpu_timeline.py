@@ -260,6 +260,29 @@ def test_a_read_only_copy_works_it_out_for_itself(tmp_path: Path, monkeypatch: p
         ro.close()
 
 
+def test_worked_out_inside_the_callers_transaction(workspace) -> None:
+    """A query on rows the caller changed in a transaction of its own sees them, and the caller's
+    transaction goes on (a BEGIN to find out whether one is open aborted it: every later statement
+    read "Current transaction is aborted"); its ROLLBACK takes the timeline back with the rows."""
+    _fill(workspace)
+    dev0 = [(r["start_ns"], r["end_ns"]) for t in (KERNELS, MEMCPY, MEMSET, GRAPHS) for r in t
+            if r["device_id"] == 0 and r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]  # fmt: skip
+    copies = {(r["start_ns"], r["end_ns"]) for t in (MEMCPY, MEMSET) for r in t}
+    busy = {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0]  # any_busy_ns
+    assert busy == union_within(dev0)
+    workspace.execute("BEGIN TRANSACTION")
+    workspace.execute("DELETE FROM memcpy")
+    workspace.execute("DELETE FROM memset")
+    inside = {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0]
+    assert inside == union_within([iv for iv in dev0 if iv not in copies]) < busy
+    assert workspace.execute(
+        "SELECT count(*) FROM gpu_timeline WHERE kind IN ('memcpy', 'memset')"
+    ).fetchone() == (0,)
+    workspace.execute("ROLLBACK")
+    assert {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0] == busy
+    assert workspace.execute("SELECT count(*) FROM gpu_timeline WHERE kind = 'memset'").fetchone() == (1,)
+
+
 def test_utilization_is_the_python_union(workspace) -> None:
     _fill(workspace)
     got = {r[1]: r for r in nsa.query(workspace, "utilization").fetchall()}

@@ -514,7 +514,7 @@ def ensure(
             # still fail (seen once in eight launch-call builds of a 596 MB export): the build is
             # rolled back, so it runs once more under the limit the cap lowered (inside another
             # cap, `nsa report`'s, the one that cap lowered) rather than fail the query
-            if not _own_transaction(con):
+            if params.in_transaction(con):  # the caller's, aborted by the failure
                 raise
             log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
             with raised_limit(con, uncapped) if uncapped else nullcontext(), timed(log, done):
@@ -527,16 +527,6 @@ def ensure(
         if comm:
             _remember(con, key, seen[2], ids, _FRESH_FLAGGED)
     return len(todo)
-
-
-def _own_transaction(con: duckdb.DuckDBPyConnection) -> bool:
-    """Can this connection open a transaction of its own (none of the caller's is open)?"""
-    try:
-        con.execute("BEGIN TRANSACTION")
-    except duckdb.TransactionException:
-        return False
-    con.execute("ROLLBACK")
-    return True
 
 
 def _build(
@@ -552,11 +542,9 @@ def _build(
     changed = sorted(r for r, (whole, _, _) in todo.items() if whole)
     linked = sorted(r for r, (whole, link, _) in todo.items() if link and not whole) if launches else []
     flagged = sorted(r for r, (whole, _, flag) in todo.items() if flag and not whole) if comm else []
-    try:
+    own = not params.in_transaction(con)  # else the caller's transaction: its commit keeps the rows
+    if own:
         con.execute("BEGIN TRANSACTION")
-        own = True
-    except duckdb.TransactionException:  # the caller's transaction: its commit keeps the rows
-        own = False
     try:
         if changed:
             only = _only(changed)
