@@ -401,17 +401,23 @@ class _Formats(str):
         return str(self).format(*args, **kwargs)
 
 
-def test_one_staleness_scan_per_query_and_none_on_a_frozen_connection(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[duckdb.DuckDBPyConnection, _Formats]:
+    """A writable workspace of the rows above, and the count of its staleness scans."""
     con = nsa.connect(tmp_path / "w.duckdb")
     _fill(con)
     scans = _Formats(timeline._SIGNATURE)
     monkeypatch.setattr(timeline, "_SIGNATURE", scans)
+    return con, scans
+
+
+def test_one_staleness_scan_per_query_and_none_on_a_frozen_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con, scans = _counted(tmp_path, monkeypatch)
     want = nsa.query(con, "utilization").fetchall()
     assert scans.calls == 1  # materialise's, not again in queries.run
     nsa.query(con, "utilization").fetchall()
-    assert scans.calls == 2  # a writable connection may have changed the rows: checked again
+    assert scans.calls == 2  # the build was a commit: checked again (then remembered till the next)
     con.close()
     scans.calls = 0
     ro = api.reader(tmp_path / "w.duckdb", needs={"gpu_timeline"})  # as `nsa query` opens it
@@ -464,10 +470,7 @@ def _in_step(con) -> bool:
 def test_a_writable_connection_checks_again_only_after_a_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    con = nsa.connect(tmp_path / "w.duckdb")
-    _fill(con)
-    scans = _Formats(timeline._SIGNATURE)
-    monkeypatch.setattr(timeline, "_SIGNATURE", scans)
+    con, scans = _counted(tmp_path, monkeypatch)
     assert _busy(con) == _placed_busy(con)  # worked out: a commit of this connection's
     _busy(con)
     assert scans.calls == 2  # checked after the build, and found up to date
