@@ -196,13 +196,7 @@ def _template_path(key: str) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    parts = [
-        key,
-        str(SCHEMA_VERSION),
-        duckdb.__version__,
-        *NEW_FILE.values(),
-        *(t.ddl() for t in schema.TABLES),
-    ]
+    parts = [key, str(SCHEMA_VERSION), duckdb.__version__, *(t.ddl() for t in schema.TABLES)]
     return folder / _TEMPLATE.format(hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32])
 
 
@@ -238,7 +232,7 @@ def _make_template(cached: Path, fill: Callable[[duckdb.DuckDBPyConnection], obj
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_name(f"{cached.stem}.partial-{os.getpid()}")
     try:
-        con = params.connect(str(partial), config=NEW_FILE)
+        con = params.connect(str(partial))
         try:
             ensure_schema(con)
             fill(con)
@@ -302,15 +296,6 @@ def _refuse_export(path: Path) -> None:
 STANDALONE = {"allow_unsigned_extensions": "true"}
 _OTHER_CONFIG = "different configuration"
 
-# The storage format of a new workspace file (a file keeps the one it was made with). DuckDB's
-# default writes files that DuckDB 1.0 reads, without the compression of later versions
-# (DICT_FSST: a string column's dictionary, itself FSST-compressed); nsa pins its DuckDB, so a
-# workspace need not open in an older one. Storing strings costs less and takes less room: the
-# first `nsa report` at 1M kernels copies 5M NVTX ranges (name, base_name, range_api), that copy
-# 11.3-11.7 -> 9.1-9.5 CPU-s, the stored ranges 110 -> 94 MB, a GROUP BY name over them 0.53 ->
-# 0.25 CPU-s (benchmarks/README.md). Workspaces made before keep their format.
-NEW_FILE = {"storage_compatibility_version": "v1.5.0"}
-
 
 def _connect_waiting(path: Path, read_only: bool, standalone: bool = False) -> duckdb.DuckDBPyConnection:
     """Connect; while another process holds the file's lock (an ingest a few seconds long),
@@ -318,8 +303,6 @@ def _connect_waiting(path: Path, read_only: bool, standalone: bool = False) -> d
     deadline = time.monotonic() + _lock_wait_s()
     pause = 0.05
     config = STANDALONE if standalone else None
-    if not read_only and not path.exists():
-        config = {**(config or {}), **NEW_FILE}
     while True:
         try:
             return params.connect(str(path), read_only=read_only, config=config)

@@ -167,38 +167,3 @@ def test_the_library_macros_worked_out_once_are_worked_out_again_when_a_folder_c
     finally:
         queries.reset_folders()
     assert queries.builtin_macros().stamp == first.stamp
-
-
-def _storage(db: Path) -> str:
-    with duckdb.connect(str(db), read_only=True) as raw:
-        return str(
-            raw.execute(
-                "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
-            ).fetchone()[0]
-        )
-
-
-@pytest.mark.parametrize("cached", [True, False])
-def test_a_new_workspace_stores_strings_as_dict_fsst(
-    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
-) -> None:
-    """New files, copied from the template or made statement by statement, have the storage
-    format of workspace.NEW_FILE (DuckDB's default is v1.0's, without DICT_FSST); a file made
-    before keeps its own."""
-    if not cached:
-        monkeypatch.setenv(workspace.ENV_CACHE, "")
-    db = tmp_path / "w.duckdb"
-    con = nsa.connect(db)
-    try:
-        con.execute("CREATE TABLE strings AS SELECT 'name ' || (i % 100) AS s FROM range(200000) r(i)")
-        con.execute("CHECKPOINT")
-        kinds = {
-            r[0] for r in con.execute("SELECT compression FROM pragma_storage_info('strings')").fetchall()
-        }
-    finally:
-        con.close()
-    assert _storage(db) == "v1.5.0+" and "DICT_FSST" in kinds
-    old = tmp_path / "old.duckdb"
-    duckdb.connect(str(old)).close()  # DuckDB's default format
-    nsa.connect(old).close()
-    assert _storage(old) == "v1.0.0+"

@@ -34,9 +34,7 @@ Communication's own running maximum is left to the run queries, over its kernels
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 from collections.abc import Iterable
 from contextlib import nullcontext
 
@@ -266,119 +264,47 @@ LAUNCH_READS = ("cuda_api",)
 # The communication flag and compute's running maximum (schema.COMPUTED), for what reads them.
 COMM = "gpu_comm"
 
-# A connection remembers the reports it found up to date (a DuckDB variable: one per connection,
-# gone with it), so that a query checks once, not in the reader, in materialise and again in
-# queries.run, nor again on every later call while nothing wrote the rows. Each value is
-# "KEY:ids", KEY what the GPU rows were known by when they were checked (_state), ids the
-# reports found up to date then (_ALL: every report): a value of another KEY is of no use.
-# With launch calls, a second variable: the reports whose rows have them (not those whose calls
-# are still in the export, which this connection may load); with the comm flag, a third.
+# A read-only connection remembers the reports it found up to date (a DuckDB variable: one per
+# connection, gone with it), so that a query checks once, not in the reader, in materialise and
+# again in queries.run. Sound only while nothing can change the rows: a read-only file locks
+# writers out (other processes; this process cannot open it writable beside it) and the GPU
+# tables are the stored ones (no TEMP copy of them, which this connection could write). With
+# launch calls, a second variable: the reports whose rows have them (not those whose calls are
+# still in the export, which this connection may load into TEMP tables); with the comm flag, a
+# third.
 _FRESH = "nsa_gpu_timeline_fresh"
 _FRESH_LINKED = "nsa_gpu_timeline_linked"
 _FRESH_FLAGGED = "nsa_gpu_timeline_flagged"
 _ALL = "*"
-# KEY of a read-only connection without a TEMP copy of a GPU table: nothing can change the rows
-# while it is open (a read-only file locks writers out: other processes; this process cannot
-# open it writable beside it).
-_READ_ONLY = "ro"
-# A writable workspace file's KEY is its commit state (_commits): every commit to the file, by
-# any connection of this process (none of another: the writer holds the file's lock), appends to
-# its WAL or, when it checkpoints instead, writes a new database header (DuckDB's two headers
-# follow the file's first 4 KiB; each checkpoint writes one with a higher iteration number), and
-# the WAL only grows between checkpoints. The KEY is sound only where nothing else changes what
-# this connection reads: no transaction of its own open (uncommitted rows are in no file), no
-# TEMP table or view hiding one of the workspace's (this connection writes those, in no file),
-# the tables named as when checked (database, search path); and it is remembered only when no
-# other connection was open when it was taken (_stale): one could have written its WAL and not
-# yet made its rows visible to the check.
-_HEADERS = (4096, 8192)
-_WALS = (".wal", ".checkpoint.wal")
-_STATE = """
-SELECT current_setting('access_mode') = 'read_only',
-       (SELECT path FROM duckdb_databases() WHERE database_name = current_database()),
-       current_database() || ';' || current_setting('search_path') || ';' || current_schema(),
-       current_transaction_id()"""
-_TEMP_SOURCES = f"SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}"
-# A writable connection's second statement: its transaction (the same as the first statement's:
-# one of its own is open), the connections open on its database, its TEMP tables and views.
-_WRITER = """
-SELECT current_transaction_id(), (SELECT count FROM duckdb_connection_count()),
-       (SELECT count(*) FROM duckdb_tables() WHERE temporary)
-       + (SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal)"""
-# Those TEMP tables and views that hide one of the workspace's
-_HIDING = """
-SELECT count(*) FROM (
-    SELECT table_name AS n FROM duckdb_tables() WHERE temporary
-    UNION ALL SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal
-) WHERE n IN (
-    SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()
-    UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = current_database()
-)"""
 
 
-def _state(con: duckdb.DuckDBPyConnection, variables: list[str]) -> tuple[str | None, bool, list[str]]:
-    """(KEY of the GPU rows as this connection reads them now, None where they may change
-    unseen; whether no other connection is open on its database; what it found up to date under
-    each of `variables`: _FRESH, or _FRESH_LINKED / _FRESH_FLAGGED with the launch calls / the
-    comm flag)."""
-    values = "".join(f", coalesce(CAST(getvariable('{v}') AS VARCHAR), '')" for v in variables)
-    read_only, path, names, txn, *seen = params.first_row(con.execute(_STATE + values))
-    seen = [str(v) for v in seen]
-    if read_only:
-        temp = params.first_row(con.execute(_TEMP_SOURCES))[0]
-        return (None if temp else _READ_ONLY), True, seen
-    if not path or not os.path.isabs(str(path)) or "?" in str(path):
-        return None, False, seen
-    commits = _commits(str(path))  # before the statement that counts the connections
-    again, connections, temp = params.first_row(con.execute(_WRITER))
-    if commits is None or again == txn:  # the same transaction: this connection's own is open
-        return None, False, seen
-    if temp and params.first_row(con.execute(_HIDING))[0]:
-        return None, False, seen
-    digest = hashlib.blake2b(f"{path}\0{names}\0{commits}".encode(), digest_size=12).hexdigest()
-    return digest, connections == 1, seen
+def _frozen(con: duckdb.DuckDBPyConnection, variable: str = _FRESH) -> tuple[bool, str]:
+    """(can the GPU rows not change while this connection is open, what it found up to date in
+    `variable`: _FRESH, or _FRESH_LINKED / _FRESH_FLAGGED with the launch calls / the comm flag)."""
+    read_only, temp, seen = params.first_row(
+        con.execute(
+            "SELECT current_setting('access_mode') = 'read_only', "
+            f"(SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name IN {_SOURCES}), "
+            f"coalesce(CAST(getvariable('{variable}') AS VARCHAR), '')"
+        )
+    )
+    return bool(read_only) and not temp, str(seen)
 
 
-def _commits(path: str) -> str | None:
-    """The commit state of the workspace file `path`: its WAL files' sizes, then its database
-    headers (a checkpoint writes the header before it removes the WAL); None if unreadable."""
-    try:
-        wals = []
-        for suffix in _WALS:
-            try:
-                st = os.stat(path + suffix)
-                wals.append(f"{st.st_ino}.{st.st_size}")
-            except FileNotFoundError:
-                wals.append("-")
-        with open(path, "rb") as f:
-            f.seek(_HEADERS[0])
-            headers = f.read(_HEADERS[1])
-    except OSError:
-        return None
-    if len(headers) < _HEADERS[1]:
-        return None
-    return ",".join(wals) + ";" + hashlib.blake2b(headers, digest_size=16).hexdigest()
-
-
-def _known_fresh(key: str, seen: str, ids: list[int] | None) -> bool:
-    known, _, reports = seen.rpartition(":")
-    if known != key:
-        return False
-    if reports == _ALL:
+def _known_fresh(seen: str, ids: list[int] | None) -> bool:
+    if seen == _ALL:
         return True
-    return ids is not None and bool(reports) and set(ids) <= {int(r) for r in reports.split(",")}
+    return ids is not None and bool(seen) and set(ids) <= {int(r) for r in seen.split(",")}
 
 
 def _remember(
-    con: duckdb.DuckDBPyConnection, key: str, seen: str, ids: list[int] | None, variable: str = _FRESH
+    con: duckdb.DuckDBPyConnection, seen: str, ids: list[int] | None, variable: str = _FRESH
 ) -> None:
-    known, _, reports = seen.rpartition(":")
-    if ids is None or (known == key and reports == _ALL):
+    if ids is None:
         value = _ALL
     else:
-        before = {int(r) for r in reports.split(",") if r} if known == key else set()
-        value = ",".join(str(r) for r in sorted(set(ids) | before))
-    con.execute(f"SET VARIABLE {variable} = '{key}:{value}'")  # hex digits, digits and commas only
+        value = ",".join(str(r) for r in sorted(set(ids) | {int(r) for r in seen.split(",") if r}))
+    con.execute(f"SET VARIABLE {variable} = '{value}'")  # digits and commas only
 
 
 def stale(
@@ -401,8 +327,9 @@ def _stale(
     its launch calls are to be added, whether its comm flag is)."""
     ids = None if report_ids is None else [int(r) for r in report_ids]
     wanted = [_FRESH_LINKED if launches else _FRESH] + ([_FRESH_FLAGGED] if comm else [])
-    key, alone, seen = _state(con, wanted)
-    if key is not None and all(_known_fresh(key, s, ids) for s in seen):
+    states = [_frozen(con, v) for v in wanted]
+    frozen = states[0][0]
+    if frozen and all(_known_fresh(seen, ids) for _, seen in states):
         return {}
     pending = sorted(_reports_pending(con)) if launches else None
     todo = _signatures(con, ids, pending, _OPS if comm else None)
@@ -411,11 +338,11 @@ def _stale(
         exact = _signatures(con, recheck, pending, _MATCHED)
         todo.update({r: exact.get(r, (False, todo[r][1], False)) for r in recheck})
         todo = {r: parts for r, parts in todo.items() if any(parts)}
-    if key is not None and alone and not todo:
+    if frozen and not todo:
         if not launches or _all_linked(con, ids):
-            _remember(con, key, seen[0], ids, wanted[0])
+            _remember(con, states[0][1], ids, wanted[0])
         if comm:
-            _remember(con, key, seen[-1], ids, _FRESH_FLAGGED)
+            _remember(con, states[-1][1], ids, _FRESH_FLAGGED)
     return todo
 
 
@@ -519,13 +446,13 @@ def ensure(
             log.info("gpu_timeline: out of memory under the inputs' size; worked out again without that cap")
             with raised_limit(con, uncapped) if uncapped else nullcontext(), timed(log, done):
                 own = _build(con, todo, launches, comm)
-    key, _, seen = _state(con, [_FRESH, _FRESH_LINKED, _FRESH_FLAGGED])
-    if key == _READ_ONLY and own:  # this connection's TEMP copy, now up to date
-        _remember(con, key, seen[0], ids)
+    frozen, seen = _frozen(con)
+    if frozen and own:  # this connection's TEMP copy, now up to date
+        _remember(con, seen, ids)
         if launches and _all_linked(con, ids):
-            _remember(con, key, seen[1], ids, _FRESH_LINKED)
+            _remember(con, _frozen(con, _FRESH_LINKED)[1], ids, _FRESH_LINKED)
         if comm:
-            _remember(con, key, seen[2], ids, _FRESH_FLAGGED)
+            _remember(con, _frozen(con, _FRESH_FLAGGED)[1], ids, _FRESH_FLAGGED)
     return len(todo)
 
 
