@@ -70,6 +70,17 @@ def _expected() -> list[tuple]:
     return sorted(out, key=lambda r: (r[0] is None, r[0] or 0, r[2], r[3], r[1]))
 
 
+def _placed_on(device: int) -> list[tuple[int, int]]:
+    """(start, end) of every placeable row above on `device`."""
+    return [(r["start_ns"], r["end_ns"]) for t in (KERNELS, MEMCPY, MEMSET, GRAPHS) for r in t
+            if r["device_id"] == device and r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]  # fmt: skip
+
+
+def _any_busy(con, device: int) -> int:
+    """utilization's any_busy_ns of `device`."""
+    return {r[1]: r[6] for r in nsa.query(con, "utilization").fetchall()}[device]
+
+
 def _timeline(con) -> list[tuple]:
     # for rows tied on start_ns, the last one's running values cover them all: compare those
     return con.execute(
@@ -265,29 +276,27 @@ def test_worked_out_inside_the_callers_transaction(workspace) -> None:
     transaction goes on (a BEGIN to find out whether one is open aborted it: every later statement
     read "Current transaction is aborted"); its ROLLBACK takes the timeline back with the rows."""
     _fill(workspace)
-    dev0 = [(r["start_ns"], r["end_ns"]) for t in (KERNELS, MEMCPY, MEMSET, GRAPHS) for r in t
-            if r["device_id"] == 0 and r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]  # fmt: skip
+    dev0 = _placed_on(0)
     copies = {(r["start_ns"], r["end_ns"]) for t in (MEMCPY, MEMSET) for r in t}
-    busy = {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0]  # any_busy_ns
+    busy = _any_busy(workspace, 0)
     assert busy == union_within(dev0)
     workspace.execute("BEGIN TRANSACTION")
     workspace.execute("DELETE FROM memcpy")
     workspace.execute("DELETE FROM memset")
-    inside = {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0]
+    inside = _any_busy(workspace, 0)
     assert inside == union_within([iv for iv in dev0 if iv not in copies]) < busy
     assert workspace.execute(
         "SELECT count(*) FROM gpu_timeline WHERE kind IN ('memcpy', 'memset')"
     ).fetchone() == (0,)
     workspace.execute("ROLLBACK")
-    assert {r[1]: r[6] for r in nsa.query(workspace, "utilization").fetchall()}[0] == busy
+    assert _any_busy(workspace, 0) == busy
     assert workspace.execute("SELECT count(*) FROM gpu_timeline WHERE kind = 'memset'").fetchone() == (1,)
 
 
 def test_utilization_is_the_python_union(workspace) -> None:
     _fill(workspace)
     got = {r[1]: r for r in nsa.query(workspace, "utilization").fetchall()}
-    dev0 = [(r["start_ns"], r["end_ns"]) for t in (KERNELS, MEMCPY, MEMSET, GRAPHS) for r in t
-            if r["device_id"] == 0 and r["start_ns"] is not None and r["end_ns"] >= r["start_ns"]]  # fmt: skip
+    dev0 = _placed_on(0)
     assert got[0][3] == 700 and got[0][6] == union_within(dev0)  # span_ns, any_busy_ns
 
 
