@@ -760,6 +760,7 @@ def unique_nvtx_steps(st: Steps, args: argparse.Namespace, tmp: Path) -> None:
     repeats = 1 if args.quick else args.repeats
     print(f"\n== {UNIQUE_NVTX_GROUP}: {path.name} ({mb(path)} MB), {repeats} repeat(s)")
     devnull = os.devnull
+    first_use = "first NVTX use (nvtx_summary), unique names"
     for _ in range(repeats):
         db = fresh_db(tmp, "unique_nvtx")
         ingest = measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db)))
@@ -768,22 +769,11 @@ def unique_nvtx_steps(st: Steps, args: argparse.Namespace, tmp: Path) -> None:
         if not ingest["ok"]:
             nv = {**nv, "ok": False, "rc": ingest["rc"], "stderr_tail": "ingest: " + ingest["stderr_tail"]}
         peer = nsys_stats(NSYS_NVTX, path, tmp, max(PEER_MIN_S, PEER_FACTOR * nv["wall_s"]))
-        st.add("first NVTX use (nvtx_summary), unique names", path, nv, peer,
-               "nsys stats -r nvtx_sum", target=0.5, group=UNIQUE_NVTX_GROUP)  # fmt: skip
+        st.add(first_use, path, nv, peer, "nsys stats -r nvtx_sum", target=0.5, group=UNIQUE_NVTX_GROUP)
         drop_db(db)
-        db = fresh_db(tmp, "unique_nvtx_report")
-        ingest = measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db)))
-        page = tmp / "report.html"
-        r = measure(nsa_cmd("report", "--db", str(db), "-o", str(page)), timeout_s=args.step_timeout)
-        st.add("nsa report straight after ingest, unique names", path, r, {**ingest, "label": "its nsa ingest"},
-               "its nsa ingest", target=3.0, peak_target_mb=REPORT_PEAK_TARGET_MB, group=UNIQUE_NVTX_GROUP)  # fmt: skip
-        page.unlink(missing_ok=True)
-        drop_db(db)
+        report = report_after_ingest(st, path, tmp, args.step_timeout, ", unique names", UNIQUE_NVTX_GROUP)
     info = json.loads(path.with_suffix(".json").read_text())
-    for name in (
-        "first NVTX use (nvtx_summary), unique names",
-        "nsa report straight after ingest, unique names",
-    ):
+    for name in (first_use, report):
         st.steps[name]["tile"] = {
             k: info.get(k) for k in ("source", "copies", "unique_nvtx", "nvtx_counter_steps")
         }
@@ -797,14 +787,23 @@ def findings_and_report(st: Steps, path: Path, tmp: Path, timeout_s: float, suff
     st.add(f"nsa findings straight after ingest{suffix}", path, f, {**ingest, "label": "its nsa ingest"},
            "its nsa ingest")  # fmt: skip
     drop_db(db)
+    report_after_ingest(st, path, tmp, timeout_s, suffix)
+
+
+def report_after_ingest(
+    st: Steps, path: Path, tmp: Path, timeout_s: float, suffix: str = "", group: str | None = None
+) -> str:
+    """`nsa report` straight after its own fresh ingest, against it; returns the step's name."""
+    name = f"nsa report straight after ingest{suffix}"
     db = fresh_db(tmp, "report")
     ingest = measure(nsa_cmd("ingest", "-q", str(path), "--db", str(db)))
     page = tmp / "report.html"
     r = measure(nsa_cmd("report", "--db", str(db), "-o", str(page)), timeout_s=timeout_s)
-    st.add(f"nsa report straight after ingest{suffix}", path, r, {**ingest, "label": "its nsa ingest"},
-           "its nsa ingest", target=3.0, peak_target_mb=REPORT_PEAK_TARGET_MB)  # fmt: skip
+    st.add(name, path, r, {**ingest, "label": "its nsa ingest"}, "its nsa ingest", target=3.0,
+           peak_target_mb=REPORT_PEAK_TARGET_MB, group=group)  # fmt: skip
     page.unlink(missing_ok=True)
     drop_db(db)
+    return name
 
 
 def kineto(st: Steps, args: argparse.Namespace, tmp: Path) -> None:
