@@ -138,6 +138,8 @@ def open_workspace(
             )
     _refuse_export(path)
     copied = template is not None and not read_only and _copy_template(path, template)
+    if not read_only and not copied:
+        _create(path)
     try:  # extensions are never downloaded (params.connect)
         con = _connect_waiting(path, read_only, standalone)
     except WorkspaceError as exc:
@@ -196,7 +198,7 @@ def _template_path(key: str) -> Path | None:
     folder = cache_dir()
     if folder is None:
         return None
-    parts = [key, str(SCHEMA_VERSION), duckdb.__version__, *(t.ddl() for t in schema.TABLES)]
+    parts = [key, str(SCHEMA_VERSION), duckdb.__version__, STORAGE_VERSION, *(t.ddl() for t in schema.TABLES)]
     return folder / _TEMPLATE.format(hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32])
 
 
@@ -232,6 +234,7 @@ def _make_template(cached: Path, fill: Callable[[duckdb.DuckDBPyConnection], obj
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_name(f"{cached.stem}.partial-{os.getpid()}")
     try:
+        _new_file(partial)
         con = params.connect(str(partial))
         try:
             ensure_schema(con)
@@ -245,6 +248,47 @@ def _make_template(cached: Path, fill: Callable[[duckdb.DuckDBPyConnection], obj
     made = sorted(cached.parent.glob(_TEMPLATE.format("*")), key=_mtime, reverse=True)
     for old in made[_KEEP_TEMPLATES:]:
         old.unlink(missing_ok=True)
+
+
+# The storage format of a new workspace file, written in its header, so that every connection
+# opens it with DuckDB's defaults (a connect-time storage_compatibility_version would make a
+# notebook's own `duckdb.connect` beside nsa's fail: another configuration, see params.OFFLINE).
+# DuckDB's default is v1.0's, without the compression of later versions (DICT_FSST: a string
+# column's dictionary, itself FSST-compressed), which stores the NVTX ranges' names for less CPU
+# and room. nsa pins its DuckDB, so a workspace need not open in an older one; a file keeps the
+# format it was made with.
+STORAGE_VERSION = "v1.5.0"
+
+
+def _new_file(path: Path) -> None:
+    """Write the empty database `path` (which must not exist) in STORAGE_VERSION, through a
+    connection of its own that is closed before anyone opens the file."""
+    con = params.connect(MEMORY)
+    try:
+        con.execute(
+            f"ATTACH {params.literal(str(path))} AS nsa_new (STORAGE_VERSION {params.literal(STORAGE_VERSION)})"
+        )
+        con.execute("DETACH nsa_new")
+    finally:
+        con.close()
+
+
+def _create(path: Path) -> None:
+    """Make the new workspace `path` an empty database in STORAGE_VERSION: written under another
+    name, then linked, so a concurrent `nsa ingest` to the same path sees either no file or a whole
+    one. Nothing where the file (or a WAL of it) exists, or it cannot be made: connecting then
+    creates it in DuckDB's default format, or says what is wrong."""
+    if path.exists() or path.with_name(path.name + ".wal").exists():
+        return
+    partial = path.with_name(f"{path.name}.new-{os.getpid()}")
+    try:
+        _new_file(partial)
+        os.link(partial, path)
+    except (OSError, duckdb.Error) as exc:  # FileExistsError: another process made it first
+        log.debug("new workspace %s made in DuckDB's default storage format: %s", path, exc)
+    finally:
+        partial.unlink(missing_ok=True)
+        partial.with_name(partial.name + ".wal").unlink(missing_ok=True)
 
 
 def _mtime(path: Path) -> float:

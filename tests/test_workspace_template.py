@@ -167,3 +167,48 @@ def test_the_library_macros_worked_out_once_are_worked_out_again_when_a_folder_c
     finally:
         queries.reset_folders()
     assert queries.builtin_macros().stamp == first.stamp
+
+
+def _storage(db: Path) -> str:
+    """The storage format DuckDB reads from the file's header, through a plain connection."""
+    with duckdb.connect(str(db), read_only=True) as raw:
+        return str(
+            raw.execute(
+                "SELECT tags['storage_version'] FROM duckdb_databases() WHERE database_name = current_database()"
+            ).fetchone()[0]
+        )
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_new_workspace_stores_strings_as_dict_fsst_and_opens_beside_plain_duckdb(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """New files, copied from the template or made statement by statement, have the storage
+    format of workspace.STORAGE_VERSION in their header (DuckDB's default is v1.0's, without
+    DICT_FSST), with no connect-time setting: a notebook's own duckdb.connect opens beside
+    nsa.connect. The file is made under another name, which does not stay behind."""
+    if not cached:
+        monkeypatch.setenv(workspace.ENV_CACHE, "")
+    db = tmp_path / "w.duckdb"
+    con = nsa.connect(db)
+    try:
+        with duckdb.connect(str(db)) as own:
+            assert own.execute("SELECT count(*) FROM reports").fetchone() == (0,)
+            own.execute("CREATE TABLE strings AS SELECT 'name ' || (i % 100) AS s FROM range(200000) r(i)")
+        con.execute("CHECKPOINT")
+        kinds = {
+            r[0] for r in con.execute("SELECT compression FROM pragma_storage_info('strings')").fetchall()
+        }
+    finally:
+        con.close()
+    assert "DICT_FSST" in kinds
+    assert _storage(db) == "v1.5.0+"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["cache", "w.duckdb"] if cached else ["w.duckdb"])
+
+
+def test_a_workspace_made_in_the_default_format_keeps_it(cache: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old.duckdb"
+    duckdb.connect(str(old)).close()  # DuckDB's default format, as every workspace made before
+    report, rows = _kernels(old)
+    assert report == 1 and sum(r[2] for r in rows) == _export_kernels()
+    assert _storage(old) == "v1.0.0+"
