@@ -212,3 +212,15 @@ def test_a_workspace_made_in_the_default_format_keeps_it(cache: Path, tmp_path: 
     report, rows = _kernels(old)
     assert report == 1 and sum(r[2] for r in rows) == _export_kernels()
     assert _storage(old) == "v1.0.0+"
+
+
+def test_a_new_file_that_cannot_be_made_in_that_format_is_made_as_before(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(workspace.ENV_CACHE, "")
+    monkeypatch.setattr(workspace, "STORAGE_VERSION", "v0.0.1")  # a version DuckDB refuses
+    db = tmp_path / "w.duckdb"
+    report, rows = _kernels(db)
+    assert report == 1 and sum(r[2] for r in rows) == _export_kernels()
+    assert _storage(db) == "v1.0.0+"
+    assert [p.name for p in tmp_path.iterdir()] == ["w.duckdb"]  # nothing left of the attempt
