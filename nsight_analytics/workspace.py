@@ -206,25 +206,35 @@ def _copy_template(path: Path, template: Template) -> bool:
     """Make the new workspace `path` a copy of the cached template (made first when missing);
     False, changing nothing, where the file exists, or the cache cannot be read or written
     (the caller then creates the workspace statement by statement)."""
-    if path.exists() or path.with_name(path.name + ".wal").exists():
-        return False
-    try:
+
+    def copy(partial: Path) -> None:
         cached = _template_path(template[0])
         if cached is None:
-            return False
+            raise OSError("no cache folder ($NSA_CACHE_DIR empty, or no home folder)")
         if not cached.is_file():
             _make_template(cached, template[1])
-        # copied under another name, then linked: a concurrent `nsa ingest` to the same path sees
-        # either no file or a whole one, and the one that links second opens the first's
-        partial = path.with_name(f"{path.name}.template-{os.getpid()}")
-        try:
-            shutil.copyfile(cached, partial)
-            os.link(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
-    except (OSError, duckdb.Error) as exc:
-        log.debug("new workspace %s made without the cached template: %s", path, exc)
+        shutil.copyfile(cached, partial)
+
+    return _placed(path, "template", copy, "without the cached template")
+
+
+def _placed(path: Path, tag: str, write: Callable[[Path], object], otherwise: str) -> bool:
+    """Make the new workspace `path` by `write`-ing a file under another name (`tag` and this
+    process's id), then linking it: a concurrent `nsa ingest` to the same path sees either no file
+    or a whole one, and the one that links second opens the first's. False, changing nothing,
+    where the file (or a WAL of it) exists or it cannot be made (logged: `path` made `otherwise`)."""
+    if path.exists() or path.with_name(path.name + ".wal").exists():
         return False
+    partial = path.with_name(f"{path.name}.{tag}-{os.getpid()}")
+    try:
+        write(partial)
+        os.link(partial, path)
+    except (OSError, duckdb.Error) as exc:  # FileExistsError: another process made it first
+        log.debug("new workspace %s made %s: %s", path, otherwise, exc)
+        return False
+    finally:
+        partial.unlink(missing_ok=True)
+        partial.with_name(partial.name + ".wal").unlink(missing_ok=True)
     return True
 
 
@@ -274,21 +284,10 @@ def _new_file(path: Path) -> None:
 
 
 def _create(path: Path) -> None:
-    """Make the new workspace `path` an empty database in STORAGE_VERSION: written under another
-    name, then linked, so a concurrent `nsa ingest` to the same path sees either no file or a whole
-    one. Nothing where the file (or a WAL of it) exists, or it cannot be made: connecting then
-    creates it in DuckDB's default format, or says what is wrong."""
-    if path.exists() or path.with_name(path.name + ".wal").exists():
-        return
-    partial = path.with_name(f"{path.name}.new-{os.getpid()}")
-    try:
-        _new_file(partial)
-        os.link(partial, path)
-    except (OSError, duckdb.Error) as exc:  # FileExistsError: another process made it first
-        log.debug("new workspace %s made in DuckDB's default storage format: %s", path, exc)
-    finally:
-        partial.unlink(missing_ok=True)
-        partial.with_name(partial.name + ".wal").unlink(missing_ok=True)
+    """Make the new workspace `path` an empty database in STORAGE_VERSION (_placed). Nothing where
+    it exists; where it cannot be made, connecting then creates it in DuckDB's default format, or
+    says what is wrong."""
+    _placed(path, "new", _new_file, "in DuckDB's default storage format")
 
 
 def _mtime(path: Path) -> float:
