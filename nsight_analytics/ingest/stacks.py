@@ -122,9 +122,14 @@ def user_sql(kind: str, function: str, file: str, module: str) -> str:
     return f"CASE {kind} WHEN 'python' THEN {python} WHEN 'native' THEN {native} ELSE false END"
 
 
+def _has_frames(tables: dict[str, set[str]], table: str) -> bool:
+    """Has the export the callchain table `table` with the frame columns _stk_raw copies?"""
+    return {"id", "symbol", "stackDepth"} <= tables.get(table, set())
+
+
 def has_stacks(tables: dict[str, set[str]]) -> bool:
     """Does the export hold call stacks of any kind?"""
-    native = any(t in tables and {"id", "symbol", "stackDepth"} <= tables[t] for _, t, _, _ in NATIVE)
+    native = any(_has_frames(tables, t) for _, t, _, _ in NATIVE)
     return native or (NVTX in tables and "eventType" in tables[NVTX] and "NVTX_PAYLOAD_SCHEMAS" in tables)
 
 
@@ -384,9 +389,9 @@ def load(con: duckdb.DuckDBPyConnection, src: Source, report_id: int) -> int:
             )
         ]
         for letter, table, _, _ in NATIVE:
-            cols = tables.get(table, set())
-            if not {"id", "symbol", "stackDepth"} <= cols:
+            if not _has_frames(tables, table):
                 continue
+            cols = tables[table]
             kernel = "kernelMode = 1" if "kernelMode" in cols else "false"
             module = "coalesce(module, -1)" if "module" in cols else "-1"
             raw.append(
@@ -476,10 +481,9 @@ def _events_sql(tables: dict[str, set[str]], r: Callable[[str], str]) -> str:
     if "OSRT_API" in tables and "callchainId" in tables["OSRT_API"] and "OSRT_CALLCHAINS" in tables:
         # the chains' ids from their frames that _stk_raw copied (chain 'o'), rather than from a
         # second scan of OSRT_CALLCHAINS (7.9M frames at tr250)
-        copied = {"id", "symbol", "stackDepth"} <= tables["OSRT_CALLCHAINS"]
         chains = (
             "SELECT chain_id FROM _stk_raw WHERE chain = 'o'"
-            if copied
+            if _has_frames(tables, "OSRT_CALLCHAINS")
             else f"SELECT DISTINCT id FROM {r('OSRT_CALLCHAINS')}"
         )
         parts.append(
