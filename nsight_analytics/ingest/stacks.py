@@ -27,16 +27,18 @@ so are stacks (one stack_id per list of frames), so a million samples of one loo
 from __future__ import annotations
 
 import re
+import sqlite3
 import struct
 import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import duckdb
 
 from .. import params, schema
-from .sqlite_source import open_attached
+from .sqlite_source import SQLITE_MAGIC, columns, open_attached
 
 if TYPE_CHECKING:  # imported where used: ~0.1 s that every CLI command paid (issue 31)
     import pyarrow as pa  # type: ignore[import-untyped]  # ships no type information
@@ -131,6 +133,58 @@ def has_stacks(tables: dict[str, set[str]]) -> bool:
     """Does the export hold call stacks of any kind?"""
     native = any(_has_frames(tables, t) for _, t, _, _ in NATIVE)
     return native or (NVTX in tables and "eventType" in tables[NVTX] and "NVTX_PAYLOAD_SCHEMAS" in tables)
+
+
+def export_sources(tables: dict[str, set[str]]) -> set[str]:
+    """The stack sources whose events `load` can give frames (stack_events.source where stack_id
+    is set), from the export's tables and columns alone: a superset, since a table of the right
+    shape may hold no row that points at frames. An event has frames only where its chain's
+    table has the frame columns (_has_frames) or, for Python, where payload schemas can lay
+    them out."""
+    if not has_stacks(tables):
+        return set()
+    out = set()
+    if {"id", "start", "globalTid"} <= tables.get(SAMPLES, set()) and _has_frames(tables, "SAMPLING_CALLCHAINS"):
+        out.add("cpu_sample")
+    calls = {"callchainId", "correlationId", "globalTid"} <= tables.get(RUNTIME, set())
+    if calls and _has_frames(tables, "CUDA_CALLCHAINS"):
+        out.add("cuda_call")
+    if "callchainId" in tables.get("OSRT_API", set()) and _has_frames(tables, "OSRT_CALLCHAINS"):
+        out.add("osrt_call")
+    if {"eventType", "domainId", "start", "globalTid"} <= tables.get(NVTX, set()) and "NVTX_PAYLOAD_SCHEMAS" in tables:
+        out |= set(PYTHON_DOMAINS.values())
+    return out
+
+
+def deferred_sources(con: duckdb.DuckDBPyConnection, report_id: int) -> set[str] | None:
+    """The stack sources report `report_id`'s deferred stacks step could write (export_sources of
+    its export's table listing, read in milliseconds without running the step); None where that
+    cannot be told so: the step is not deferred, the report is not an nsys SQLite export kept as
+    a plain file (a gzip, an `.nsys-rep`, a Kineto trace), or the file is gone, unreadable or not
+    the size and age it had at ingest (running the step then says what is wrong, as it would)."""
+    row = params.execute(
+        con,
+        "SELECT format, source_path, size_bytes, source_mtime_ns, deferred_steps FROM reports "
+        "WHERE report_id = $rid",
+        {"rid": report_id},
+    ).fetchone()
+    if row is None:
+        return None
+    fmt, source, size, mtime, steps = row
+    if fmt != "nsys" or "stack_events" not in (steps or ()):  # "nsys": reader_sqlite's name
+        return None
+    path = Path(source)
+    try:
+        stat = path.stat()
+        if stat.st_size != size or mtime is None or stat.st_mtime_ns != mtime:
+            return None
+        with path.open("rb") as fh:
+            if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                return None
+        tables = columns(path)
+    except (OSError, sqlite3.DatabaseError):
+        return None
+    return export_sources(tables)
 
 
 def source_sql(src: Source) -> str | None:
