@@ -729,7 +729,7 @@ def _gated_wanted(
 ) -> set[str]:
     """Of `tables` (read only by rules with `optional_when`), those still to load for report
     `rid` that a rule running on it says it reads there (its `optional_when`, on `context` or
-    a Context of its own)."""
+    a Context of its own: all of its optional tables, or those it names)."""
     pending = {t for t in tables if _pending(con, {t}, [rid])}
     if not pending:
         return set()
@@ -755,7 +755,7 @@ def _gated_wanted(
         except (duckdb.Error, QueryError):  # the check itself will say what is wrong
             reads = True
         if reads:
-            wanted |= mine
+            wanted |= mine if reads is True else mine & set(reads)
     return wanted
 
 

@@ -123,6 +123,8 @@ class Threshold:
 
 # check(ctx, report_id), or check(ctx, run_id) for a rule of scope "run"
 CheckFn = Callable[["Context", int], list[Finding]]
+# optional_when(ctx, report_id): True (all of the rule's optional_reads), False, or those it reads
+OptionalWhen = Callable[["Context", int], "bool | tuple[str, ...]"]
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,10 @@ class Rule:
     which of those tables it can do without: when their rows are still in a source export that is
     gone, it runs on what the workspace holds (`Context.unloaded` says what is missing) instead
     of being skipped. `optional_when(ctx, report_id)`, when given, says whether the check reads
-    its `optional_reads` on that report at all (its cheaper tests passed): where it says no,
-    `nsa findings` leaves them in the export (they are copied on first use) instead of copying
-    them for a check that returns before it reads them. The check function's docstring is the
+    its `optional_reads` on that report at all (its cheaper tests passed), or which of them it
+    reads (a tuple of tables): where it says no, `nsa findings` leaves them in the export (they
+    are copied on first use) instead of copying them for a check that returns before it reads
+    them, or whose rows there could not change what it finds. The check function's docstring is the
     rule's documentation: its first paragraph the summary, its `Fix:` paragraph the advice.
     """
 
@@ -154,7 +157,7 @@ class Rule:
     reads: tuple[str, ...] = ()  # canonical tables it reads outside them (ctx.steady: steps)
     scope: str = "report"  # what check's id is: a report ("report") or a run ("run")
     optional_reads: tuple[str, ...] = ()  # of the tables above, those it can judge without
-    optional_when: Callable[[Context, int], bool] | None = None  # None: reads them on every report
+    optional_when: OptionalWhen | None = None  # None: reads them on every report
 
     @property
     def thresholds(self) -> tuple[str, ...]:
@@ -200,7 +203,7 @@ def rule(
     optional_reads: tuple[str, ...] = (),
     order: int = 1000,
     scope: str = "report",
-    optional_when: Callable[[Context, int], bool] | None = None,
+    optional_when: OptionalWhen | None = None,
 ) -> Callable[[CheckFn], Rule]:
     """Declare a check function as the rule `rule_id`; its docstring is the rule's documentation.
 
@@ -208,7 +211,7 @@ def rule(
     satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
     runs; `reads`: canonical tables it reads otherwise; `optional_reads`: of those two, the
     tables it can judge without (it then says so); `optional_when(ctx, report_id)`: whether the
-    check reads those on that report (default: always). `scope`: "report" (check(ctx,
+    check reads those on that report, or which of them (default: all, always). `scope`: "report" (check(ctx,
     report_id), once per report) or "run" (check(ctx, run_id), once per run).
     """
     groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
