@@ -270,6 +270,17 @@ def sources(ctx: Context, rid: int) -> set[str]:
     return {str(r.source) for r in rows}
 
 
+def could_name(ctx: Context, rid: int) -> bool:
+    """Could the report's stacks step, where it is still to run, write a source a rule names a line
+    from (every source but the OS runtime backtraces, which no rule reads: see capture_hint)? A
+    rule's `optional_when` for the stack tables: where the export can hold nothing else, the
+    rules judge the report alike with or without the step, and `nsa findings` skips it."""
+    from ..ingest.stacks import deferred_sources
+
+    possible = deferred_sources(ctx.con, rid)
+    return possible is None or bool(possible - {"osrt_call"})
+
+
 def first_source(ctx: Context, rid: int, order: tuple[str, ...]) -> str | None:
     """The first of `order` the report has stacks of: the one a rule asks its query about (Python
     frames name the user's line; native backtraces only in a compiled program)."""

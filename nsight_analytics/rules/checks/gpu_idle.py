@@ -110,9 +110,12 @@ def _idle(ctx: Context, rid: int) -> tuple[Any, Any, int, int, int, int] | None:
     return util, window, startup_ns, span, idle, steps
 
 
-def _reads_host(ctx: Context, rid: int) -> bool:
-    """Does gpu-idle read the host detail (gap_host, gap_stacks) on this report?"""
-    return _idle(ctx, rid) is not None
+def _reads_host(ctx: Context, rid: int) -> bool | tuple[str, ...]:
+    """Does gpu-idle read the host detail (gap_host, gap_stacks) on this report? The stack tables
+    only where they could name a line (stacks.could_name)."""
+    if _idle(ctx, rid) is None:
+        return False
+    return True if stacks.could_name(ctx, rid) else _HOST_DETAIL
 
 
 @rule(

@@ -16,6 +16,7 @@ from ..model import Finding, Threshold, rule
     needs=("cuda_api",),
     queries=("sync_beyond_gpu", "launch_stacks"),
     optional_reads=stacks.TABLES,
+    optional_when=stacks.could_name,
     severities=("info", "warning", "critical"),
     thresholds=(
         Threshold(

@@ -25,6 +25,7 @@ from ..model import Finding, Threshold, rule, severity_for
     ),
     reads=("steps",),
     optional_reads=stacks.TABLES,
+    optional_when=stacks.could_name,
     severities=("info", "warning", "critical"),
     thresholds=(
         Threshold(

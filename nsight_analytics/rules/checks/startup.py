@@ -29,6 +29,7 @@ _CATEGORY_FIX = {
     queries=("utilization", "startup_calls", "hot_stacks"),
     reads=("steps",),
     optional_reads=stacks.TABLES,
+    optional_when=stacks.could_name,
     severities=("info",),
     thresholds=(
         Threshold(

@@ -30,6 +30,7 @@ _COMM = ("mpi_", "nccl", "ucp_", "shmem_", "gloo", "c10d::")
     queries=("collective_skew", "rank_balance", "rank_activity", "hot_stacks"),
     reads=("runs", "ranks"),
     optional_reads=stacks.TABLES,
+    optional_when=stacks.could_name,
     severities=("warning", "critical"),
     thresholds=(
         STRAGGLER_LAST_SHARE,

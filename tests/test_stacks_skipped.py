@@ -1,0 +1,163 @@
+"""`nsa findings` leaves the call-stacks step in the export where it can only yield OS runtime
+backtraces, which no rule names a line from (rules/stacks.py), and runs it where the export may
+hold a source the rules read. Expected values come from the exports themselves (sqlite3)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import nsight_analytics as nsa
+from conftest import ROOT
+from nsight_analytics import api
+from nsight_analytics.cli import main
+from nsight_analytics.ingest import stacks
+
+DATA = ROOT / "tests" / "data" / "stacks" / "nsys"
+# -s none: no CPU samples, no CUDA or Python backtraces; OS runtime backtraces by default
+NOSTACKS = DATA / "h100_nsys2025.3_stack_loop_nostacks.sqlite.gz"
+# -s cpu --cudabacktrace=all: CPU samples and CUDA backtraces
+NATIVE = DATA / "h100_nsys2025.3_stack_loop_native.sqlite.gz"
+
+
+def _plain(gz: Path, folder: Path) -> Path:
+    out = folder / gz.name.removesuffix(".gz")
+    with gzip.open(gz) as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def _ingested(export: Path, db: Path, full: bool = False) -> Path:
+    con = nsa.connect(db, load_deferred=False)
+    try:
+        nsa.ingest(con, export, **({"defer": ()} if full else {}))
+    finally:
+        con.close()
+    return db
+
+
+def _findings(db: Path) -> list[dict[str, object]]:
+    res = CliRunner().invoke(main, ["findings", "--format", "json", "--no-config", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    found: list[dict[str, object]] = json.loads(res.output)
+    return found
+
+
+def _deferred(db: Path) -> list[str]:
+    con = nsa.connect(db, read_only=True)
+    try:
+        return list(con.execute("SELECT deferred_steps FROM reports").fetchone()[0])
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("exports")
+    return {"nostacks": _plain(NOSTACKS, tmp), "native": _plain(NATIVE, tmp)}
+
+
+def test_osrt_backtraces_only_findings_skip_the_step_and_match_the_loaded_ones(exports, tmp_path) -> None:
+    export = exports["nostacks"]
+    with sqlite3.connect(export) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        osrt_events = db.execute(
+            "SELECT count(*) FROM OSRT_API WHERE callchainId IN (SELECT id FROM OSRT_CALLCHAINS)"
+        ).fetchone()[0]
+    # what makes the capture's only call stacks OS runtime backtraces
+    assert "OSRT_CALLCHAINS" in tables and osrt_events > 0
+    assert not tables & {"COMPOSITE_EVENTS", "SAMPLING_CALLCHAINS", "CUDA_CALLCHAINS", "NVTX_PAYLOAD_SCHEMAS"}
+
+    lazy = _ingested(export, tmp_path / "lazy.duckdb")
+    assert "stack_events" in _deferred(lazy)
+    skipped = _findings(lazy)
+    assert "stack_events" in _deferred(lazy)  # the findings left it in the export
+
+    full = _ingested(export, tmp_path / "full.duckdb", full=True)
+    assert "stack_events" not in _deferred(full)
+    con = nsa.connect(full, read_only=True)
+    try:
+        loaded = con.execute("SELECT source, count(*) FROM stack_events GROUP BY source").fetchall()
+    finally:
+        con.close()
+    assert loaded == [("osrt_call", osrt_events)]
+    assert skipped == _findings(full)
+
+    # an explicit query of the stack tables still runs the step
+    con = nsa.connect(lazy, load_deferred=False)
+    try:
+        assert nsa.query(con, "hot_stacks").fetchall() is not None
+    finally:
+        con.close()
+    assert "stack_events" not in _deferred(lazy)
+
+
+def test_cpu_samples_and_cuda_backtraces_still_load_the_step(exports, tmp_path) -> None:
+    db = _ingested(exports["native"], tmp_path / "native.duckdb")
+    assert "stack_events" in _deferred(db)
+    _findings(db)
+    assert "stack_events" not in _deferred(db)
+
+
+def test_a_gzip_export_loads_the_step_as_before(tmp_path) -> None:
+    """Its table listing would need the file decompressed: the step runs, as it did."""
+    db = _ingested(NOSTACKS, tmp_path / "gz.duckdb")
+    _findings(db)
+    assert "stack_events" not in _deferred(db)
+
+
+def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
+    export = tmp_path / "moved.sqlite"
+    shutil.copyfile(exports["nostacks"], export)
+    db = _ingested(export, tmp_path / "moved.duckdb")
+    con = nsa.connect(db, load_deferred=False)
+    try:
+        assert stacks.deferred_sources(con, 1) == {"osrt_call"}
+        export.rename(tmp_path / "gone.sqlite")
+        assert stacks.deferred_sources(con, 1) is None  # unknown: the step is tried, and warns
+        assert api._rules_pending(con, 1, ["host-sync"], None)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("tables", "expected"),
+    [
+        ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id", "symbol", "stackDepth"}}, {"osrt_call"}),
+        # a callchain table without frame columns gives events without stacks
+        ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id"}}, set()),
+        (
+            {"COMPOSITE_EVENTS": {"id", "start", "globalTid"}, "SAMPLING_CALLCHAINS": {"id", "symbol", "stackDepth"}},
+            {"cpu_sample"},
+        ),
+        (
+            {
+                "CUPTI_ACTIVITY_KIND_RUNTIME": {"callchainId", "correlationId", "globalTid", "start"},
+                "CUDA_CALLCHAINS": {"id", "symbol", "stackDepth"},
+            },
+            {"cuda_call"},
+        ),
+        # the runtime calls without callchainId: no CUDA backtraces
+        (
+            {
+                "CUPTI_ACTIVITY_KIND_RUNTIME": {"correlationId", "globalTid", "start"},
+                "CUDA_CALLCHAINS": {"id", "symbol", "stackDepth"},
+            },
+            set(),
+        ),
+        (
+            {"NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"}, "NVTX_PAYLOAD_SCHEMAS": {"domainId"}},
+            {"python_sample", "python_cuda"},
+        ),
+        ({"NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"}}, set()),
+    ],
+    ids=["osrt", "osrt no frames", "cpu samples", "cuda backtraces", "no callchainId", "python", "no payloads"],
+)
+def test_export_sources(tables: dict[str, set[str]], expected: set[str]) -> None:
+    assert stacks.export_sources(tables) == expected
