@@ -754,8 +754,10 @@ def _gated_wanted(
             reads = r.optional_when(ctx, rid)
         except (duckdb.Error, QueryError):  # the check itself will say what is wrong
             reads = True
-        if reads:
-            wanted |= mine if reads is True else mine & set(reads)
+        if reads is True:
+            wanted |= mine
+        elif isinstance(reads, tuple):  # those of its optional tables it names
+            wanted |= mine & set(reads)
     return wanted
 
 

@@ -133,7 +133,10 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
         # a callchain table without frame columns gives events without stacks
         ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id"}}, set()),
         (
-            {"COMPOSITE_EVENTS": {"id", "start", "globalTid"}, "SAMPLING_CALLCHAINS": {"id", "symbol", "stackDepth"}},
+            {
+                "COMPOSITE_EVENTS": {"id", "start", "globalTid"},
+                "SAMPLING_CALLCHAINS": {"id", "symbol", "stackDepth"},
+            },
             {"cpu_sample"},
         ),
         (
@@ -152,12 +155,23 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
             set(),
         ),
         (
-            {"NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"}, "NVTX_PAYLOAD_SCHEMAS": {"domainId"}},
+            {
+                "NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"},
+                "NVTX_PAYLOAD_SCHEMAS": {"domainId"},
+            },
             {"python_sample", "python_cuda"},
         ),
         ({"NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"}}, set()),
     ],
-    ids=["osrt", "osrt no frames", "cpu samples", "cuda backtraces", "no callchainId", "python", "no payloads"],
+    ids=[
+        "osrt",
+        "osrt no frames",
+        "cpu samples",
+        "cuda backtraces",
+        "no callchainId",
+        "python",
+        "no payloads",
+    ],
 )
 def test_export_sources(tables: dict[str, set[str]], expected: set[str]) -> None:
     assert stacks.export_sources(tables) == expected

@@ -143,15 +143,18 @@ def export_sources(tables: dict[str, set[str]]) -> set[str]:
     them out."""
     if not has_stacks(tables):
         return set()
+
+    def has(table: str, *cols: str) -> bool:
+        return set(cols) <= tables.get(table, set())
+
     out = set()
-    if {"id", "start", "globalTid"} <= tables.get(SAMPLES, set()) and _has_frames(tables, "SAMPLING_CALLCHAINS"):
+    if has(SAMPLES, "id", "start", "globalTid") and _has_frames(tables, "SAMPLING_CALLCHAINS"):
         out.add("cpu_sample")
-    calls = {"callchainId", "correlationId", "globalTid"} <= tables.get(RUNTIME, set())
-    if calls and _has_frames(tables, "CUDA_CALLCHAINS"):
+    if has(RUNTIME, "callchainId", "correlationId", "globalTid") and _has_frames(tables, "CUDA_CALLCHAINS"):
         out.add("cuda_call")
-    if "callchainId" in tables.get("OSRT_API", set()) and _has_frames(tables, "OSRT_CALLCHAINS"):
+    if has("OSRT_API", "callchainId") and _has_frames(tables, "OSRT_CALLCHAINS"):
         out.add("osrt_call")
-    if {"eventType", "domainId", "start", "globalTid"} <= tables.get(NVTX, set()) and "NVTX_PAYLOAD_SCHEMAS" in tables:
+    if has(NVTX, "eventType", "domainId", "start", "globalTid") and "NVTX_PAYLOAD_SCHEMAS" in tables:
         out |= set(PYTHON_DOMAINS.values())
     return out
 
