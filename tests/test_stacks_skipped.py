@@ -113,17 +113,23 @@ def test_a_gzip_export_loads_the_step_as_before(tmp_path) -> None:
 
 
 def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
+    """Where the export is gone, whether it held other stacks cannot be told: the rules ask for
+    the step again, which then says the file is gone (as before), and judge without it."""
     export = tmp_path / "moved.sqlite"
     shutil.copyfile(exports["nostacks"], export)
     db = _ingested(export, tmp_path / "moved.duckdb")
+    before = _findings(db)  # loads what the rules read but the stacks
     con = nsa.connect(db, load_deferred=False)
     try:
         assert stacks.deferred_sources(con, 1) == {"osrt_call"}
+        assert not api._rules_pending(con, None, None, None)  # a second findings opens no writer
         export.rename(tmp_path / "gone.sqlite")
-        assert stacks.deferred_sources(con, 1) is None  # unknown: the step is tried, and warns
-        assert api._rules_pending(con, 1, ["host-sync"], None)
+        assert stacks.deferred_sources(con, 1) is None
+        assert api._rules_pending(con, None, None, None)
     finally:
         con.close()
+    assert _findings(db) == before
+    assert "stack_events" in _deferred(db)
 
 
 @pytest.mark.parametrize(
