@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import nsight_analytics as nsa
-from conftest import ROOT
+from conftest import ROOT, realdata
 from nsight_analytics import api
 from nsight_analytics.cli import main
 from nsight_analytics.ingest import stacks
@@ -24,6 +24,11 @@ DATA = ROOT / "tests" / "data" / "stacks" / "nsys"
 NOSTACKS = DATA / "h100_nsys2025.3_stack_loop_nostacks.sqlite.gz"
 # -s cpu --cudabacktrace=all: CPU samples and CUDA backtraces
 NATIVE = DATA / "h100_nsys2025.3_stack_loop_native.sqlite.gz"
+PYTHON = {
+    "NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid", "binaryData"},
+    "NVTX_PAYLOAD_SCHEMAS": {"domainId"},
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES": {"domainId", "name"},
+}
 
 
 def _plain(gz: Path, folder: Path) -> Path:
@@ -105,6 +110,28 @@ def test_cpu_samples_and_cuda_backtraces_still_load_the_step(exports, tmp_path) 
     assert "stack_events" not in _deferred(db)
 
 
+def test_nccl_payloads_without_python_frames_skip_the_step(tmp_path) -> None:
+    # PyTorch and NCCL NVTX payloads (schemas of NCCL's domain), no call stacks of any kind
+    h2d = realdata("nsys", "h100x2_nsys2026.2_h2d_heavy.sqlite")
+    with sqlite3.connect(f"file:{h2d}?mode=ro", uri=True) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        names = {r[0] for r in db.execute("SELECT DISTINCT name FROM NVTX_PAYLOAD_SCHEMA_ENTRIES")}
+    # payload schemas (which make the export one that may hold stacks), but none that lays out frames
+    assert "NVTX_PAYLOAD_SCHEMAS" in tables and not {"Frames", "Frames count"} & names
+    assert not tables & {"COMPOSITE_EVENTS", "CUDA_CALLCHAINS", "OSRT_CALLCHAINS"}
+    lazy = _ingested(h2d, tmp_path / "lazy.duckdb")
+    assert "stack_events" in _deferred(lazy)
+    skipped = _findings(lazy)
+    assert "stack_events" in _deferred(lazy)
+    full = _ingested(h2d, tmp_path / "full.duckdb", full=True)
+    con = nsa.connect(full, read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM stack_events").fetchone() == (0,)
+    finally:
+        con.close()
+    assert skipped == _findings(full)
+
+
 def test_a_gzip_export_loads_the_step_as_before(tmp_path) -> None:
     """Its table listing would need the file decompressed: the step runs, as it did."""
     db = _ingested(NOSTACKS, tmp_path / "gz.duckdb")
@@ -133,16 +160,21 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("tables", "expected"),
+    ("tables", "entries", "expected"),
     [
-        ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id", "symbol", "stackDepth"}}, {"osrt_call"}),
+        (
+            {"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id", "symbol", "stackDepth"}},
+            None,
+            {"osrt_call"},
+        ),
         # a callchain table without frame columns gives events without stacks
-        ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id"}}, set()),
+        ({"OSRT_API": {"callchainId"}, "OSRT_CALLCHAINS": {"id"}}, None, set()),
         (
             {
                 "COMPOSITE_EVENTS": {"id", "start", "globalTid"},
                 "SAMPLING_CALLCHAINS": {"id", "symbol", "stackDepth"},
             },
+            None,
             {"cpu_sample"},
         ),
         (
@@ -150,6 +182,7 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
                 "CUPTI_ACTIVITY_KIND_RUNTIME": {"callchainId", "correlationId", "globalTid", "start"},
                 "CUDA_CALLCHAINS": {"id", "symbol", "stackDepth"},
             },
+            None,
             {"cuda_call"},
         ),
         # the runtime calls without callchainId: no CUDA backtraces
@@ -158,16 +191,16 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
                 "CUPTI_ACTIVITY_KIND_RUNTIME": {"correlationId", "globalTid", "start"},
                 "CUDA_CALLCHAINS": {"id", "symbol", "stackDepth"},
             },
+            None,
             set(),
         ),
-        (
-            {
-                "NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"},
-                "NVTX_PAYLOAD_SCHEMAS": {"domainId"},
-            },
-            {"python_sample", "python_cuda"},
-        ),
-        ({"NVTX_EVENTS": {"eventType", "domainId", "start", "globalTid"}}, set()),
+        (PYTHON, None, {"python_sample", "python_cuda"}),
+        (PYTHON, stacks.FRAME_ENTRIES, {"python_sample", "python_cuda"}),
+        # payload schemas of other domains (NCCL's): no frames to lay out
+        (PYTHON, ("NCCL communicator ID", "Rank", "Frames count"), set()),
+        # exported without --include-blobs: the events keep no frames
+        ({**PYTHON, "NVTX_EVENTS": PYTHON["NVTX_EVENTS"] - {"binaryData"}}, None, set()),
+        ({"NVTX_EVENTS": PYTHON["NVTX_EVENTS"]}, None, set()),
     ],
     ids=[
         "osrt",
@@ -176,8 +209,13 @@ def test_a_moved_export_loads_the_step_as_before(exports, tmp_path) -> None:
         "cuda backtraces",
         "no callchainId",
         "python",
+        "python frame entries",
+        "other payloads",
+        "no blobs",
         "no payloads",
     ],
 )
-def test_export_sources(tables: dict[str, set[str]], expected: set[str]) -> None:
-    assert stacks.export_sources(tables) == expected
+def test_export_sources(
+    tables: dict[str, set[str]], entries: tuple[str, ...] | None, expected: set[str]
+) -> None:
+    assert stacks.export_sources(tables, entries) == expected

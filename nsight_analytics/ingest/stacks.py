@@ -30,7 +30,8 @@ import re
 import sqlite3
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -135,12 +136,17 @@ def has_stacks(tables: dict[str, set[str]]) -> bool:
     return native or (NVTX in tables and "eventType" in tables[NVTX] and "NVTX_PAYLOAD_SCHEMAS" in tables)
 
 
-def export_sources(tables: dict[str, set[str]]) -> set[str]:
+# The payload entries a Python domain's schemas name (_layout): without both, its events have no frames.
+FRAME_ENTRIES = ("Frames", "Frames count")
+
+
+def export_sources(tables: dict[str, set[str]], entries: Collection[str] | None = None) -> set[str]:
     """The stack sources whose events `load` can give frames (stack_events.source where stack_id
-    is set), from the export's tables and columns alone: a superset, since a table of the right
-    shape may hold no row that points at frames. An event has frames only where its chain's
-    table has the frame columns (_has_frames) or, for Python, where payload schemas can lay
-    them out."""
+    is set), from the export's tables and columns and `entries`, the names in its
+    NVTX_PAYLOAD_SCHEMA_ENTRIES (None: not read): a superset, since a table of the right shape
+    may hold no row that points at frames. An event has frames only where its chain's table has
+    the frame columns (_has_frames) or, for Python, where the payload schemas lay out frames
+    (_layout) of blobs the export kept (binaryData)."""
     if not has_stacks(tables):
         return set()
 
@@ -154,17 +160,20 @@ def export_sources(tables: dict[str, set[str]]) -> set[str]:
         out.add("cuda_call")
     if has("OSRT_API", "callchainId") and _has_frames(tables, "OSRT_CALLCHAINS"):
         out.add("osrt_call")
-    if has(NVTX, "eventType", "domainId", "start", "globalTid") and "NVTX_PAYLOAD_SCHEMAS" in tables:
+    python = has(NVTX, "eventType", "domainId", "start", "globalTid", "binaryData")
+    python = python and {"NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES"} <= set(tables)
+    if python and (entries is None or set(FRAME_ENTRIES) <= set(entries)):
         out |= set(PYTHON_DOMAINS.values())
     return out
 
 
 def deferred_sources(con: duckdb.DuckDBPyConnection, report_id: int) -> set[str] | None:
     """The stack sources report `report_id`'s deferred stacks step could write (export_sources of
-    its export's table listing, read in milliseconds without running the step); None where that
-    cannot be told so: the step is not deferred, the report is not an nsys SQLite export kept as
-    a plain file (a gzip, an `.nsys-rep`, a Kineto trace), or the file is gone, unreadable or not
-    the size and age it had at ingest (running the step then says what is wrong, as it would)."""
+    its export's table listing and payload entries, read in milliseconds without running the
+    step); None where that cannot be told so: the step is not deferred, the report is not an nsys
+    SQLite export kept as a plain file (a gzip, an `.nsys-rep`, a Kineto trace), or the file is
+    gone, unreadable or not the size and age it had at ingest (running the step then says what
+    is wrong, as it would)."""
     row = params.execute(
         con,
         "SELECT format, source_path, size_bytes, source_mtime_ns, deferred_steps FROM reports "
@@ -185,9 +194,17 @@ def deferred_sources(con: duckdb.DuckDBPyConnection, report_id: int) -> set[str]
             if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
                 return None
         tables = columns(path)
-    except (OSError, sqlite3.DatabaseError):
+        entries = None
+        if "NVTX_PAYLOAD_SCHEMA_ENTRIES" in tables:  # a few rows per domain
+            with closing(sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)) as db:
+                names = ", ".join(f"'{n}'" for n in FRAME_ENTRIES)
+                found = db.execute(
+                    f"SELECT DISTINCT name FROM NVTX_PAYLOAD_SCHEMA_ENTRIES WHERE name IN ({names})"
+                ).fetchall()
+            entries = {str(n) for (n,) in found}
+    except (OSError, sqlite3.Error):
         return None
-    return export_sources(tables)
+    return export_sources(tables, entries)
 
 
 def source_sql(src: Source) -> str | None:
