@@ -756,7 +756,7 @@ def _gated_wanted(
             reads = True
         if reads is True:
             wanted |= mine
-        elif isinstance(reads, tuple):  # those of its optional tables it names
+        elif not isinstance(reads, bool):  # those of its optional tables it names
             wanted |= mine & set(reads)
     return wanted
 

@@ -143,8 +143,8 @@ class Rule:
     its `optional_reads` on that report at all (its cheaper tests passed), or which of them it
     reads (a tuple of tables): where it says no, `nsa findings` leaves them in the export (they
     are copied on first use) instead of copying them for a check that returns before it reads
-    them, or whose rows there could not change what it finds. The check function's docstring is the
-    rule's documentation: its first paragraph the summary, its `Fix:` paragraph the advice.
+    them, or whose rows there could not change what it finds. The check function's docstring
+    is the rule's documentation: its first paragraph the summary, its `Fix:` paragraph the advice.
     """
 
     id: str
@@ -211,8 +211,8 @@ def rule(
     satisfied by any of its kinds (`GPU_ACTIVITY`). `queries`: the library queries the check
     runs; `reads`: canonical tables it reads otherwise; `optional_reads`: of those two, the
     tables it can judge without (it then says so); `optional_when(ctx, report_id)`: whether the
-    check reads those on that report, or which of them (default: all, always). `scope`: "report" (check(ctx,
-    report_id), once per report) or "run" (check(ctx, run_id), once per run).
+    check reads those on that report, or which of them (default: all, always). `scope`:
+    "report" (check(ctx, report_id), once per report) or "run" (check(ctx, run_id), once per run).
     """
     groups = tuple(frozenset({n}) if isinstance(n, str) else frozenset(n) for n in needs)
     unknown = set().union(*groups) - ACTIVITY_KINDS
