@@ -111,11 +111,13 @@ def _idle(ctx: Context, rid: int) -> tuple[Any, Any, int, int, int, int] | None:
 
 
 def _reads_host(ctx: Context, rid: int) -> bool | tuple[str, ...]:
-    """Does gpu-idle read the host detail (gap_host, gap_stacks) on this report? The stack tables
-    only where they could name a line (stacks.could_name)."""
-    if _idle(ctx, rid) is None:
+    """Which of its optional tables gpu-idle reads on this report: the host detail (gap_host) and,
+    where they could name a line (stacks.could_name), the stack tables (gap_stacks); none where
+    it returns before them, which its tests tell (_idle) when one of those is still to load."""
+    tables = _HOST_DETAIL + (stacks.TABLES if stacks.could_name(ctx, rid) else ())
+    if ctx.unloaded(rid, tables) and _idle(ctx, rid) is None:
         return False
-    return True if stacks.could_name(ctx, rid) else _HOST_DETAIL
+    return tables
 
 
 @rule(
