@@ -131,12 +131,13 @@ def test_moved_export_gpu_idle_runs_without_host_detail(tmp_path: Path, export: 
     (tmp_path / "moved.sqlite").rename(src)
     found = {f.rule_id: f for f in nsa.findings(con, rid)}
     assert not [f for f in found.values() if "Host detail missing" in f.message]
-    # the stacks name the line in findings; nvtx_summary's rows and the synchronisations are not
-    # read by any rule; with the steps found, gpu-idle judges the steady state, where the GPU idles
-    # under idle_share_warning, so it returns before reading the host detail, which stays
+    # nvtx_summary's rows and the synchronisations are not read by any rule, nor the call stacks of
+    # an export whose only ones are OS runtime backtraces; with the steps found, gpu-idle judges
+    # the steady state, where the GPU idles under idle_share_warning, so it returns before reading
+    # the host detail, which stays
     assert "gpu-idle" not in found
     assert _deferred(con, rid) == [
-        "kernel_launch", "sync_events", "nvtx_ranges", "nvtx_kernels", "nvtx_totals", "osrt_api"
+        "kernel_launch", "sync_events", "nvtx_ranges", "nvtx_kernels", "nvtx_totals", "osrt_api", "stack_events"
     ]  # fmt: skip
     con.close()
 
