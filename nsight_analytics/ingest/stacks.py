@@ -125,9 +125,31 @@ def user_sql(kind: str, function: str, file: str, module: str) -> str:
     return f"CASE {kind} WHEN 'python' THEN {python} WHEN 'native' THEN {native} ELSE false END"
 
 
+def _has(tables: dict[str, set[str]], table: str, *cols: str) -> bool:
+    """Has the export the table `table` with the columns `cols`?"""
+    return table in tables and set(cols) <= tables[table]
+
+
 def _has_frames(tables: dict[str, set[str]], table: str) -> bool:
     """Has the export the callchain table `table` with the frame columns _stk_raw copies?"""
-    return {"id", "symbol", "stackDepth"} <= tables.get(table, set())
+    return _has(tables, table, "id", "symbol", "stackDepth")
+
+
+# The source of each native chain's events (NATIVE's chain letters)
+NATIVE_SOURCES = {"s": "cpu_sample", "c": "cuda_call", "o": "osrt_call"}
+
+
+def _native_events(tables: dict[str, set[str]]) -> set[str]:
+    """The chain letters (NATIVE) whose events _events_sql reads: their table has the columns it
+    reads and, for calls, the export has the callchain table they point at."""
+    out = set()
+    if _has(tables, SAMPLES, "id", "start", "globalTid"):
+        out.add("s")
+    if _has(tables, RUNTIME, "callchainId", "correlationId", "globalTid") and "CUDA_CALLCHAINS" in tables:
+        out.add("c")
+    if _has(tables, "OSRT_API", "callchainId") and "OSRT_CALLCHAINS" in tables:
+        out.add("o")
+    return out
 
 
 def has_stacks(tables: dict[str, set[str]]) -> bool:
@@ -149,18 +171,9 @@ def export_sources(tables: dict[str, set[str]], entries: Collection[str] | None 
     (_layout) of blobs the export kept (binaryData)."""
     if not has_stacks(tables):
         return set()
-
-    def has(table: str, *cols: str) -> bool:
-        return set(cols) <= tables.get(table, set())
-
-    out = set()
-    if has(SAMPLES, "id", "start", "globalTid") and _has_frames(tables, "SAMPLING_CALLCHAINS"):
-        out.add("cpu_sample")
-    if has(RUNTIME, "callchainId", "correlationId", "globalTid") and _has_frames(tables, "CUDA_CALLCHAINS"):
-        out.add("cuda_call")
-    if has("OSRT_API", "callchainId") and _has_frames(tables, "OSRT_CALLCHAINS"):
-        out.add("osrt_call")
-    python = has(NVTX, "eventType", "domainId", "start", "globalTid", "binaryData")
+    events = _native_events(tables)
+    out = {NATIVE_SOURCES[c] for c, table, _, _ in NATIVE if c in events and _has_frames(tables, table)}
+    python = _has(tables, NVTX, "eventType", "domainId", "start", "globalTid", "binaryData")
     python = python and {"NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES"} <= set(tables)
     if python and (entries is None or set(FRAME_ENTRIES) <= set(entries)):
         out |= set(PYTHON_DOMAINS.values())
@@ -538,21 +551,21 @@ def _events_sql(tables: dict[str, set[str]], r: Callable[[str], str]) -> str:
     """The stack events as (source, start_ns, end_ns, global_tid, chain, chain_id, thread_state,
     correlation_id)."""
     parts = []
+    events = _native_events(tables)
     states = " ".join(f"WHEN {k} THEN '{v}'" for k, v in THREAD_STATES.items())
-    if SAMPLES in tables and {"id", "start", "globalTid"} <= tables[SAMPLES]:
+    if "s" in events:
         state = f"CASE e.threadState {states} END" if "threadState" in tables[SAMPLES] else "NULL"
         parts.append(
             f"SELECT 'cpu_sample' AS source, e.start AS start_ns, NULL::BIGINT AS end_ns, e.globalTid AS global_tid, "
             f"'s' AS chain, e.id AS chain_id, {state} AS thread_state, NULL::BIGINT AS correlation_id "
             f"FROM {r(SAMPLES)} e"
         )
-    cuda = RUNTIME in tables and {"callchainId", "correlationId", "globalTid"} <= tables[RUNTIME]
-    if cuda and "CUDA_CALLCHAINS" in tables:
+    if "c" in events:
         parts.append(
             f"SELECT 'cuda_call', e.start, e.\"end\", e.globalTid, 'c', e.callchainId, NULL::VARCHAR, e.correlationId "
             f"FROM {r(RUNTIME)} e WHERE e.callchainId IS NOT NULL"
         )
-    if "OSRT_API" in tables and "callchainId" in tables["OSRT_API"] and "OSRT_CALLCHAINS" in tables:
+    if "o" in events:
         # the chains' ids from their frames that _stk_raw copied (chain 'o'), rather than from a
         # second scan of OSRT_CALLCHAINS (7.9M frames at tr250)
         chains = (
